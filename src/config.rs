@@ -1,0 +1,380 @@
+//! The configuration file (`DEPROV_CONFIG`, TOML).
+//!
+//! Every table refuses unknown keys (`deny_unknown_fields`), durations are humantime strings
+//! (`"50ms"`, `"5s"`, `"2h"`), and [`Config::from_toml`] validates values after parsing; every error
+//! names the offending key. A full, commented example is `deploy/example.toml`; the README documents
+//! each key.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::sql::QualifiedName;
+
+/// Why the configuration was refused. Every message names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read configuration file {path}: {source}")]
+    Read {
+        /// The path given in `DEPROV_CONFIG`.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown key, or a value of the wrong type (serde names the key and line).
+    #[error("configuration: {0}")]
+    Parse(#[from] toml::de::Error),
+    /// A value parsed but is not allowed.
+    #[error("configuration key `{key}`: {reason}")]
+    Invalid {
+        /// Dotted path of the key, e.g. `hard_delete.lock_timeout`.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.into(), reason: reason.into() }
+}
+
+/// The whole file, validated.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Who may request deletions, by source name (`[sources.NAME]`).
+    #[serde(default)]
+    pub sources: BTreeMap<String, SourceConfig>,
+    /// Where a tenant's data starts.
+    pub tenant: TenantConfig,
+    /// Step 1: statements that hide the tenant at once.
+    #[serde(default)]
+    pub soft_delete: SoftDeleteConfig,
+    /// Step 2: the batched hard delete.
+    #[serde(default)]
+    pub hard_delete: HardDeleteConfig,
+    /// The worker's leases, retries and polling.
+    #[serde(default)]
+    pub worker: WorkerConfig,
+    /// Connection pools, one per role.
+    #[serde(default)]
+    pub pools: PoolsConfig,
+    /// Request limits at the HTTP edge.
+    #[serde(default)]
+    pub intake: IntakeConfig,
+    /// Vercel Marketplace partner API (`DELETE /v1/installations/{id}`); absent = route answers 404.
+    pub vercel: Option<VercelConfig>,
+}
+
+/// One sender of deletion requests (`[sources.NAME]`). Exactly one of `token`, `token_env`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// The bearer token itself.
+    pub token: Option<String>,
+    /// The name of an environment variable holding the token (read once at start-up).
+    pub token_env: Option<String>,
+}
+
+/// `[tenant]`: the root of the foreign-key graph.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Schema-qualified root table, e.g. `app.accounts` (see [`QualifiedName::parse`]).
+    pub root_table: String,
+    /// The root's key column; `tenant_id` strings are cast to its type.
+    pub key_column: String,
+}
+
+/// `[soft_delete]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SoftDeleteConfig {
+    /// Run in one transaction on the target, `$1` = the tenant key (bound with the type PostgreSQL
+    /// infers for `$1`: text, an integer type or uuid). Must be idempotent: a retried job runs them again.
+    #[serde(default)]
+    pub statements: Vec<String>,
+}
+
+/// `[hard_delete]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HardDeleteConfig {
+    /// Time between the soft delete and the start of the hard delete (default `0s`).
+    #[serde(with = "humantime_serde")]
+    pub grace_period: Duration,
+    /// Rows per batch (one short transaction each), 1..=100000 (default 1000).
+    pub batch_rows: u32,
+    /// `SET LOCAL lock_timeout` of every batch (default 50ms); must be below `statement_timeout`.
+    #[serde(with = "humantime_serde")]
+    pub lock_timeout: Duration,
+    /// `SET LOCAL statement_timeout` of every batch (default 5s).
+    #[serde(with = "humantime_serde")]
+    pub statement_timeout: Duration,
+}
+
+impl Default for HardDeleteConfig {
+    fn default() -> Self {
+        Self {
+            grace_period: Duration::ZERO,
+            batch_rows: 1000,
+            lock_timeout: Duration::from_millis(50),
+            statement_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// `[worker]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    /// How long a claimed job stays leased without a heartbeat (default 30s).
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    /// How often an idle worker looks for work (default 500ms).
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Attempts before a job ends `failed` (default 10).
+    pub max_attempts: u32,
+    /// First retry delay; doubles per attempt, with full jitter (default 1s).
+    #[serde(with = "humantime_serde")]
+    pub backoff_base: Duration,
+    /// Largest retry delay (default 5m).
+    #[serde(with = "humantime_serde")]
+    pub backoff_max: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_millis(500),
+            max_attempts: 10,
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// `[pools]`: one bounded pool per role, so intake never waits behind deletion work.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolsConfig {
+    /// Intake (HTTP API) on the state database. Default 8 connections, 2s acquire timeout.
+    pub intake: PoolConfig,
+    /// Worker queue operations on the state database. Default 4 connections, 5s.
+    pub queue: PoolConfig,
+    /// Deletion work on the target database. Default 2 connections, 5s.
+    pub target: PoolConfig,
+}
+
+impl Default for PoolsConfig {
+    fn default() -> Self {
+        Self {
+            intake: PoolConfig { max_connections: 8, acquire_timeout: Duration::from_secs(2) },
+            queue: PoolConfig { max_connections: 4, acquire_timeout: Duration::from_secs(5) },
+            target: PoolConfig { max_connections: 2, acquire_timeout: Duration::from_secs(5) },
+        }
+    }
+}
+
+/// One pool's bounds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Most connections the pool opens, 1..=100.
+    pub max_connections: u32,
+    /// Longest wait for a connection before failing fast (e.g. `2s`), 1ms..=60s.
+    #[serde(with = "humantime_serde")]
+    pub acquire_timeout: Duration,
+}
+
+/// `[intake]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IntakeConfig {
+    /// Largest accepted request body in bytes (default 16384); larger bodies get 413.
+    pub max_body_bytes: usize,
+}
+
+impl Default for IntakeConfig {
+    fn default() -> Self {
+        Self { max_body_bytes: 16 * 1024 }
+    }
+}
+
+/// `[vercel]`: the Marketplace partner API.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VercelConfig {
+    /// The `[sources.NAME]` whose credentials the partner API requests carry.
+    pub source: String,
+    /// Optional statement run by the worker on the target, `$1` = installation ID, returning the
+    /// tenant key in its first column. Without it the installation ID is the tenant key.
+    pub tenant_lookup: Option<String>,
+}
+
+impl Config {
+    /// Reads and validates the file at `path`. Source tokens given by `token_env` are resolved here.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the key at fault.
+    pub fn load(path: &str) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Self::from_toml(&text)
+    }
+
+    /// Parses and validates TOML text.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the key at fault.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        QualifiedName::parse(&self.tenant.root_table).map_err(|r| invalid("tenant.root_table", r))?;
+        if self.tenant.key_column.is_empty() {
+            return Err(invalid("tenant.key_column", "must not be empty"));
+        }
+        let mut seen = BTreeMap::new();
+        for (name, source) in &self.sources {
+            let key = format!("sources.{name}");
+            if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+                return Err(invalid(key, "source names are 1..=64 characters of [A-Za-z0-9-_.]"));
+            }
+            let token = source.resolve_token().map_err(|r| invalid(&key, r))?;
+            if token.len() < 16 {
+                return Err(invalid(format!("{key}.token"), "must be at least 16 characters"));
+            }
+            if let Some(other) = seen.insert(token, name.clone()) {
+                return Err(invalid(format!("{key}.token"), format!("same token as sources.{other}: a token must name one source")));
+            }
+        }
+        for (i, s) in self.soft_delete.statements.iter().enumerate() {
+            if s.trim().is_empty() {
+                return Err(invalid(format!("soft_delete.statements[{i}]"), "must not be empty"));
+            }
+        }
+        let hd = &self.hard_delete;
+        if !(1..=100_000).contains(&hd.batch_rows) {
+            return Err(invalid("hard_delete.batch_rows", "must be between 1 and 100000"));
+        }
+        if hd.statement_timeout.is_zero() || hd.statement_timeout > Duration::from_secs(600) {
+            return Err(invalid("hard_delete.statement_timeout", "must be between 1ms and 10m"));
+        }
+        if hd.lock_timeout.is_zero() || hd.lock_timeout >= hd.statement_timeout {
+            return Err(invalid("hard_delete.lock_timeout", "must be above 0 and below hard_delete.statement_timeout"));
+        }
+        let w = &self.worker;
+        if w.lease < Duration::from_secs(1) {
+            return Err(invalid("worker.lease", "must be at least 1s"));
+        }
+        if w.lease <= hd.statement_timeout {
+            return Err(invalid("worker.lease", "must exceed hard_delete.statement_timeout, or a slow batch loses its lease"));
+        }
+        if w.poll_interval.is_zero() {
+            return Err(invalid("worker.poll_interval", "must be above 0"));
+        }
+        if !(1..=1000).contains(&w.max_attempts) {
+            return Err(invalid("worker.max_attempts", "must be between 1 and 1000"));
+        }
+        if w.backoff_base.is_zero() || w.backoff_max < w.backoff_base {
+            return Err(invalid("worker.backoff_max", "must be at least worker.backoff_base, which must be above 0"));
+        }
+        for (role, pool) in [("intake", &self.pools.intake), ("queue", &self.pools.queue), ("target", &self.pools.target)] {
+            if !(1..=100).contains(&pool.max_connections) {
+                return Err(invalid(format!("pools.{role}.max_connections"), "must be between 1 and 100"));
+            }
+            if pool.acquire_timeout.is_zero() || pool.acquire_timeout > Duration::from_secs(60) {
+                return Err(invalid(format!("pools.{role}.acquire_timeout"), "must be between 1ms and 60s"));
+            }
+        }
+        if !(256..=10 * 1024 * 1024).contains(&self.intake.max_body_bytes) {
+            return Err(invalid("intake.max_body_bytes", "must be between 256 and 10485760"));
+        }
+        if let Some(v) = &self.vercel {
+            if !self.sources.contains_key(&v.source) {
+                return Err(invalid("vercel.source", format!("no [sources.{}] is configured", v.source)));
+            }
+            if v.tenant_lookup.as_deref().is_some_and(|s| s.trim().is_empty()) {
+                return Err(invalid("vercel.tenant_lookup", "must not be empty"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The root table, parsed (validated at load).
+    pub fn root_table(&self) -> QualifiedName {
+        QualifiedName::parse(&self.tenant.root_table).expect("validated at load")
+    }
+
+    /// `(token, source name)` pairs for authenticating intake.
+    pub fn source_tokens(&self) -> Vec<(String, String)> {
+        self.sources
+            .iter()
+            .map(|(name, s)| (s.resolve_token().expect("validated at load"), name.clone()))
+            .collect()
+    }
+}
+
+impl SourceConfig {
+    fn resolve_token(&self) -> Result<String, String> {
+        match (&self.token, &self.token_env) {
+            (Some(t), None) => Ok(t.clone()),
+            (None, Some(var)) => std::env::var(var).map_err(|_| format!("token_env: environment variable {var} is not set")),
+            _ => Err("give exactly one of `token` and `token_env`".into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        [sources.billing]
+        token = "billing-token-0123456789"
+        [tenant]
+        root_table = "app.accounts"
+        key_column = "id"
+    "#;
+
+    #[test]
+    fn minimal_file_gets_defaults() {
+        let c = Config::from_toml(MINIMAL).unwrap();
+        assert_eq!(c.hard_delete.batch_rows, 1000);
+        assert_eq!(c.hard_delete.lock_timeout, Duration::from_millis(50));
+        assert_eq!(c.pools.target.max_connections, 2);
+        assert_eq!(c.root_table(), QualifiedName::new("app", "accounts"));
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = Config::from_toml(&format!("{MINIMAL}\n[hard_delete]\nbatch_rowz = 5\n")).unwrap_err().to_string();
+        assert!(err.contains("batch_rowz"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let cases = [
+            ("[hard_delete]\nlock_timeout = \"10s\"\nstatement_timeout = \"5s\"", "hard_delete.lock_timeout"),
+            ("[hard_delete]\nbatch_rows = 0", "hard_delete.batch_rows"),
+            ("[hard_delete]\nlock_timeout = \"fast\"", "lock_timeout"),
+            ("[pools.target]\nmax_connections = 0\nacquire_timeout = \"1s\"", "pools.target.max_connections"),
+            ("[vercel]\nsource = \"nobody\"", "vercel.source"),
+        ];
+        for (extra, key) in cases {
+            let err = Config::from_toml(&format!("{MINIMAL}\n{extra}\n")).unwrap_err().to_string();
+            assert!(err.contains(key), "{extra:?} -> {err}");
+        }
+        let bad_root = MINIMAL.replace("app.accounts", "accounts");
+        assert!(Config::from_toml(&bad_root).unwrap_err().to_string().contains("tenant.root_table"));
+        let short = MINIMAL.replace("billing-token-0123456789", "short");
+        assert!(Config::from_toml(&short).unwrap_err().to_string().contains("sources.billing.token"));
+    }
+}

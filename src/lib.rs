@@ -1,0 +1,14 @@
+//! deprov deletes a SaaS tenant's data safely.
+//!
+//! Requests arrive over HTTP ([`http`]) and are recorded under deterministic IDs in a deduplicated
+//! PostgreSQL queue ([`queue`]). A [`worker`] leases jobs, soft-deletes the tenant, then hard-deletes it
+//! with the [`engine`]: leaves of the foreign-key graph first, in short, checkpointed batches with
+//! server-side `lock_timeout` and `statement_timeout`. A kill switch stops all destruction at once.
+//! Database access goes through isolated, bounded pools ([`db`]); all dynamic SQL through [`sql`].
+
+pub mod config;
+pub mod db;
+pub mod ids;
+pub mod queue;
+pub mod sql;
+pub mod throwaway;

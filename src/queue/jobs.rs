@@ -1,0 +1,268 @@
+//! Jobs: the unit of deletion work, leased by one worker at a time.
+//!
+//! States: `queued` → `running` → `completed` | `failed`; `held` while the kill switch is engaged.
+//! A running job carries a lease (`lease_owner`, `lease_expires_at`); its owner extends the lease at
+//! every batch boundary (the heartbeat). A job whose lease expired is claimable again, so a lost worker's
+//! job is taken over. Every state change by a worker is guarded by `lease_owner = $worker AND
+//! state = 'running'`: a worker that lost its lease cannot overwrite what the new owner did.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::PgExecutor;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// A job's lifecycle state (`deprov.jobs.state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting for a worker (possibly until `run_after`, after a retryable error).
+    Queued,
+    /// Waiting for the kill switch to be released.
+    Held,
+    /// Leased by a worker.
+    Running,
+    /// Finished: the tenant's rows are gone.
+    Completed,
+    /// Finished without deleting everything; `last_error` says why.
+    Failed,
+}
+
+impl JobState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Held => "held",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// Parses a stored or query-string name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => Self::Queued,
+            "held" => Self::Held,
+            "running" => Self::Running,
+            "completed" => Self::Completed,
+            "failed" => Self::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// A job row (`deprov.jobs`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Job {
+    /// Primary key (UUIDv7).
+    pub id: Uuid,
+    /// `tenant` or `vercel_installation`.
+    pub subject_kind: String,
+    /// The tenant key, or the installation ID awaiting lookup.
+    pub subject: String,
+    /// The resolved tenant key, once known.
+    pub tenant_id: Option<String>,
+    /// See [`JobState`].
+    pub state: String,
+    /// `resolve`, `soft_delete`, `hard_delete` or `done`.
+    pub step: String,
+    /// Times the job was claimed (including lease takeovers).
+    pub attempts: i32,
+    /// Claims allowed before the job fails.
+    pub max_attempts: i32,
+    /// The latest error, if any.
+    pub last_error: Option<String>,
+    /// Hard-delete resume point (see `engine::Checkpoint`).
+    pub checkpoint: Option<serde_json::Value>,
+    /// Progress for operators (see `engine::Progress`).
+    pub progress: serde_json::Value,
+    /// When the job was created.
+    pub created_at: OffsetDateTime,
+    /// When a worker first claimed it.
+    pub started_at: Option<OffsetDateTime>,
+    /// When it reached `completed` or `failed`.
+    pub finished_at: Option<OffsetDateTime>,
+    /// Not claimable before this time.
+    pub run_after: OffsetDateTime,
+    /// The worker holding the lease.
+    pub lease_owner: Option<String>,
+    /// When the lease ends unless renewed.
+    pub lease_expires_at: Option<OffsetDateTime>,
+}
+
+impl Job {
+    /// The parsed state.
+    pub fn state(&self) -> JobState {
+        JobState::parse(&self.state).unwrap_or(JobState::Failed)
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// One job by ID.
+///
+/// # Errors
+/// Database errors.
+pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, subject_kind, subject, tenant_id, state, step, attempts, max_attempts, last_error, \
+         checkpoint, progress, created_at, started_at, finished_at, run_after, lease_owner, lease_expires_at \
+         FROM deprov.jobs WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Jobs newest first, optionally of one state; at most `limit` (1..=1000).
+///
+/// # Errors
+/// Database errors.
+pub async fn list(db: impl PgExecutor<'_>, state: Option<JobState>, limit: i64) -> Result<Vec<Job>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, subject_kind, subject, tenant_id, state, step, attempts, max_attempts, last_error, \
+         checkpoint, progress, created_at, started_at, finished_at, run_after, lease_owner, lease_expires_at \
+         FROM deprov.jobs WHERE ($1::text IS NULL OR state = $1) ORDER BY created_at DESC, id DESC LIMIT $2",
+    )
+    .bind(state.map(JobState::as_str))
+    .bind(limit.clamp(1, 1000))
+    .fetch_all(db)
+    .await
+}
+
+/// Leases the oldest claimable job to `worker` for `lease`: a `queued` job whose `run_after` has come, or
+/// a `running` job whose lease expired (its worker is gone). Nothing is claimed while the kill switch
+/// is engaged. Increments `attempts`.
+///
+/// # Errors
+/// Database errors.
+pub async fn claim(db: impl PgExecutor<'_>, worker: &str, lease: Duration) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH next AS ( \
+           SELECT id FROM deprov.jobs \
+           WHERE ((state = 'queued' AND run_after <= now()) OR (state = 'running' AND lease_expires_at < now())) \
+             AND NOT (SELECT engaged FROM deprov.kill_switch) \
+           ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+         UPDATE deprov.jobs j SET state = 'running', attempts = j.attempts + 1, lease_owner = $1, \
+           lease_expires_at = now() + make_interval(secs => $2::float8 / 1000), heartbeat_at = now(), \
+           started_at = coalesce(j.started_at, now()), updated_at = now() \
+         FROM next WHERE j.id = next.id \
+         RETURNING j.id, j.subject_kind, j.subject, j.tenant_id, j.state, j.step, j.attempts, j.max_attempts, \
+           j.last_error, j.checkpoint, j.progress, j.created_at, j.started_at, j.finished_at, j.run_after, \
+           j.lease_owner, j.lease_expires_at",
+    )
+    .bind(worker)
+    .bind(millis(lease))
+    .fetch_optional(db)
+    .await
+}
+
+/// Extends the lease and records progress, step and checkpoint: the heartbeat at every batch boundary.
+/// Returns `false` when `worker` no longer holds the job (lease lost): the caller must stop at once.
+///
+/// # Errors
+/// Database errors.
+pub async fn heartbeat(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    worker: &str,
+    lease: Duration,
+    step: &str,
+    checkpoint: Option<&serde_json::Value>,
+    progress: &serde_json::Value,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE deprov.jobs SET lease_expires_at = now() + make_interval(secs => $3::float8 / 1000), \
+           heartbeat_at = now(), step = $4, checkpoint = $5, progress = $6, updated_at = now() \
+         WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+    )
+    .bind(id)
+    .bind(worker)
+    .bind(millis(lease))
+    .bind(step)
+    .bind(checkpoint)
+    .bind(progress)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Records the resolved tenant key of a job (Vercel installations are resolved by the worker).
+///
+/// # Errors
+/// Database errors.
+pub async fn set_tenant(db: impl PgExecutor<'_>, id: Uuid, worker: &str, tenant_id: &str) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE deprov.jobs SET tenant_id = $3, updated_at = now() \
+         WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+    )
+    .bind(id)
+    .bind(worker)
+    .bind(tenant_id)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// How a worker hands a job back.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// All done: `completed`.
+    Completed,
+    /// Permanent error or attempts exhausted: `failed` with this error.
+    Failed(String),
+    /// Retryable error: `queued` again after `delay`, with this error recorded.
+    RetryAfter(String, Duration),
+    /// The kill switch is engaged: `held` until release.
+    Held,
+}
+
+/// Ends the worker's lease with `outcome`. Returns `false` when the worker no longer held the job (its
+/// lease expired and another worker took it over): nothing is changed then.
+///
+/// # Errors
+/// Database errors.
+pub async fn finish(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    worker: &str,
+    outcome: &Outcome,
+    progress: &serde_json::Value,
+) -> Result<bool, sqlx::Error> {
+    let (state, error, delay) = match outcome {
+        Outcome::Completed => ("completed", None, Duration::ZERO),
+        Outcome::Failed(e) => ("failed", Some(e.as_str()), Duration::ZERO),
+        Outcome::RetryAfter(e, d) => ("queued", Some(e.as_str()), *d),
+        Outcome::Held => ("held", None, Duration::ZERO),
+    };
+    let r = sqlx::query(
+        "UPDATE deprov.jobs SET state = $3, last_error = coalesce($4, last_error), \
+           run_after = now() + make_interval(secs => $5::float8 / 1000), progress = $6, \
+           step = CASE WHEN $3 = 'completed' THEN 'done' ELSE step END, \
+           finished_at = CASE WHEN $3 IN ('completed', 'failed') THEN now() END, \
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
+         WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+    )
+    .bind(id)
+    .bind(worker)
+    .bind(state)
+    .bind(error)
+    .bind(millis(delay))
+    .bind(progress)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Counts of jobs per state, for `/metrics`-style summaries and the demo.
+///
+/// # Errors
+/// Database errors.
+pub async fn counts(db: impl PgExecutor<'_>) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::query_as("SELECT state, count(*) FROM deprov.jobs GROUP BY state ORDER BY state").fetch_all(db).await
+}

@@ -1,0 +1,233 @@
+//! The one place where SQL text is assembled at run time.
+//!
+//! Table and column names come from the configuration file and from `pg_catalog`; they are always
+//! double-quoted here (PostgreSQL docs §4.1.1 "Identifiers and Key Words": inside a quoted identifier a
+//! `"` is written `""`). [`SqlBuilder`] accepts only `&'static str` fragments, quoted identifiers,
+//! catalog type names, numbered parameters and integers, so no request data can reach the SQL text:
+//! values always travel as bind parameters. Every other module builds dynamic SQL through this one.
+
+use std::fmt;
+
+/// Quotes one identifier: `My "T"` becomes `"My ""T"""`.
+pub fn quote_ident(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        if c == '"' {
+            out.push('"');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// A schema-qualified relation name exactly as stored in `pg_catalog` (no case folding applied).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct QualifiedName {
+    /// `pg_namespace.nspname`.
+    pub schema: String,
+    /// `pg_class.relname`.
+    pub name: String,
+}
+
+impl QualifiedName {
+    /// A name from its two catalog parts.
+    pub fn new(schema: impl Into<String>, name: impl Into<String>) -> Self {
+        Self { schema: schema.into(), name: name.into() }
+    }
+
+    /// Parses `schema.table` as written in the configuration file.
+    ///
+    /// Each part is either bare (taken exactly as written: `app.UserAccounts` names the table whose
+    /// catalog name is `UserAccounts`; deprov does the quoting) or double-quoted with `""` for a quote
+    /// (needed only when a name contains a dot: `"my.schema"."t"`).
+    ///
+    /// # Errors
+    /// A reason when there are not exactly two non-empty parts or a quote is unbalanced.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut parts = Vec::new();
+        let mut cur = String::new();
+        let mut chars = text.trim().chars().peekable();
+        let mut quoted_part = false;
+        while let Some(c) = chars.next() {
+            match c {
+                '"' if cur.is_empty() && !quoted_part => {
+                    quoted_part = true;
+                    loop {
+                        match chars.next() {
+                            Some('"') if chars.peek() == Some(&'"') => {
+                                chars.next();
+                                cur.push('"');
+                            }
+                            Some('"') => break,
+                            Some(ch) => cur.push(ch),
+                            None => return Err(format!("unbalanced double quote in {text:?}")),
+                        }
+                    }
+                }
+                '.' => {
+                    parts.push(std::mem::take(&mut cur));
+                    quoted_part = false;
+                }
+                _ if quoted_part => return Err(format!("text after a closing quote in {text:?}")),
+                _ => cur.push(c),
+            }
+        }
+        parts.push(cur);
+        match parts.as_slice() {
+            [schema, name] if !schema.is_empty() && !name.is_empty() => Ok(Self::new(schema, name)),
+            _ => Err(format!("expected a schema-qualified table name like \"app.accounts\", got {text:?}")),
+        }
+    }
+}
+
+impl fmt::Display for QualifiedName {
+    /// The quoted form, ready for SQL: `"app"."accounts"`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+}
+
+/// A type name as printed by `format_type(atttypid, atttypmod)` (already quoted by PostgreSQL).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct SqlType(String);
+
+impl SqlType {
+    /// Wraps the output of `format_type()`. Only catalog output may be passed here.
+    pub fn from_catalog(formatted: String) -> Self {
+        Self(formatted)
+    }
+
+    /// The type as text, e.g. `bigint` or `"MyType"`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A finished statement, to be run with `sqlx::query(stmt.as_query())`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement(String);
+
+impl Statement {
+    /// The text, for logs and `deprov plan`.
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+
+    /// The text in the form sqlx 0.9 accepts for dynamic SQL.
+    pub fn as_query(&self) -> sqlx::AssertSqlSafe<String> {
+        sqlx::AssertSqlSafe(self.0.clone())
+    }
+}
+
+/// Builds a statement from static text, quoted identifiers and parameters only.
+#[derive(Debug, Default)]
+pub struct SqlBuilder {
+    buf: String,
+}
+
+impl SqlBuilder {
+    /// An empty statement.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends fixed SQL text.
+    pub fn sql(&mut self, text: &'static str) -> &mut Self {
+        self.buf.push_str(text);
+        self
+    }
+
+    /// Appends a quoted identifier (column, alias-free name).
+    pub fn ident(&mut self, name: &str) -> &mut Self {
+        self.buf.push_str(&quote_ident(name));
+        self
+    }
+
+    /// Appends `alias.` followed by the quoted column: `t3."account_id"`.
+    pub fn col(&mut self, alias: usize, column: &str) -> &mut Self {
+        self.alias(alias).sql(".").ident(column)
+    }
+
+    /// Appends a quoted, schema-qualified table name.
+    pub fn table(&mut self, name: &QualifiedName) -> &mut Self {
+        self.buf.push_str(&name.to_string());
+        self
+    }
+
+    /// Appends a catalog type name.
+    pub fn ty(&mut self, ty: &SqlType) -> &mut Self {
+        self.buf.push_str(ty.as_str());
+        self
+    }
+
+    /// Appends the table alias `tN`.
+    pub fn alias(&mut self, n: usize) -> &mut Self {
+        self.buf.push('t');
+        self.buf.push_str(&n.to_string());
+        self
+    }
+
+    /// Appends the bind parameter `$n`.
+    pub fn param(&mut self, n: usize) -> &mut Self {
+        self.buf.push('$');
+        self.buf.push_str(&n.to_string());
+        self
+    }
+
+    /// Appends an integer literal.
+    pub fn int(&mut self, n: i64) -> &mut Self {
+        self.buf.push_str(&n.to_string());
+        self
+    }
+
+    /// Appends `items` separated by `sep`, each rendered by `f`.
+    pub fn join<T>(&mut self, items: &[T], sep: &'static str, mut f: impl FnMut(&mut Self, usize, &T)) -> &mut Self {
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                self.sql(sep);
+            }
+            f(self, i, item);
+        }
+        self
+    }
+
+    /// The finished statement.
+    pub fn build(&self) -> Statement {
+        Statement(self.buf.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_every_identifier() {
+        assert_eq!(quote_ident("accounts"), "\"accounts\"");
+        assert_eq!(quote_ident("My \"T\""), "\"My \"\"T\"\"\"");
+        assert_eq!(QualifiedName::new("app", "Order Items").to_string(), "\"app\".\"Order Items\"");
+    }
+
+    #[test]
+    fn parses_configured_names() {
+        assert_eq!(QualifiedName::parse("app.accounts").unwrap(), QualifiedName::new("app", "accounts"));
+        assert_eq!(QualifiedName::parse("app.UserAccounts").unwrap(), QualifiedName::new("app", "UserAccounts"));
+        assert_eq!(
+            QualifiedName::parse("\"my.schema\".\"a\"\"b\"").unwrap(),
+            QualifiedName::new("my.schema", "a\"b")
+        );
+        for bad in ["accounts", "a.b.c", ".x", "x.", "\"a.b", "\"a\"x.b"] {
+            assert!(QualifiedName::parse(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn builder_only_takes_safe_parts() {
+        let mut b = SqlBuilder::new();
+        b.sql("SELECT ").col(0, "Id").sql(" FROM ").table(&QualifiedName::new("s", "t")).sql(" t0 WHERE ");
+        b.col(0, "k").sql(" = ").param(1).sql("::").ty(&SqlType::from_catalog("bigint".into()));
+        assert_eq!(b.build().text(), "SELECT t0.\"Id\" FROM \"s\".\"t\" t0 WHERE t0.\"k\" = $1::bigint");
+    }
+}
