@@ -12,3 +12,4 @@ pub mod ids;
 pub mod queue;
 pub mod sql;
 pub mod throwaway;
+pub mod worker;
