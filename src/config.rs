@@ -37,7 +37,10 @@ pub enum ConfigError {
 }
 
 fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key: key.into(), reason: reason.into() }
+    ConfigError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    }
 }
 
 /// The whole file, validated.
@@ -173,9 +176,18 @@ pub struct PoolsConfig {
 impl Default for PoolsConfig {
     fn default() -> Self {
         Self {
-            intake: PoolConfig { max_connections: 8, acquire_timeout: Duration::from_secs(2) },
-            queue: PoolConfig { max_connections: 4, acquire_timeout: Duration::from_secs(5) },
-            target: PoolConfig { max_connections: 2, acquire_timeout: Duration::from_secs(5) },
+            intake: PoolConfig {
+                max_connections: 8,
+                acquire_timeout: Duration::from_secs(2),
+            },
+            queue: PoolConfig {
+                max_connections: 4,
+                acquire_timeout: Duration::from_secs(5),
+            },
+            target: PoolConfig {
+                max_connections: 2,
+                acquire_timeout: Duration::from_secs(5),
+            },
         }
     }
 }
@@ -201,7 +213,9 @@ pub struct IntakeConfig {
 
 impl Default for IntakeConfig {
     fn default() -> Self {
-        Self { max_body_bytes: 16 * 1024 }
+        Self {
+            max_body_bytes: 16 * 1024,
+        }
     }
 }
 
@@ -222,7 +236,10 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming the key at fault.
     pub fn load(path: &str) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
         Self::from_toml(&text)
     }
 
@@ -237,45 +254,75 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        QualifiedName::parse(&self.tenant.root_table).map_err(|r| invalid("tenant.root_table", r))?;
+        QualifiedName::parse(&self.tenant.root_table)
+            .map_err(|r| invalid("tenant.root_table", r))?;
         if self.tenant.key_column.is_empty() {
             return Err(invalid("tenant.key_column", "must not be empty"));
         }
         let mut seen = BTreeMap::new();
         for (name, source) in &self.sources {
             let key = format!("sources.{name}");
-            if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-                return Err(invalid(key, "source names are 1..=64 characters of [A-Za-z0-9-_.]"));
+            if name.is_empty()
+                || name.len() > 64
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(invalid(
+                    key,
+                    "source names are 1..=64 characters of [A-Za-z0-9-_.]",
+                ));
             }
             let token = source.resolve_token().map_err(|r| invalid(&key, r))?;
             if token.len() < 16 {
-                return Err(invalid(format!("{key}.token"), "must be at least 16 characters"));
+                return Err(invalid(
+                    format!("{key}.token"),
+                    "must be at least 16 characters",
+                ));
             }
             if let Some(other) = seen.insert(token, name.clone()) {
-                return Err(invalid(format!("{key}.token"), format!("same token as sources.{other}: a token must name one source")));
+                return Err(invalid(
+                    format!("{key}.token"),
+                    format!("same token as sources.{other}: a token must name one source"),
+                ));
             }
         }
         for (i, s) in self.soft_delete.statements.iter().enumerate() {
             if s.trim().is_empty() {
-                return Err(invalid(format!("soft_delete.statements[{i}]"), "must not be empty"));
+                return Err(invalid(
+                    format!("soft_delete.statements[{i}]"),
+                    "must not be empty",
+                ));
             }
         }
         let hd = &self.hard_delete;
         if !(1..=100_000).contains(&hd.batch_rows) {
-            return Err(invalid("hard_delete.batch_rows", "must be between 1 and 100000"));
+            return Err(invalid(
+                "hard_delete.batch_rows",
+                "must be between 1 and 100000",
+            ));
         }
         if hd.statement_timeout.is_zero() || hd.statement_timeout > Duration::from_secs(600) {
-            return Err(invalid("hard_delete.statement_timeout", "must be between 1ms and 10m"));
+            return Err(invalid(
+                "hard_delete.statement_timeout",
+                "must be between 1ms and 10m",
+            ));
         }
         if hd.lock_timeout.is_zero() || hd.lock_timeout >= hd.statement_timeout {
-            return Err(invalid("hard_delete.lock_timeout", "must be above 0 and below hard_delete.statement_timeout"));
+            return Err(invalid(
+                "hard_delete.lock_timeout",
+                "must be above 0 and below hard_delete.statement_timeout",
+            ));
         }
         let w = &self.worker;
         if w.lease < Duration::from_secs(1) {
             return Err(invalid("worker.lease", "must be at least 1s"));
         }
         if w.lease <= hd.statement_timeout {
-            return Err(invalid("worker.lease", "must exceed hard_delete.statement_timeout, or a slow batch loses its lease"));
+            return Err(invalid(
+                "worker.lease",
+                "must exceed hard_delete.statement_timeout, or a slow batch loses its lease",
+            ));
         }
         if w.poll_interval.is_zero() {
             return Err(invalid("worker.poll_interval", "must be above 0"));
@@ -284,24 +331,46 @@ impl Config {
             return Err(invalid("worker.max_attempts", "must be between 1 and 1000"));
         }
         if w.backoff_base.is_zero() || w.backoff_max < w.backoff_base {
-            return Err(invalid("worker.backoff_max", "must be at least worker.backoff_base, which must be above 0"));
+            return Err(invalid(
+                "worker.backoff_max",
+                "must be at least worker.backoff_base, which must be above 0",
+            ));
         }
-        for (role, pool) in [("intake", &self.pools.intake), ("queue", &self.pools.queue), ("target", &self.pools.target)] {
+        for (role, pool) in [
+            ("intake", &self.pools.intake),
+            ("queue", &self.pools.queue),
+            ("target", &self.pools.target),
+        ] {
             if !(1..=100).contains(&pool.max_connections) {
-                return Err(invalid(format!("pools.{role}.max_connections"), "must be between 1 and 100"));
+                return Err(invalid(
+                    format!("pools.{role}.max_connections"),
+                    "must be between 1 and 100",
+                ));
             }
             if pool.acquire_timeout.is_zero() || pool.acquire_timeout > Duration::from_secs(60) {
-                return Err(invalid(format!("pools.{role}.acquire_timeout"), "must be between 1ms and 60s"));
+                return Err(invalid(
+                    format!("pools.{role}.acquire_timeout"),
+                    "must be between 1ms and 60s",
+                ));
             }
         }
         if !(256..=10 * 1024 * 1024).contains(&self.intake.max_body_bytes) {
-            return Err(invalid("intake.max_body_bytes", "must be between 256 and 10485760"));
+            return Err(invalid(
+                "intake.max_body_bytes",
+                "must be between 256 and 10485760",
+            ));
         }
         if let Some(v) = &self.vercel {
             if !self.sources.contains_key(&v.source) {
-                return Err(invalid("vercel.source", format!("no [sources.{}] is configured", v.source)));
+                return Err(invalid(
+                    "vercel.source",
+                    format!("no [sources.{}] is configured", v.source),
+                ));
             }
-            if v.tenant_lookup.as_deref().is_some_and(|s| s.trim().is_empty()) {
+            if v.tenant_lookup
+                .as_deref()
+                .is_some_and(|s| s.trim().is_empty())
+            {
                 return Err(invalid("vercel.tenant_lookup", "must not be empty"));
             }
         }
@@ -326,7 +395,8 @@ impl SourceConfig {
     fn resolve_token(&self) -> Result<String, String> {
         match (&self.token, &self.token_env) {
             (Some(t), None) => Ok(t.clone()),
-            (None, Some(var)) => std::env::var(var).map_err(|_| format!("token_env: environment variable {var} is not set")),
+            (None, Some(var)) => std::env::var(var)
+                .map_err(|_| format!("token_env: environment variable {var} is not set")),
             _ => Err("give exactly one of `token` and `token_env`".into()),
         }
     }
@@ -355,26 +425,46 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_named() {
-        let err = Config::from_toml(&format!("{MINIMAL}\n[hard_delete]\nbatch_rowz = 5\n")).unwrap_err().to_string();
+        let err = Config::from_toml(&format!("{MINIMAL}\n[hard_delete]\nbatch_rowz = 5\n"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("batch_rowz"), "{err}");
     }
 
     #[test]
     fn invalid_values_are_named() {
         let cases = [
-            ("[hard_delete]\nlock_timeout = \"10s\"\nstatement_timeout = \"5s\"", "hard_delete.lock_timeout"),
+            (
+                "[hard_delete]\nlock_timeout = \"10s\"\nstatement_timeout = \"5s\"",
+                "hard_delete.lock_timeout",
+            ),
             ("[hard_delete]\nbatch_rows = 0", "hard_delete.batch_rows"),
             ("[hard_delete]\nlock_timeout = \"fast\"", "lock_timeout"),
-            ("[pools.target]\nmax_connections = 0\nacquire_timeout = \"1s\"", "pools.target.max_connections"),
+            (
+                "[pools.target]\nmax_connections = 0\nacquire_timeout = \"1s\"",
+                "pools.target.max_connections",
+            ),
             ("[vercel]\nsource = \"nobody\"", "vercel.source"),
         ];
         for (extra, key) in cases {
-            let err = Config::from_toml(&format!("{MINIMAL}\n{extra}\n")).unwrap_err().to_string();
+            let err = Config::from_toml(&format!("{MINIMAL}\n{extra}\n"))
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(key), "{extra:?} -> {err}");
         }
         let bad_root = MINIMAL.replace("app.accounts", "accounts");
-        assert!(Config::from_toml(&bad_root).unwrap_err().to_string().contains("tenant.root_table"));
+        assert!(
+            Config::from_toml(&bad_root)
+                .unwrap_err()
+                .to_string()
+                .contains("tenant.root_table")
+        );
         let short = MINIMAL.replace("billing-token-0123456789", "short");
-        assert!(Config::from_toml(&short).unwrap_err().to_string().contains("sources.billing.token"));
+        assert!(
+            Config::from_toml(&short)
+                .unwrap_err()
+                .to_string()
+                .contains("sources.billing.token")
+        );
     }
 }

@@ -74,7 +74,11 @@ impl Pools {
     ///
     /// # Errors
     /// When a URL does not parse.
-    pub fn new(state_url: &str, target_url: &str, bounds: &crate::config::PoolsConfig) -> Result<Self, sqlx::Error> {
+    pub fn new(
+        state_url: &str,
+        target_url: &str,
+        bounds: &crate::config::PoolsConfig,
+    ) -> Result<Self, sqlx::Error> {
         let state = connect_options(state_url)?;
         let target = connect_options(target_url)?;
         Ok(Self {

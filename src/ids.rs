@@ -112,7 +112,10 @@ mod tests {
     #[test]
     fn namespace_is_the_documented_derivation() {
         let derived = Uuid::new_v5(&Uuid::NAMESPACE_URL, b"https://deprov.dev/ns/request/v1");
-        assert_eq!(REQUEST_NAMESPACE, derived, "update the constant's literal to {derived}");
+        assert_eq!(
+            REQUEST_NAMESPACE, derived,
+            "update the constant's literal to {derived}"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod db;
+pub mod engine;
 pub mod ids;
 pub mod queue;
 pub mod sql;

@@ -34,7 +34,10 @@ pub struct QualifiedName {
 impl QualifiedName {
     /// A name from its two catalog parts.
     pub fn new(schema: impl Into<String>, name: impl Into<String>) -> Self {
-        Self { schema: schema.into(), name: name.into() }
+        Self {
+            schema: schema.into(),
+            name: name.into(),
+        }
     }
 
     /// Parses `schema.table` as written in the configuration file.
@@ -77,7 +80,9 @@ impl QualifiedName {
         parts.push(cur);
         match parts.as_slice() {
             [schema, name] if !schema.is_empty() && !name.is_empty() => Ok(Self::new(schema, name)),
-            _ => Err(format!("expected a schema-qualified table name like \"app.accounts\", got {text:?}")),
+            _ => Err(format!(
+                "expected a schema-qualified table name like \"app.accounts\", got {text:?}"
+            )),
         }
     }
 }
@@ -85,7 +90,12 @@ impl QualifiedName {
 impl fmt::Display for QualifiedName {
     /// The quoted form, ready for SQL: `"app"."accounts"`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+        write!(
+            f,
+            "{}.{}",
+            quote_ident(&self.schema),
+            quote_ident(&self.name)
+        )
     }
 }
 
@@ -183,7 +193,12 @@ impl SqlBuilder {
     }
 
     /// Appends `items` separated by `sep`, each rendered by `f`.
-    pub fn join<T>(&mut self, items: &[T], sep: &'static str, mut f: impl FnMut(&mut Self, usize, &T)) -> &mut Self {
+    pub fn join<T>(
+        &mut self,
+        items: &[T],
+        sep: &'static str,
+        mut f: impl FnMut(&mut Self, usize, &T),
+    ) -> &mut Self {
         for (i, item) in items.iter().enumerate() {
             if i > 0 {
                 self.sql(sep);
@@ -207,27 +222,50 @@ mod tests {
     fn quotes_every_identifier() {
         assert_eq!(quote_ident("accounts"), "\"accounts\"");
         assert_eq!(quote_ident("My \"T\""), "\"My \"\"T\"\"\"");
-        assert_eq!(QualifiedName::new("app", "Order Items").to_string(), "\"app\".\"Order Items\"");
+        assert_eq!(
+            QualifiedName::new("app", "Order Items").to_string(),
+            "\"app\".\"Order Items\""
+        );
     }
 
     #[test]
     fn parses_configured_names() {
-        assert_eq!(QualifiedName::parse("app.accounts").unwrap(), QualifiedName::new("app", "accounts"));
-        assert_eq!(QualifiedName::parse("app.UserAccounts").unwrap(), QualifiedName::new("app", "UserAccounts"));
+        assert_eq!(
+            QualifiedName::parse("app.accounts").unwrap(),
+            QualifiedName::new("app", "accounts")
+        );
+        assert_eq!(
+            QualifiedName::parse("app.UserAccounts").unwrap(),
+            QualifiedName::new("app", "UserAccounts")
+        );
         assert_eq!(
             QualifiedName::parse("\"my.schema\".\"a\"\"b\"").unwrap(),
             QualifiedName::new("my.schema", "a\"b")
         );
         for bad in ["accounts", "a.b.c", ".x", "x.", "\"a.b", "\"a\"x.b"] {
-            assert!(QualifiedName::parse(bad).is_err(), "{bad} should be refused");
+            assert!(
+                QualifiedName::parse(bad).is_err(),
+                "{bad} should be refused"
+            );
         }
     }
 
     #[test]
     fn builder_only_takes_safe_parts() {
         let mut b = SqlBuilder::new();
-        b.sql("SELECT ").col(0, "Id").sql(" FROM ").table(&QualifiedName::new("s", "t")).sql(" t0 WHERE ");
-        b.col(0, "k").sql(" = ").param(1).sql("::").ty(&SqlType::from_catalog("bigint".into()));
-        assert_eq!(b.build().text(), "SELECT t0.\"Id\" FROM \"s\".\"t\" t0 WHERE t0.\"k\" = $1::bigint");
+        b.sql("SELECT ")
+            .col(0, "Id")
+            .sql(" FROM ")
+            .table(&QualifiedName::new("s", "t"))
+            .sql(" t0 WHERE ");
+        b.col(0, "k")
+            .sql(" = ")
+            .param(1)
+            .sql("::")
+            .ty(&SqlType::from_catalog("bigint".into()));
+        assert_eq!(
+            b.build().text(),
+            "SELECT t0.\"Id\" FROM \"s\".\"t\" t0 WHERE t0.\"k\" = $1::bigint"
+        );
     }
 }

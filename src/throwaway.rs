@@ -16,7 +16,9 @@ use std::process::Command;
 #[derive(Debug, thiserror::Error)]
 pub enum ThrowawayError {
     /// No `initdb`/`pg_ctl` found.
-    #[error("PostgreSQL server binaries not found: set DEPROV_PG_BIN to the directory holding initdb and pg_ctl")]
+    #[error(
+        "PostgreSQL server binaries not found: set DEPROV_PG_BIN to the directory holding initdb and pg_ctl"
+    )]
     NoBinaries,
     /// A file-system step failed.
     #[error("throwaway PostgreSQL: {0}")]
@@ -71,7 +73,9 @@ fn find_bin_dir() -> Result<PathBuf, ThrowawayError> {
         return Ok(dir);
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).find(|p| p.join("initdb").exists()).ok_or(ThrowawayError::NoBinaries)
+    std::env::split_paths(&path)
+        .find(|p| p.join("initdb").exists())
+        .ok_or(ThrowawayError::NoBinaries)
 }
 
 /// Runs a server binary, as `postgres` when we are root.
@@ -94,7 +98,10 @@ fn run(mut cmd: Command, log: Option<&Path>) -> Result<(), ThrowawayError> {
     if let Some(tail) = log.and_then(|l| std::fs::read_to_string(l).ok()) {
         output.push_str(&tail[tail.len().saturating_sub(2000)..]);
     }
-    Err(ThrowawayError::Command { command: format!("{cmd:?}"), output })
+    Err(ThrowawayError::Command {
+        command: format!("{cmd:?}"),
+        output,
+    })
 }
 
 fn chown_to_postgres(path: &Path) -> Result<(), ThrowawayError> {
@@ -108,7 +115,12 @@ fn chown_to_postgres(path: &Path) -> Result<(), ThrowawayError> {
 
 /// The cached, initdb'd data directory, made once (atomically renamed into place).
 fn template(bin: &Path) -> Result<PathBuf, ThrowawayError> {
-    let key: u64 = bin.to_string_lossy().bytes().fold(1469598103934665603, |h, b| (h ^ u64::from(b)).wrapping_mul(1099511628211));
+    let key: u64 = bin
+        .to_string_lossy()
+        .bytes()
+        .fold(1469598103934665603, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(1099511628211)
+        });
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
     let root = std::env::temp_dir();
@@ -116,11 +128,21 @@ fn template(bin: &Path) -> Result<PathBuf, ThrowawayError> {
     if final_dir.join("PG_VERSION").exists() {
         return Ok(final_dir);
     }
-    let staging = tempfile::Builder::new().prefix("deprov-pg-initdb-").tempdir_in(&root)?;
+    let staging = tempfile::Builder::new()
+        .prefix("deprov-pg-initdb-")
+        .tempdir_in(&root)?;
     chown_to_postgres(staging.path())?;
     let data = staging.path().join("data");
     let mut initdb = server_command(bin, "initdb");
-    initdb.arg("-D").arg(&data).args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
+    initdb.arg("-D").arg(&data).args([
+        "-U",
+        "postgres",
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--locale=C",
+        "--no-sync",
+    ]);
     run(initdb, None)?;
     match std::fs::rename(&data, &final_dir) {
         Ok(()) => Ok(final_dir),
@@ -130,7 +152,9 @@ fn template(bin: &Path) -> Result<PathBuf, ThrowawayError> {
 }
 
 fn free_port() -> Result<u16, ThrowawayError> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 impl Throwaway {
@@ -155,16 +179,31 @@ impl Throwaway {
                 dir.path().display()
             );
             if options.unsafe_fast {
-                server_opts.push_str(" -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
+                server_opts
+                    .push_str(" -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
             }
             for (k, v) in &options.settings {
                 server_opts.push_str(&format!(" -c {k}={v}"));
             }
             let log = dir.path().join("server.log");
             let mut start = server_command(&bin, "pg_ctl");
-            start.arg("-D").arg(&data).arg("-l").arg(&log).args(["-w", "-t", "60", "-o", &server_opts, "start"]);
+            start.arg("-D").arg(&data).arg("-l").arg(&log).args([
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                &server_opts,
+                "start",
+            ]);
             match run(start, Some(&log)) {
-                Ok(()) => return Ok(Self { dir, bin, port, server_opts }),
+                Ok(()) => {
+                    return Ok(Self {
+                        dir,
+                        bin,
+                        port,
+                        server_opts,
+                    });
+                }
                 Err(e) => last_err = Some(e), // most likely the port was taken meanwhile: try another
             }
         }
@@ -192,7 +231,9 @@ impl Throwaway {
     /// When `pg_ctl` fails.
     pub fn stop(&self) -> Result<(), ThrowawayError> {
         let mut stop = server_command(&self.bin, "pg_ctl");
-        stop.arg("-D").arg(self.data_dir()).args(["-m", "immediate", "-w", "stop"]);
+        stop.arg("-D")
+            .arg(self.data_dir())
+            .args(["-m", "immediate", "-w", "stop"]);
         run(stop, None)
     }
 
@@ -203,7 +244,12 @@ impl Throwaway {
     pub fn restart(&self) -> Result<(), ThrowawayError> {
         let mut start = server_command(&self.bin, "pg_ctl");
         let log = self.dir.path().join("server.log");
-        start.arg("-D").arg(self.data_dir()).arg("-l").arg(&log).args(["-w", "-t", "60", "-o", &self.server_opts, "start"]);
+        start
+            .arg("-D")
+            .arg(self.data_dir())
+            .arg("-l")
+            .arg(&log)
+            .args(["-w", "-t", "60", "-o", &self.server_opts, "start"]);
         run(start, Some(&log))
     }
 }

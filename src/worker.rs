@@ -1,12 +1,27 @@
-//! The worker: leases jobs and runs them (resolve → soft delete → hard delete). PLACEHOLDER — being
-//! written on the engine branch; the signatures below are the contract the HTTP/CLI layer uses.
+//! The worker: leases jobs and runs them — resolve the tenant (Vercel installations), check for
+//! blockers, soft delete, wait out the grace period, hard delete in checkpointed batches — and always
+//! hands the job back as `completed`, `failed`, `held` or `queued` (retry with backoff).
+//!
+//! Before every destructive statement the worker re-reads the kill switch; engaged, it records its
+//! checkpoint and hands the job back `held`. After every batch it heartbeats: the lease is extended and
+//! the checkpoint and progress are saved in one guarded `UPDATE` (see [`crate::queue::jobs`]). A worker
+//! that has lost its lease stops without touching the job. A panic in a job is caught and ends the job
+//! `failed`: no job is ever left `running` by a live worker; a dead worker's lease expires.
+
+mod progress;
+mod run;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::config::Config;
 use crate::db::Pools;
+use crate::queue::jobs::{self, Outcome};
+
+pub use progress::{Checkpoint, Progress, TableProgress};
 
 /// What one [`Worker::step`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,8 +31,8 @@ pub enum StepOutcome {
     /// Ran one job to a hand-back (completed, failed, held, or re-queued for retry).
     Ran {
         /// The job.
-        job_id: uuid::Uuid,
-        /// Its state after the hand-back.
+        job_id: Uuid,
+        /// Its state after the hand-back (`lost` when another worker took the lease meanwhile).
         state: String,
     },
 }
@@ -31,6 +46,8 @@ pub struct Worker {
     pub config: Arc<Config>,
     /// This worker's lease owner name.
     pub id: String,
+    /// Fired to stop at the next batch boundary (SIGTERM): the job is handed back `queued`.
+    pub stop: CancellationToken,
 }
 
 /// Worker failures that are not a job's own error (the state database is unreachable).
@@ -41,10 +58,25 @@ pub enum WorkerError {
     Db(#[from] sqlx::Error),
 }
 
+/// Retry delay for attempt `n` (1-based): full jitter over `base * 2^(n-1)`, capped at `max`
+/// ("Exponential Backoff And Jitter", AWS Architecture Blog, 2015).
+pub fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
+    let exp = base
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(20))
+        .min(max);
+    let ms = u64::try_from(exp.as_millis()).unwrap_or(u64::MAX).max(1);
+    Duration::from_millis(rand::random_range(ms / 2..=ms))
+}
+
 impl Worker {
     /// A worker named `id` (use something unique per process, e.g. `hostname-pid`).
     pub fn new(pools: Pools, config: Arc<Config>, id: String) -> Self {
-        Self { pools, config, id }
+        Self {
+            pools,
+            config,
+            id,
+            stop: CancellationToken::new(),
+        }
     }
 
     /// Claims at most one job and runs it until it is handed back. Tests drive this directly.
@@ -52,11 +84,109 @@ impl Worker {
     /// # Errors
     /// [`WorkerError`] when the state database cannot be reached.
     pub async fn step(&self) -> Result<StepOutcome, WorkerError> {
-        Ok(StepOutcome::Idle)
+        let Some(job) = jobs::claim(&self.pools.queue, &self.id, self.config.worker.lease).await?
+        else {
+            return Ok(StepOutcome::Idle);
+        };
+        let job_id = job.id;
+        let mut progress = Progress::from_json(&job.progress);
+        if job.attempts > job.max_attempts {
+            let error = format!(
+                "attempts exhausted ({} of {}); last error: {}",
+                job.attempts - 1,
+                job.max_attempts,
+                job.last_error
+                    .as_deref()
+                    .unwrap_or("none (the worker holding the lease stopped)")
+            );
+            return self
+                .hand_back(job_id, Outcome::Failed(error), &progress)
+                .await;
+        }
+        let runner = run::JobRun::new(self.clone(), job);
+        let handle = tokio::spawn(runner.run());
+        let outcome = match handle.await {
+            Ok((outcome, p)) => {
+                progress = p;
+                outcome
+            }
+            Err(join) => Some(Outcome::Failed(format!(
+                "internal error: job task ended abnormally: {join}"
+            ))),
+        };
+        match outcome {
+            Some(outcome) => self.hand_back(job_id, outcome, &progress).await,
+            None => Ok(StepOutcome::Ran {
+                job_id,
+                state: "lost".into(),
+            }),
+        }
     }
 
-    /// Runs [`Self::step`] until `cancel` fires, polling every `worker.poll_interval` when idle.
+    async fn hand_back(
+        &self,
+        job_id: Uuid,
+        outcome: Outcome,
+        progress: &Progress,
+    ) -> Result<StepOutcome, WorkerError> {
+        if let Outcome::Failed(e) | Outcome::RetryAfter(e, _) = &outcome {
+            tracing::warn!(%job_id, error = %e, "job handed back with an error");
+        }
+        let owned = jobs::finish(
+            &self.pools.queue,
+            job_id,
+            &self.id,
+            &outcome,
+            &progress.to_json(),
+        )
+        .await?;
+        let state = if !owned {
+            "lost"
+        } else {
+            match outcome {
+                Outcome::Completed => "completed",
+                Outcome::Failed(_) => "failed",
+                Outcome::RetryAfter(..) | Outcome::Wait(_) => "queued",
+                Outcome::Held => "held",
+            }
+        };
+        Ok(StepOutcome::Ran {
+            job_id,
+            state: state.into(),
+        })
+    }
+
+    /// Runs [`Self::step`] until `cancel` fires, polling every `worker.poll_interval` when idle and
+    /// backing off when the state database is unreachable. `cancel` also stops a running job at its
+    /// next batch boundary.
     pub async fn run(&self, cancel: CancellationToken) {
-        cancel.cancelled().await;
+        let mut worker = self.clone();
+        worker.stop = cancel.clone();
+        let mut failures = 0u32;
+        while !cancel.is_cancelled() {
+            let wait = match worker.step().await {
+                Ok(StepOutcome::Ran { .. }) => {
+                    failures = 0;
+                    continue;
+                }
+                Ok(StepOutcome::Idle) => {
+                    failures = 0;
+                    self.config.worker.poll_interval
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(error = %e, "worker cannot reach the state database");
+                    backoff(
+                        failures,
+                        self.config.worker.poll_interval,
+                        Duration::from_secs(30),
+                    )
+                }
+            };
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
     }
 }

@@ -106,7 +106,11 @@ pub enum IntakeError {
 ///
 /// # Errors
 /// [`IntakeError`].
-pub async fn record(conn: &mut PgConnection, req: &NewRequest, max_attempts: i32) -> Result<Accepted, IntakeError> {
+pub async fn record(
+    conn: &mut PgConnection,
+    req: &NewRequest,
+    max_attempts: i32,
+) -> Result<Accepted, IntakeError> {
     let id = req.id();
     let fingerprint = req.fingerprint();
     let existing: Option<(String, Uuid, String)> = sqlx::query_as(
@@ -119,8 +123,16 @@ pub async fn record(conn: &mut PgConnection, req: &NewRequest, max_attempts: i32
     if let Some((stored, job_id, state)) = existing {
         if stored != fingerprint {
             match req.basis {
-                DedupBasis::IdempotencyKey => return Err(IntakeError::Mismatch { basis: "Idempotency-Key" }),
-                DedupBasis::ExternalId => return Err(IntakeError::Mismatch { basis: "external_id" }),
+                DedupBasis::IdempotencyKey => {
+                    return Err(IntakeError::Mismatch {
+                        basis: "Idempotency-Key",
+                    });
+                }
+                DedupBasis::ExternalId => {
+                    return Err(IntakeError::Mismatch {
+                        basis: "external_id",
+                    });
+                }
                 DedupBasis::TenantId | DedupBasis::InstallationId => {}
             }
         }
@@ -130,10 +142,17 @@ pub async fn record(conn: &mut PgConnection, req: &NewRequest, max_attempts: i32
         .bind(id)
         .execute(&mut *conn)
         .await?;
-        return Ok(Accepted { request_id: id, job_id, state, duplicate: true });
+        return Ok(Accepted {
+            request_id: id,
+            job_id,
+            state,
+            duplicate: true,
+        });
     }
 
-    let held: bool = sqlx::query_scalar("SELECT engaged FROM deprov.kill_switch").fetch_one(&mut *conn).await?;
+    let held: bool = sqlx::query_scalar("SELECT engaged FROM deprov.kill_switch")
+        .fetch_one(&mut *conn)
+        .await?;
     let tenant_id = (req.subject_kind == SubjectKind::Tenant).then_some(req.subject.as_str());
     let created: Option<(Uuid, String)> = sqlx::query_as(
         "INSERT INTO deprov.jobs (id, subject_kind, subject, tenant_id, state, step, max_attempts) \
@@ -188,14 +207,23 @@ pub async fn record(conn: &mut PgConnection, req: &NewRequest, max_attempts: i32
     if inserted == 0 {
         return Err(IntakeError::Race);
     }
-    Ok(Accepted { request_id: id, job_id, state, duplicate: false })
+    Ok(Accepted {
+        request_id: id,
+        job_id,
+        state,
+        duplicate: false,
+    })
 }
 
 /// Runs [`record`] in its own transaction on `pool`, retrying [`IntakeError::Race`] up to 5 times.
 ///
 /// # Errors
 /// [`IntakeError`] other than a race that kept recurring.
-pub async fn record_tx(pool: &sqlx::PgPool, req: &NewRequest, max_attempts: i32) -> Result<Accepted, IntakeError> {
+pub async fn record_tx(
+    pool: &sqlx::PgPool,
+    req: &NewRequest,
+    max_attempts: i32,
+) -> Result<Accepted, IntakeError> {
     let mut last = IntakeError::Race;
     for _ in 0..5 {
         let mut tx = pool.begin().await?;

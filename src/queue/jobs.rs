@@ -123,7 +123,11 @@ pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Job>, sqlx:
 ///
 /// # Errors
 /// Database errors.
-pub async fn list(db: impl PgExecutor<'_>, state: Option<JobState>, limit: i64) -> Result<Vec<Job>, sqlx::Error> {
+pub async fn list(
+    db: impl PgExecutor<'_>,
+    state: Option<JobState>,
+    limit: i64,
+) -> Result<Vec<Job>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, subject_kind, subject, tenant_id, state, step, attempts, max_attempts, last_error, \
          checkpoint, progress, created_at, started_at, finished_at, run_after, lease_owner, lease_expires_at \
@@ -141,7 +145,11 @@ pub async fn list(db: impl PgExecutor<'_>, state: Option<JobState>, limit: i64) 
 ///
 /// # Errors
 /// Database errors.
-pub async fn claim(db: impl PgExecutor<'_>, worker: &str, lease: Duration) -> Result<Option<Job>, sqlx::Error> {
+pub async fn claim(
+    db: impl PgExecutor<'_>,
+    worker: &str,
+    lease: Duration,
+) -> Result<Option<Job>, sqlx::Error> {
     sqlx::query_as(
         "WITH next AS ( \
            SELECT id FROM deprov.jobs \
@@ -196,7 +204,12 @@ pub async fn heartbeat(
 ///
 /// # Errors
 /// Database errors.
-pub async fn set_tenant(db: impl PgExecutor<'_>, id: Uuid, worker: &str, tenant_id: &str) -> Result<bool, sqlx::Error> {
+pub async fn set_tenant(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    worker: &str,
+    tenant_id: &str,
+) -> Result<bool, sqlx::Error> {
     let r = sqlx::query(
         "UPDATE deprov.jobs SET tenant_id = $3, updated_at = now() \
          WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
@@ -220,6 +233,9 @@ pub enum Outcome {
     RetryAfter(String, Duration),
     /// The kill switch is engaged: `held` until release.
     Held,
+    /// Not an error: hand the job back `queued` until `delay` has passed (grace period, worker
+    /// shutdown). The claim is not counted as an attempt.
+    Wait(Duration),
 }
 
 /// Ends the worker's lease with `outcome`. Returns `false` when the worker no longer held the job (its
@@ -234,18 +250,19 @@ pub async fn finish(
     outcome: &Outcome,
     progress: &serde_json::Value,
 ) -> Result<bool, sqlx::Error> {
-    let (state, error, delay) = match outcome {
-        Outcome::Completed => ("completed", None, Duration::ZERO),
-        Outcome::Failed(e) => ("failed", Some(e.as_str()), Duration::ZERO),
-        Outcome::RetryAfter(e, d) => ("queued", Some(e.as_str()), *d),
-        Outcome::Held => ("held", None, Duration::ZERO),
+    let (state, error, delay, uncount) = match outcome {
+        Outcome::Completed => ("completed", None, Duration::ZERO, 0),
+        Outcome::Failed(e) => ("failed", Some(e.as_str()), Duration::ZERO, 0),
+        Outcome::RetryAfter(e, d) => ("queued", Some(e.as_str()), *d, 0),
+        Outcome::Held => ("held", None, Duration::ZERO, 1),
+        Outcome::Wait(d) => ("queued", None, *d, 1),
     };
     let r = sqlx::query(
         "UPDATE deprov.jobs SET state = $3, last_error = coalesce($4, last_error), \
            run_after = now() + make_interval(secs => $5::float8 / 1000), progress = $6, \
            step = CASE WHEN $3 = 'completed' THEN 'done' ELSE step END, \
            finished_at = CASE WHEN $3 IN ('completed', 'failed') THEN now() END, \
-           lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
+           attempts = attempts - $7, lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
     )
     .bind(id)
@@ -254,6 +271,7 @@ pub async fn finish(
     .bind(error)
     .bind(millis(delay))
     .bind(progress)
+    .bind(uncount)
     .execute(db)
     .await?;
     Ok(r.rows_affected() == 1)
@@ -264,5 +282,7 @@ pub async fn finish(
 /// # Errors
 /// Database errors.
 pub async fn counts(db: impl PgExecutor<'_>) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    sqlx::query_as("SELECT state, count(*) FROM deprov.jobs GROUP BY state ORDER BY state").fetch_all(db).await
+    sqlx::query_as("SELECT state, count(*) FROM deprov.jobs GROUP BY state ORDER BY state")
+        .fetch_all(db)
+        .await
 }

@@ -27,7 +27,11 @@ pub struct KillSwitch {
 /// # Errors
 /// Database errors.
 pub async fn get(db: impl PgExecutor<'_>) -> Result<KillSwitch, sqlx::Error> {
-    sqlx::query_as("SELECT engaged, reason, changed_by, version, changed_at FROM deprov.kill_switch").fetch_one(db).await
+    sqlx::query_as(
+        "SELECT engaged, reason, changed_by, version, changed_at FROM deprov.kill_switch",
+    )
+    .fetch_one(db)
+    .await
 }
 
 /// Whether the switch is engaged (the check made before every batch).
@@ -35,7 +39,9 @@ pub async fn get(db: impl PgExecutor<'_>) -> Result<KillSwitch, sqlx::Error> {
 /// # Errors
 /// Database errors.
 pub async fn is_engaged(db: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT engaged FROM deprov.kill_switch").fetch_one(db).await
+    sqlx::query_scalar("SELECT engaged FROM deprov.kill_switch")
+        .fetch_one(db)
+        .await
 }
 
 /// Engages or releases the switch and moves waiting jobs accordingly (`queued` → `held` on engage,
@@ -44,7 +50,12 @@ pub async fn is_engaged(db: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
 ///
 /// # Errors
 /// Database errors.
-pub async fn set(conn: &mut PgConnection, engaged: bool, reason: &str, actor: &str) -> Result<(KillSwitch, u64), sqlx::Error> {
+pub async fn set(
+    conn: &mut PgConnection,
+    engaged: bool,
+    reason: &str,
+    actor: &str,
+) -> Result<(KillSwitch, u64), sqlx::Error> {
     let switch: KillSwitch = sqlx::query_as(
         "UPDATE deprov.kill_switch SET engaged = $1, reason = $2, changed_by = $3, version = version + 1, \
          changed_at = now() RETURNING engaged, reason, changed_by, version, changed_at",

@@ -1,0 +1,223 @@
+//! Reads the foreign-key graph from `pg_catalog` (PostgreSQL docs §53.13 `pg_constraint`,
+//! §53.26 `pg_index`, §53.7 `pg_attribute`).
+//!
+//! Foreign keys cloned onto partitions (`conparentid <> 0`) are skipped: deprov works on the
+//! partitioned parent, which routes deletes itself. Only ordinary (`r`) and partitioned (`p`) tables
+//! are read.
+
+use std::collections::BTreeMap;
+
+use sqlx::PgConnection;
+
+use crate::sql::{QualifiedName, SqlType};
+
+/// What a foreign key does when its referenced row is deleted (`pg_constraint.confdeltype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OnDelete {
+    /// `c`: delete the referencing rows too.
+    Cascade,
+    /// `n`: set the referencing columns to NULL.
+    SetNull,
+    /// `d`: set the referencing columns to their defaults.
+    SetDefault,
+    /// `r`: refuse the delete at once.
+    Restrict,
+    /// `a`: refuse the delete if referencing rows remain when checked (end of statement or commit).
+    NoAction,
+}
+
+impl OnDelete {
+    fn from_code(c: &str) -> Self {
+        match c {
+            "c" => Self::Cascade,
+            "n" => Self::SetNull,
+            "d" => Self::SetDefault,
+            "r" => Self::Restrict,
+            _ => Self::NoAction,
+        }
+    }
+
+    /// Whether referencing rows make the cascade fail (RESTRICT or NO ACTION).
+    pub fn blocks(self) -> bool {
+        matches!(self, Self::Restrict | Self::NoAction)
+    }
+}
+
+/// How a table's rows are keyed for keyset pagination.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum RowKey {
+    /// The primary key's columns, in key order, with their types.
+    Columns(Vec<(String, SqlType)>),
+    /// No primary key: the physical row address `ctid` (stable while the row is not updated).
+    Ctid,
+}
+
+/// One table.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Table {
+    /// `pg_class.oid`.
+    pub oid: u32,
+    /// Schema and name.
+    pub name: QualifiedName,
+    /// Keyset key.
+    pub key: RowKey,
+    /// Column name → type, for casts.
+    pub columns: BTreeMap<String, SqlType>,
+    /// A partitioned table (`relkind = 'p'`).
+    pub partitioned: bool,
+}
+
+impl Table {
+    /// The keyset key: primary-key columns, else `ctid` (with `tableoid` first on a partitioned table,
+    /// where a `ctid` is unique only within one partition).
+    pub fn key_columns(&self) -> Vec<(String, SqlType)> {
+        match &self.key {
+            RowKey::Columns(cols) => cols.clone(),
+            RowKey::Ctid if self.partitioned => vec![
+                ("tableoid".into(), SqlType::from_catalog("oid".into())),
+                ("ctid".into(), SqlType::from_catalog("tid".into())),
+            ],
+            RowKey::Ctid => vec![("ctid".into(), SqlType::from_catalog("tid".into()))],
+        }
+    }
+}
+
+/// One foreign key.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ForeignKey {
+    /// Constraint name.
+    pub name: String,
+    /// The referencing table's oid.
+    pub from: u32,
+    /// Referencing columns, in constraint order.
+    pub from_cols: Vec<String>,
+    /// The referenced table's oid.
+    pub to: u32,
+    /// Referenced columns, matching `from_cols`.
+    pub to_cols: Vec<String>,
+    /// The delete action.
+    pub on_delete: OnDelete,
+    /// `DEFERRABLE`.
+    pub deferrable: bool,
+    /// Whether an index leads with exactly the referencing columns (else each cascaded delete of a
+    /// referenced row scans the referencing table).
+    pub indexed: bool,
+}
+
+/// Every table and foreign key of the database (system schemas excluded).
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    /// Tables by oid.
+    pub tables: BTreeMap<u32, Table>,
+    /// All foreign keys between them.
+    pub foreign_keys: Vec<ForeignKey>,
+}
+
+impl Catalog {
+    /// Reads the catalog. Three queries; cost grows with the number of tables, not rows.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn read(conn: &mut PgConnection) -> Result<Self, sqlx::Error> {
+        let tables: Vec<(i64, String, String, bool, Vec<String>)> = sqlx::query_as(
+            "SELECT c.oid::int8, n.nspname::text, c.relname::text, c.relkind = 'p', \
+               coalesce((SELECT array_agg(a.attname::text ORDER BY k.ord) \
+                 FROM pg_constraint pk CROSS JOIN LATERAL unnest(pk.conkey) WITH ORDINALITY k(attnum, ord) \
+                 JOIN pg_attribute a ON a.attrelid = pk.conrelid AND a.attnum = k.attnum \
+                 WHERE pk.conrelid = c.oid AND pk.contype = 'p'), '{}') \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
+               AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let columns: Vec<(i64, String, String)> = sqlx::query_as(
+            "SELECT a.attrelid::int8, a.attname::text, format_type(a.atttypid, a.atttypmod) \
+             FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
+               AND n.nspname NOT IN ('pg_catalog', 'information_schema')",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let fks: Vec<(String, i64, Vec<String>, i64, Vec<String>, String, bool, bool)> = sqlx::query_as(
+            "SELECT c.conname::text, c.conrelid::int8, \
+               ARRAY(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY k(attnum, ord) \
+                     JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum ORDER BY k.ord), \
+               c.confrelid::int8, \
+               ARRAY(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY k(attnum, ord) \
+                     JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.attnum ORDER BY k.ord), \
+               c.confdeltype::text, c.condeferrable, \
+               EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.conrelid AND i.indpred IS NULL \
+                 AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] @> c.conkey \
+                 AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] <@ c.conkey) \
+             FROM pg_constraint c WHERE c.contype = 'f' AND c.conparentid = 0",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+
+        let mut catalog = Catalog::default();
+        for (oid, schema, name, partitioned, pk) in tables {
+            let key = if pk.is_empty() {
+                RowKey::Ctid
+            } else {
+                RowKey::Columns(
+                    pk.into_iter()
+                        .map(|c| (c, SqlType::from_catalog(String::new())))
+                        .collect(),
+                )
+            };
+            let oid = oid as u32;
+            catalog.tables.insert(
+                oid,
+                Table {
+                    oid,
+                    name: QualifiedName::new(schema, name),
+                    key,
+                    columns: BTreeMap::new(),
+                    partitioned,
+                },
+            );
+        }
+        for (oid, col, ty) in columns {
+            if let Some(t) = catalog.tables.get_mut(&(oid as u32)) {
+                t.columns.insert(col, SqlType::from_catalog(ty));
+            }
+        }
+        for t in catalog.tables.values_mut() {
+            if let RowKey::Columns(cols) = &mut t.key {
+                for (col, ty) in cols.iter_mut() {
+                    *ty = t
+                        .columns
+                        .get(col)
+                        .cloned()
+                        .unwrap_or_else(|| SqlType::from_catalog("text".into()));
+                }
+            }
+        }
+        for (name, from, from_cols, to, to_cols, action, deferrable, indexed) in fks {
+            let (from, to) = (from as u32, to as u32);
+            if catalog.tables.contains_key(&from) && catalog.tables.contains_key(&to) {
+                catalog.foreign_keys.push(ForeignKey {
+                    name,
+                    from,
+                    from_cols,
+                    to,
+                    to_cols,
+                    on_delete: OnDelete::from_code(&action),
+                    deferrable,
+                    indexed,
+                });
+            }
+        }
+        Ok(catalog)
+    }
+
+    /// The oid of the table with this exact catalog name.
+    pub fn find(&self, name: &QualifiedName) -> Option<u32> {
+        self.tables
+            .values()
+            .find(|t| &t.name == name)
+            .map(|t| t.oid)
+    }
+}

@@ -1,0 +1,347 @@
+//! The deletion engine: plans from the catalog ([`plan`]), renders SQL ([`queries`]) and runs it in
+//! short, bounded transactions on the target database.
+//!
+//! Every statement here runs inside its own transaction with `SET LOCAL lock_timeout` and
+//! `SET LOCAL statement_timeout` (via `set_config(..., true)`, PostgreSQL docs §9.27.1), so the server
+//! ends a stuck statement by itself and the connection survives (error 55P03 or 57014), rather than a
+//! client deadline abandoning a query on its connection.
+
+pub mod catalog;
+pub mod plan;
+pub mod queries;
+pub mod report;
+
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::{Either, Executor, PgConnection, PgPool, Postgres, Statement as _, TypeInfo as _};
+
+pub use plan::{Plan, PlanError, Step};
+
+use crate::config::HardDeleteConfig;
+use crate::sql::QualifiedName;
+
+/// Engine failures.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A database error (see [`EngineError::is_retryable`]).
+    #[error("{0}")]
+    Db(#[from] sqlx::Error),
+    /// The configured root table or key column does not exist.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A configured statement cannot be used as written.
+    #[error("{0}")]
+    Statement(String),
+}
+
+impl EngineError {
+    /// Whether retrying later may succeed: lock timeout (55P03), statement timeout (57014),
+    /// serialization failure (40001), deadlock (40P01), too many connections (53300), the
+    /// connection-exception class (08xxx, also PgBouncer's 08P01), admin shutdown (57P01..57P03),
+    /// I/O errors, and pool acquire timeouts.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Db(e) => is_retryable(e),
+            Self::Plan(_) | Self::Statement(_) => false,
+        }
+    }
+
+    /// The SQLSTATE, when the server sent one.
+    pub fn sqlstate(&self) -> Option<String> {
+        match self {
+            Self::Db(e) => e
+                .as_database_error()
+                .and_then(|d| d.code())
+                .map(|c| c.into_owned()),
+            _ => None,
+        }
+    }
+}
+
+/// See [`EngineError::is_retryable`].
+pub fn is_retryable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| {
+            matches!(
+                c.as_ref(),
+                "55P03" | "57014" | "40001" | "40P01" | "53300" | "57P01" | "57P02" | "57P03"
+            ) || c.starts_with("08")
+        }),
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::Tls(_) => true,
+        _ => false,
+    }
+}
+
+/// Timeouts and size of one batch.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimits {
+    /// Rows selected per batch.
+    pub rows: i64,
+    /// `lock_timeout` of the batch transaction.
+    pub lock_timeout: Duration,
+    /// `statement_timeout` of the batch transaction.
+    pub statement_timeout: Duration,
+}
+
+impl From<&HardDeleteConfig> for BatchLimits {
+    fn from(c: &HardDeleteConfig) -> Self {
+        Self {
+            rows: i64::from(c.batch_rows),
+            lock_timeout: c.lock_timeout,
+            statement_timeout: c.statement_timeout,
+        }
+    }
+}
+
+/// What one batch did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchResult {
+    /// Tenant rows selected (fewer than the batch size: the step is finished).
+    pub selected: i64,
+    /// Rows this batch's `DELETE` removed (cascaded rows below are not counted).
+    pub deleted: i64,
+    /// Keyset position after the batch (`None` when nothing was selected).
+    pub last_key: Option<Vec<String>>,
+    /// Wall time of the whole transaction, BEGIN to COMMIT.
+    pub elapsed: Duration,
+}
+
+/// Applies `SET LOCAL lock_timeout` and `statement_timeout` to the current transaction.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_local_timeouts(
+    conn: &mut PgConnection,
+    lock: Duration,
+    statement: Duration,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)",
+    )
+    .bind(format!("{}ms", lock.as_millis().max(1)))
+    .bind(format!("{}ms", statement.as_millis().max(1)))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Reads the catalog and plans deletion below `root`.
+///
+/// # Errors
+/// Database errors, or [`PlanError`].
+pub async fn load_plan(
+    target: &PgPool,
+    root: &QualifiedName,
+    key_column: &str,
+) -> Result<Plan, EngineError> {
+    let mut conn = target.acquire().await?;
+    let catalog = catalog::Catalog::read(&mut conn).await?;
+    Ok(Plan::new(catalog, root, key_column)?)
+}
+
+/// One found blocker: rows outside the tenant referencing tenant rows through RESTRICT / NO ACTION.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BlockerHit {
+    /// Referencing table.
+    pub table: QualifiedName,
+    /// Constraint name.
+    pub constraint: String,
+    /// Referenced (tenant) table.
+    pub references: QualifiedName,
+    /// How many referencing rows.
+    pub rows: i64,
+}
+
+/// Counts the rows that would make the cascade fail. Read-only; each check is its own bounded
+/// transaction.
+///
+/// # Errors
+/// Database errors.
+pub async fn find_blockers(
+    target: &PgPool,
+    plan: &Plan,
+    tenant: &str,
+    limits: &BatchLimits,
+) -> Result<Vec<BlockerHit>, EngineError> {
+    let mut hits = Vec::new();
+    for &fk_index in &plan.blockers {
+        let stmt = queries::blocker_count(plan, fk_index);
+        let mut tx = target.begin().await?;
+        set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
+        let rows: i64 = sqlx::query_scalar(stmt.as_query())
+            .bind(tenant)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        if rows > 0 {
+            let fk = &plan.catalog.foreign_keys[fk_index];
+            hits.push(BlockerHit {
+                table: plan.name(fk.from).clone(),
+                constraint: fk.name.clone(),
+                references: plan.name(fk.to).clone(),
+                rows,
+            });
+        }
+    }
+    Ok(hits)
+}
+
+/// Runs one batch of step `step` after keyset position `after`, in its own transaction.
+///
+/// # Errors
+/// Database errors (timeouts are retryable: the batch rolled back and can run again).
+pub async fn run_batch(
+    target: &PgPool,
+    plan: &Plan,
+    step: usize,
+    after: Option<&[String]>,
+    tenant: &str,
+    limits: &BatchLimits,
+) -> Result<BatchResult, EngineError> {
+    let stmt = queries::batch(plan, &plan.steps[step], after.is_some());
+    let started = Instant::now();
+    let mut tx = target.begin().await?;
+    set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
+    let mut q = sqlx::query_as::<_, (i64, i64, Option<Vec<String>>)>(stmt.as_query())
+        .bind(tenant)
+        .bind(limits.rows);
+    if let Some(key) = after {
+        q = q.bind(key.to_vec());
+    }
+    let (selected, deleted, last_key) = q.fetch_one(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(BatchResult {
+        selected,
+        deleted,
+        last_key,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Binds the tenant key to a configured statement's `$1` with the type PostgreSQL infers for it:
+/// integer types and uuid are parsed, anything else is sent as text.
+async fn bind_tenant<'q>(
+    conn: &mut PgConnection,
+    sql: &'q str,
+    tenant: &'q str,
+) -> Result<Query<'q, Postgres, PgArguments>, EngineError> {
+    let prepared = conn
+        .prepare(sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(
+            sql.to_owned(),
+        )))
+        .await?;
+    let ty = match prepared.parameters() {
+        Some(Either::Left(types)) if types.len() == 1 => types[0].name().to_owned(),
+        Some(Either::Left(types)) if types.is_empty() => String::new(),
+        Some(Either::Left(types)) => {
+            return Err(EngineError::Statement(format!(
+                "takes {} parameters; only $1 (the tenant key) is given: {sql}",
+                types.len()
+            )));
+        }
+        _ => "TEXT".to_owned(),
+    };
+    let bad = |what: &str| {
+        EngineError::Statement(format!(
+            "tenant key {tenant:?} is not a valid {what} for $1 of: {sql}"
+        ))
+    };
+    let q = sqlx::query(sqlx::AssertSqlSafe(sql));
+    Ok(match ty.as_str() {
+        "" => q,
+        "INT2" => q.bind(tenant.parse::<i16>().map_err(|_| bad("smallint"))?),
+        "INT4" => q.bind(tenant.parse::<i32>().map_err(|_| bad("integer"))?),
+        "INT8" => q.bind(tenant.parse::<i64>().map_err(|_| bad("bigint"))?),
+        "UUID" => q.bind(tenant.parse::<uuid::Uuid>().map_err(|_| bad("uuid"))?),
+        _ => q.bind(tenant),
+    })
+}
+
+/// Step 1: runs the soft-delete statements in one bounded transaction. Returns rows affected.
+///
+/// # Errors
+/// Database errors; [`EngineError::Statement`] when a statement's `$1` cannot take the tenant key.
+pub async fn soft_delete(
+    target: &PgPool,
+    statements: &[String],
+    tenant: &str,
+    limits: &BatchLimits,
+) -> Result<u64, EngineError> {
+    let mut tx = target.begin().await?;
+    set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
+    let mut rows = 0;
+    for sql in statements {
+        let q = bind_tenant(&mut tx, sql, tenant).await?;
+        rows += q.execute(&mut *tx).await?.rows_affected();
+    }
+    tx.commit().await?;
+    Ok(rows)
+}
+
+/// Resolves a tenant key with the configured lookup statement (`$1` = the lookup value; the first
+/// column of the first row is the tenant key, read as text). `None` when no row matches.
+///
+/// # Errors
+/// Database errors; [`EngineError::Statement`] for an unusable statement.
+pub async fn lookup_tenant(
+    target: &PgPool,
+    sql: &str,
+    value: &str,
+    limits: &BatchLimits,
+) -> Result<Option<String>, EngineError> {
+    let mut tx = target.begin().await?;
+    set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
+    let q = bind_tenant(&mut tx, sql, value).await?;
+    let row = q.fetch_optional(&mut *tx).await?;
+    tx.commit().await?;
+    let Some(row) = row else { return Ok(None) };
+    use sqlx::Row as _;
+    let text: Result<Option<String>, _> = row.try_get(0);
+    match text {
+        Ok(v) => Ok(v),
+        Err(_) => match row.try_get::<Option<i64>, _>(0) {
+            Ok(v) => Ok(v.map(|n| n.to_string())),
+            Err(_) => row
+                .try_get::<Option<uuid::Uuid>, _>(0)
+                .map(|v| v.map(|u| u.to_string()))
+                .map_err(|_| {
+                    EngineError::Statement(format!(
+                        "lookup must return text, an integer or a uuid: {sql}"
+                    ))
+                }),
+        },
+    }
+}
+
+/// Tenant row counts per table of the plan (plan order), read-only.
+///
+/// # Errors
+/// Database errors.
+pub async fn count_rows(
+    target: &PgPool,
+    plan: &Plan,
+    tenant: &str,
+    limits: &BatchLimits,
+) -> Result<Vec<(u32, i64)>, EngineError> {
+    let mut out: Vec<(u32, i64)> = Vec::new();
+    for step in &plan.steps {
+        if out.iter().any(|(t, _)| *t == step.table) {
+            continue;
+        }
+        let stmt = queries::count_table(plan, step.table);
+        let mut tx = target.begin().await?;
+        set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
+        let n: i64 = sqlx::query_scalar(stmt.as_query())
+            .bind(tenant)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        out.push((step.table, n));
+    }
+    Ok(out)
+}

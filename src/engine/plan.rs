@@ -1,0 +1,263 @@
+//! The planner: from the catalog's foreign-key graph to an ordered list of deletion steps.
+//!
+//! The tenant's rows are exactly what `DELETE FROM root WHERE key = $1` would remove: the root row and,
+//! transitively, every row referencing a removed row through an `ON DELETE CASCADE` foreign key
+//! (PostgreSQL docs §5.4.5 "Foreign Keys"). The planner finds the tables that can hold such rows (the
+//! *closure*), and for each a *path*: the chain of cascading foreign keys from the table up to the root,
+//! through which its tenant rows are found. A table with several cascading parents gets one step per
+//! parent, so rows reachable through any parent are deleted.
+//!
+//! Steps are ordered leaves first (a depth-first post-order over "is referenced by" edges, including
+//! RESTRICT / NO ACTION edges inside the closure), so when a step deletes a batch, the rows below it are
+//! already gone and PostgreSQL's own cascade has nothing left to do but SET NULL / SET DEFAULT side
+//! effects — which it applies exactly as the cascade would, because deprov deletes with plain `DELETE`s.
+//! The last step deletes the root row itself: a real cascade over whatever is left, normally nothing.
+//!
+//! RESTRICT / NO ACTION references into the closure are *blockers*: if a row outside the tenant
+//! references a tenant row, the cascade would fail, so the job fails before any destructive statement.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use sha2::{Digest, Sha256};
+
+use super::catalog::{Catalog, OnDelete};
+use crate::sql::{QualifiedName, SqlType};
+
+/// Why no plan could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// `tenant.root_table` is not in the target database.
+    #[error("root table {0} not found in the target database")]
+    NoRoot(QualifiedName),
+    /// `tenant.key_column` is not a column of the root table.
+    #[error("key column {column:?} not found in {table}")]
+    NoKeyColumn {
+        /// The root table.
+        table: QualifiedName,
+        /// The configured column.
+        column: String,
+    },
+}
+
+/// One deletion step: the tenant rows of `table` found through `path`.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// The table (oid) whose rows this step deletes.
+    pub table: u32,
+    /// Indexes into [`Catalog::foreign_keys`]: the first hop leaves `table`, the last reaches the
+    /// root. Empty for the root step.
+    pub path: Vec<usize>,
+}
+
+/// The plan for one tenant root, shared by `deprov plan` and the engine.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The catalog the plan was made from.
+    pub catalog: Catalog,
+    /// Root table oid.
+    pub root: u32,
+    /// Root key column and its type (`$1` is cast to it).
+    pub key_column: String,
+    /// Type of the key column.
+    pub key_type: SqlType,
+    /// Tables that can hold tenant rows.
+    pub closure: BTreeSet<u32>,
+    /// Steps, leaves first; the last is the root row.
+    pub steps: Vec<Step>,
+    /// RESTRICT / NO ACTION foreign keys into the closure (indexes into `catalog.foreign_keys`).
+    pub blockers: Vec<usize>,
+    /// SET NULL / SET DEFAULT foreign keys into the closure: PostgreSQL applies them as rows go.
+    pub side_effects: Vec<usize>,
+    /// Foreign keys into the closure whose referencing columns have no index.
+    pub unindexed: Vec<usize>,
+    /// Shortest cascading path of each closure table to the root.
+    pub tree_paths: BTreeMap<u32, Vec<usize>>,
+}
+
+impl Plan {
+    /// Plans deletion below `root` keyed by `key_column`.
+    ///
+    /// # Errors
+    /// [`PlanError`] when the root table or key column does not exist.
+    pub fn new(
+        catalog: Catalog,
+        root: &QualifiedName,
+        key_column: &str,
+    ) -> Result<Self, PlanError> {
+        let root_oid = catalog
+            .find(root)
+            .ok_or_else(|| PlanError::NoRoot(root.clone()))?;
+        let key_type = catalog.tables[&root_oid]
+            .columns
+            .get(key_column)
+            .cloned()
+            .ok_or_else(|| PlanError::NoKeyColumn {
+                table: root.clone(),
+                column: key_column.into(),
+            })?;
+        let fks = &catalog.foreign_keys;
+
+        // Closure and shortest paths: breadth-first over cascading foreign keys, child to parent.
+        let mut tree_paths: BTreeMap<u32, Vec<usize>> = BTreeMap::from([(root_oid, Vec::new())]);
+        let mut queue = VecDeque::from([root_oid]);
+        while let Some(parent) = queue.pop_front() {
+            for (i, fk) in fks.iter().enumerate() {
+                if fk.to == parent
+                    && fk.on_delete == OnDelete::Cascade
+                    && !tree_paths.contains_key(&fk.from)
+                {
+                    let mut path = vec![i];
+                    path.extend(tree_paths[&parent].iter().copied());
+                    tree_paths.insert(fk.from, path);
+                    queue.push_back(fk.from);
+                }
+            }
+        }
+        let closure: BTreeSet<u32> = tree_paths.keys().copied().collect();
+
+        // Leaves first: post-order over "is referenced by" edges inside the closure.
+        let mut order = Vec::new();
+        let mut visited = BTreeSet::new();
+        post_order(&catalog, &closure, root_oid, &mut visited, &mut order);
+
+        let mut steps = Vec::new();
+        for &table in &order {
+            if table != root_oid {
+                let mut paths = Vec::new();
+                let mut on_path = BTreeSet::from([table]);
+                all_paths(
+                    &catalog,
+                    &closure,
+                    root_oid,
+                    table,
+                    &mut on_path,
+                    &mut Vec::new(),
+                    &mut paths,
+                );
+                if paths.is_empty() {
+                    paths.push(tree_paths[&table].clone()); // more than MAX_PATHS: the shortest one
+                }
+                steps.extend(paths.into_iter().map(|path| Step { table, path }));
+            }
+        }
+        steps.push(Step {
+            table: root_oid,
+            path: Vec::new(),
+        });
+
+        let into_closure = |pred: &dyn Fn(OnDelete) -> bool| -> Vec<usize> {
+            fks.iter()
+                .enumerate()
+                .filter(|(_, fk)| closure.contains(&fk.to) && pred(fk.on_delete))
+                .map(|(i, _)| i)
+                .collect()
+        };
+        let blockers = into_closure(&|a| a.blocks());
+        let side_effects = into_closure(&|a| matches!(a, OnDelete::SetNull | OnDelete::SetDefault));
+        let unindexed = fks
+            .iter()
+            .enumerate()
+            .filter(|(_, fk)| closure.contains(&fk.to) && !fk.indexed)
+            .map(|(i, _)| i)
+            .collect();
+        Ok(Self {
+            root: root_oid,
+            key_column: key_column.into(),
+            key_type,
+            closure,
+            steps,
+            blockers,
+            side_effects,
+            unindexed,
+            tree_paths,
+            catalog,
+        })
+    }
+
+    /// The qualified name of a table oid in this plan.
+    pub fn name(&self, oid: u32) -> &QualifiedName {
+        &self.catalog.tables[&oid].name
+    }
+
+    /// Human-readable path of a step: `app.deployments → app.environments → app.accounts`.
+    pub fn describe_path(&self, step: &Step) -> String {
+        let mut parts = vec![self.name(step.table).to_string()];
+        for &h in &step.path {
+            parts.push(self.name(self.catalog.foreign_keys[h].to).to_string());
+        }
+        parts.join(" → ")
+    }
+
+    /// Identifies the plan's shape; a checkpoint is only resumed under the plan that wrote it.
+    pub fn hash(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.key_type.as_str());
+        for s in &self.steps {
+            h.update(self.describe_path(s).as_bytes());
+            for &p in &s.path {
+                h.update(self.catalog.foreign_keys[p].name.as_bytes());
+            }
+            h.update(b"\n");
+        }
+        hex::encode(&h.finalize()[..8])
+    }
+}
+
+/// Most paths enumerated per table; beyond it the table keeps only its shortest path and PostgreSQL's
+/// cascade removes rows reachable through the others (still correct, just not leaves-first).
+pub const MAX_PATHS: usize = 64;
+
+/// Every simple cascading path from `table` to the root, in foreign-key order (depth-first).
+/// Leaves `out` empty when there are more than [`MAX_PATHS`].
+fn all_paths(
+    catalog: &Catalog,
+    closure: &BTreeSet<u32>,
+    root: u32,
+    table: u32,
+    on_path: &mut BTreeSet<u32>,
+    prefix: &mut Vec<usize>,
+    out: &mut Vec<Vec<usize>>,
+) -> bool {
+    if table == root {
+        out.push(prefix.clone());
+        return out.len() <= MAX_PATHS;
+    }
+    for (i, fk) in catalog.foreign_keys.iter().enumerate() {
+        if fk.from != table
+            || fk.on_delete != OnDelete::Cascade
+            || !closure.contains(&fk.to)
+            || on_path.contains(&fk.to)
+        {
+            continue;
+        }
+        prefix.push(i);
+        on_path.insert(fk.to);
+        let fits = all_paths(catalog, closure, root, fk.to, on_path, prefix, out);
+        on_path.remove(&fk.to);
+        prefix.pop();
+        if !fits {
+            out.clear();
+            return false;
+        }
+    }
+    true
+}
+
+fn post_order(
+    catalog: &Catalog,
+    closure: &BTreeSet<u32>,
+    table: u32,
+    visited: &mut BTreeSet<u32>,
+    out: &mut Vec<u32>,
+) {
+    if !visited.insert(table) {
+        return;
+    }
+    for fk in &catalog.foreign_keys {
+        let orders = fk.on_delete == OnDelete::Cascade || fk.on_delete.blocks();
+        if fk.to == table && fk.from != table && orders && closure.contains(&fk.from) {
+            post_order(catalog, closure, fk.from, visited, out);
+        }
+    }
+    out.push(table);
+}

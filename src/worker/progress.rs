@@ -1,0 +1,96 @@
+//! A job's progress (shown to operators) and checkpoint (where the hard delete resumes), both stored
+//! as jsonb on the job row and written together at every batch boundary.
+
+use serde::{Deserialize, Serialize};
+
+/// Rows deleted from one table so far.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TableProgress {
+    /// Quoted, qualified table name.
+    pub table: String,
+    /// Rows deleted by deprov's batches in this table.
+    pub rows_deleted: i64,
+    /// Whether all of the table's steps are finished.
+    pub done: bool,
+}
+
+/// Operator-facing progress (`deprov.jobs.progress`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Progress {
+    /// Rows deleted so far, all tables.
+    pub rows_deleted: i64,
+    /// The table the current or last batch worked on.
+    pub current_table: Option<String>,
+    /// Per table, in deletion order.
+    pub tables: Vec<TableProgress>,
+    /// Batches committed.
+    pub batches: i64,
+    /// Longest batch transaction, BEGIN to COMMIT, in milliseconds.
+    pub longest_batch_ms: f64,
+    /// Rows the soft-delete statements affected.
+    pub soft_deleted_rows: Option<u64>,
+    /// When the soft delete committed (RFC 3339).
+    pub soft_deleted_at: Option<String>,
+    /// The plan the checkpoint belongs to.
+    pub plan_hash: Option<String>,
+    /// A note for operators (e.g. why nothing was deleted).
+    pub note: Option<String>,
+}
+
+impl Progress {
+    /// Parses stored progress; unknown or missing fields fall back to defaults.
+    pub fn from_json(v: &serde_json::Value) -> Self {
+        serde_json::from_value(v.clone()).unwrap_or_default()
+    }
+
+    /// The stored form.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
+    /// Adds one batch's figures.
+    pub fn record_batch(&mut self, table: &str, deleted: i64, elapsed_ms: f64) {
+        self.rows_deleted += deleted;
+        self.batches += 1;
+        self.longest_batch_ms = self.longest_batch_ms.max(elapsed_ms);
+        self.current_table = Some(table.to_owned());
+        self.table_mut(table).rows_deleted += deleted;
+    }
+
+    /// The entry of `table`, created (in order of first appearance) when missing.
+    pub fn table_mut(&mut self, table: &str) -> &mut TableProgress {
+        if let Some(i) = self.tables.iter().position(|t| t.table == table) {
+            return &mut self.tables[i];
+        }
+        self.tables.push(TableProgress {
+            table: table.to_owned(),
+            rows_deleted: 0,
+            done: false,
+        });
+        self.tables.last_mut().expect("just pushed")
+    }
+}
+
+/// Where the hard delete resumes (`deprov.jobs.checkpoint`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// [`crate::engine::Plan::hash`] of the plan the step numbers refer to.
+    pub plan: String,
+    /// The next step to run (index into the plan's steps).
+    pub step: usize,
+    /// Keyset position within that step: the last deleted key, or `None` to start the step.
+    pub last_key: Option<Vec<String>>,
+}
+
+impl Checkpoint {
+    /// Parses a stored checkpoint.
+    pub fn from_json(v: Option<&serde_json::Value>) -> Option<Self> {
+        v.and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+
+    /// The stored form.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}

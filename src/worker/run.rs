@@ -1,0 +1,269 @@
+//! One job run: from a fresh lease to a hand-back [`Outcome`].
+
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::progress::{Checkpoint, Progress};
+use super::{Worker, backoff};
+use crate::engine::{self, BatchLimits, EngineError, Plan};
+use crate::queue::Job;
+use crate::queue::jobs::{self, Outcome};
+use crate::queue::kill_switch;
+
+/// Why a run ended early.
+enum Stop {
+    /// Hand the job back with this outcome.
+    Outcome(Outcome),
+    /// Another worker holds the lease now: touch nothing.
+    LeaseLost,
+    /// An error to classify (retry or fail).
+    Error(EngineError),
+}
+
+impl From<EngineError> for Stop {
+    fn from(e: EngineError) -> Self {
+        Self::Error(e)
+    }
+}
+
+impl From<sqlx::Error> for Stop {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Error(EngineError::Db(e))
+    }
+}
+
+pub(super) struct JobRun {
+    worker: Worker,
+    job: Job,
+    limits: BatchLimits,
+    progress: Progress,
+}
+
+impl JobRun {
+    pub(super) fn new(worker: Worker, job: Job) -> Self {
+        let limits = BatchLimits::from(&worker.config.hard_delete);
+        let progress = Progress::from_json(&job.progress);
+        Self {
+            worker,
+            job,
+            limits,
+            progress,
+        }
+    }
+
+    /// Runs the job; `None` means the lease was lost and the job must not be touched.
+    pub(super) async fn run(mut self) -> (Option<Outcome>, Progress) {
+        let outcome = match self.execute().await {
+            Ok(outcome) => Some(outcome),
+            Err(Stop::Outcome(outcome)) => Some(outcome),
+            Err(Stop::LeaseLost) => None,
+            Err(Stop::Error(e)) => Some(self.classify(&e)),
+        };
+        (outcome, self.progress)
+    }
+
+    fn classify(&self, e: &EngineError) -> Outcome {
+        let code = e
+            .sqlstate()
+            .map(|c| format!(" (SQLSTATE {c})"))
+            .unwrap_or_default();
+        let message = format!("{e}{code}");
+        let attempts = u32::try_from(self.job.attempts).unwrap_or(1);
+        if !e.is_retryable() {
+            Outcome::Failed(message)
+        } else if self.job.attempts >= self.job.max_attempts {
+            Outcome::Failed(format!("{message}; attempts exhausted ({attempts})"))
+        } else {
+            let w = &self.worker.config.worker;
+            Outcome::RetryAfter(message, backoff(attempts, w.backoff_base, w.backoff_max))
+        }
+    }
+
+    /// Stops before a destructive statement when the kill switch is engaged or the worker is stopping.
+    async fn may_destroy(&self) -> Result<(), Stop> {
+        if self.worker.stop.is_cancelled() {
+            return Err(Stop::Outcome(Outcome::Wait(Duration::ZERO)));
+        }
+        if kill_switch::is_engaged(&self.worker.pools.queue).await? {
+            return Err(Stop::Outcome(Outcome::Held));
+        }
+        Ok(())
+    }
+
+    async fn heartbeat(&self, step: &str, checkpoint: Option<&Checkpoint>) -> Result<(), Stop> {
+        let cp = checkpoint.map(Checkpoint::to_json);
+        let w = &self.worker;
+        let owned = jobs::heartbeat(
+            &w.pools.queue,
+            self.job.id,
+            &w.id,
+            w.config.worker.lease,
+            step,
+            cp.as_ref(),
+            &self.progress.to_json(),
+        )
+        .await?;
+        if owned { Ok(()) } else { Err(Stop::LeaseLost) }
+    }
+
+    async fn execute(&mut self) -> Result<Outcome, Stop> {
+        let w = self.worker.clone();
+        let config = &w.config;
+        self.may_destroy().await?;
+
+        let tenant = match &self.job.tenant_id {
+            Some(t) => t.clone(),
+            None => match self.resolve().await? {
+                Some(t) => t,
+                None => return Ok(Outcome::Completed),
+            },
+        };
+
+        let plan = engine::load_plan(
+            &w.pools.target,
+            &config.root_table(),
+            &config.tenant.key_column,
+        )
+        .await?;
+        let blockers = engine::find_blockers(&w.pools.target, &plan, &tenant, &self.limits).await?;
+        if let Some(b) = blockers.first() {
+            let all: Vec<String> = blockers
+                .iter()
+                .map(|b| format!("{} rows of {} ({})", b.rows, b.table, b.constraint))
+                .collect();
+            return Ok(Outcome::Failed(format!(
+                "blocked: {} references the tenant's rows in {} through RESTRICT/NO ACTION, so the cascade would fail; \
+                 nothing was deleted. All blockers: {}",
+                b.table,
+                b.references,
+                all.join("; ")
+            )));
+        }
+
+        if self.job.step == "soft_delete" || self.job.step == "resolve" {
+            self.may_destroy().await?;
+            let rows = engine::soft_delete(
+                &w.pools.target,
+                &config.soft_delete.statements,
+                &tenant,
+                &self.limits,
+            )
+            .await?;
+            self.progress.soft_deleted_rows = Some(rows);
+            self.progress.soft_deleted_at = OffsetDateTime::now_utc().format(&Rfc3339).ok();
+            self.heartbeat("hard_delete", None).await?;
+        }
+
+        if let Some(wait) = self.grace_remaining() {
+            return Ok(Outcome::Wait(wait));
+        }
+        self.hard_delete(&plan, &tenant).await?;
+        self.progress.note = None;
+        Ok(Outcome::Completed)
+    }
+
+    /// Resolves a Vercel installation to a tenant key; `None` = no such tenant (nothing to delete).
+    async fn resolve(&mut self) -> Result<Option<String>, Stop> {
+        let w = &self.worker;
+        let lookup = w
+            .config
+            .vercel
+            .as_ref()
+            .and_then(|v| v.tenant_lookup.clone());
+        let tenant = match lookup {
+            Some(sql) => {
+                engine::lookup_tenant(&w.pools.target, &sql, &self.job.subject, &self.limits)
+                    .await?
+            }
+            None => Some(self.job.subject.clone()),
+        };
+        match &tenant {
+            Some(t) => {
+                if !jobs::set_tenant(&w.pools.queue, self.job.id, &w.id, t).await? {
+                    return Err(Stop::LeaseLost);
+                }
+                self.job.tenant_id = Some(t.clone());
+            }
+            None => {
+                self.progress.note = Some(format!(
+                    "no tenant found for installation {:?}; nothing to delete",
+                    self.job.subject
+                ))
+            }
+        }
+        Ok(tenant)
+    }
+
+    fn grace_remaining(&self) -> Option<Duration> {
+        let grace = self.worker.config.hard_delete.grace_period;
+        if grace.is_zero() {
+            return None;
+        }
+        let soft = self
+            .progress
+            .soft_deleted_at
+            .as_deref()
+            .and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok())?;
+        let due = soft + grace;
+        let now = OffsetDateTime::now_utc();
+        (due > now).then(|| Duration::try_from(due - now).unwrap_or_default())
+    }
+
+    async fn hard_delete(&mut self, plan: &Plan, tenant: &str) -> Result<(), Stop> {
+        let w = self.worker.clone();
+        let hash = plan.hash();
+        let mut cp = match Checkpoint::from_json(self.job.checkpoint.as_ref()) {
+            Some(cp) if cp.plan == hash => cp,
+            Some(_) => {
+                // The schema changed since the checkpoint: start over (deletes are idempotent).
+                self.progress.note = Some(
+                    "schema changed since the last checkpoint; restarted from the first step"
+                        .into(),
+                );
+                Checkpoint {
+                    plan: hash.clone(),
+                    step: 0,
+                    last_key: None,
+                }
+            }
+            None => Checkpoint {
+                plan: hash.clone(),
+                step: 0,
+                last_key: None,
+            },
+        };
+        self.progress.plan_hash = Some(hash);
+        for step in &plan.steps {
+            self.progress.table_mut(&plan.name(step.table).to_string());
+        }
+        while cp.step < plan.steps.len() {
+            self.may_destroy().await?;
+            let step = &plan.steps[cp.step];
+            let table = plan.name(step.table).to_string();
+            let batch = engine::run_batch(
+                &w.pools.target,
+                plan,
+                cp.step,
+                cp.last_key.as_deref(),
+                tenant,
+                &self.limits,
+            )
+            .await?;
+            self.progress
+                .record_batch(&table, batch.deleted, batch.elapsed.as_secs_f64() * 1000.0);
+            if batch.selected < self.limits.rows {
+                cp.step += 1;
+                cp.last_key = None;
+                if !plan.steps[cp.step..].iter().any(|s| s.table == step.table) {
+                    self.progress.table_mut(&table).done = true;
+                }
+            } else {
+                cp.last_key = batch.last_key;
+            }
+            self.heartbeat("hard_delete", Some(&cp)).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,225 @@
+//! A throwaway server with the fixture schema loaded, a clone where the cascade ran, and a worker.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deprov::config::Config;
+use deprov::db::Pools;
+use deprov::ids::DedupBasis;
+use deprov::queue::intake::{self, NewRequest, SubjectKind};
+use deprov::queue::{Job, jobs};
+use deprov::sql::{QualifiedName, SqlBuilder};
+use deprov::throwaway::{Throwaway, ThrowawayOptions};
+use deprov::worker::{StepOutcome, Worker};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use uuid::Uuid;
+
+pub const FIXTURE: &str = include_str!("fixture.sql");
+
+pub struct Env {
+    pub server: Throwaway,
+    /// The database deprov works on (state and target together).
+    pub db: PgPool,
+    pub config: Arc<Config>,
+    pub pools: Pools,
+}
+
+pub fn config_text(extra: &str) -> String {
+    format!(
+        r#"
+[sources.billing]
+token = "billing-token-0123456789"
+[tenant]
+root_table = "app.accounts"
+key_column = "id"
+[soft_delete]
+statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL"]
+[hard_delete]
+batch_rows = 7
+lock_timeout = "100ms"
+statement_timeout = "900ms"
+[worker]
+lease = "1s"
+backoff_base = "1ms"
+backoff_max = "2ms"
+max_attempts = 5
+[vercel]
+source = "billing"
+tenant_lookup = "SELECT id FROM app.accounts WHERE installation = $1"
+{extra}
+"#
+    )
+}
+
+pub async fn admin(server: &Throwaway) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&server.url("postgres"))
+        .await
+        .unwrap()
+}
+
+/// Starts a server with database `target` holding the fixture and deprov's schema.
+pub async fn env(extra_config: &str) -> Env {
+    let server = Throwaway::start(&ThrowawayOptions {
+        unsafe_fast: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let admin = admin(&server).await;
+    sqlx::query("CREATE DATABASE target")
+        .execute(&admin)
+        .await
+        .unwrap();
+    let db = PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&server.url("target"))
+        .await
+        .unwrap();
+    sqlx::raw_sql(FIXTURE).execute(&db).await.unwrap();
+    db.close().await;
+    // An untouched copy: the cascade runs on clones of it, never while deprov holds connections.
+    sqlx::query("CREATE DATABASE pristine TEMPLATE target")
+        .execute(&admin)
+        .await
+        .unwrap();
+    let db = PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&server.url("target"))
+        .await
+        .unwrap();
+    deprov::db::migrate(&db).await.unwrap();
+    let config = Arc::new(Config::from_toml(&config_text(extra_config)).unwrap());
+    let url = server.url("target");
+    let pools = Pools::new(&url, &url, &config.pools).unwrap();
+    Env {
+        server,
+        db,
+        config,
+        pools,
+    }
+}
+
+impl Env {
+    pub fn worker(&self, name: &str) -> Worker {
+        Worker::new(self.pools.clone(), self.config.clone(), name.into())
+    }
+
+    /// A copy of the fixture as loaded, in which the naive cascade deleted `tenant`.
+    pub async fn cascade_copy(&self, tenant: i64) -> PgPool {
+        let admin = admin(&self.server).await;
+        let mut b = SqlBuilder::new();
+        b.sql("CREATE DATABASE ")
+            .ident(&format!("expected_{tenant}"))
+            .sql(" TEMPLATE pristine");
+        sqlx::query(b.build().as_query())
+            .execute(&admin)
+            .await
+            .unwrap();
+        let url = self.server.url(&format!("expected_{tenant}"));
+        let copy = PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&url)
+            .await
+            .unwrap();
+        sqlx::query("DELETE FROM app.accounts WHERE id = $1")
+            .bind(tenant)
+            .execute(&copy)
+            .await
+            .unwrap();
+        copy
+    }
+
+    pub async fn request(&self, tenant: &str) -> Uuid {
+        let req = NewRequest {
+            source: "billing".into(),
+            basis: DedupBasis::TenantId,
+            dedup_key: tenant.into(),
+            subject_kind: SubjectKind::Tenant,
+            subject: tenant.into(),
+            external_id: None,
+            reason: None,
+        };
+        intake::record_tx(
+            &self.pools.intake,
+            &req,
+            self.config.worker.max_attempts as i32,
+        )
+        .await
+        .unwrap()
+        .job_id
+    }
+
+    pub async fn request_installation(&self, installation: &str) -> Uuid {
+        let req = NewRequest {
+            source: "billing".into(),
+            basis: DedupBasis::InstallationId,
+            dedup_key: installation.into(),
+            subject_kind: SubjectKind::VercelInstallation,
+            subject: installation.into(),
+            external_id: None,
+            reason: None,
+        };
+        intake::record_tx(&self.pools.intake, &req, 5)
+            .await
+            .unwrap()
+            .job_id
+    }
+
+    pub async fn job(&self, id: Uuid) -> Job {
+        jobs::get(&self.db, id).await.unwrap().unwrap()
+    }
+
+    /// Steps `worker` until it is idle; returns the outcomes.
+    pub async fn drain(&self, worker: &Worker) -> Vec<StepOutcome> {
+        let mut out = Vec::new();
+        for _ in 0..100 {
+            match worker.step().await.unwrap() {
+                StepOutcome::Idle => return out,
+                ran => out.push(ran),
+            }
+        }
+        panic!("worker never went idle: {out:?}");
+    }
+}
+
+/// Every table of schema `app` → (rows, order-independent md5 of all rows).
+pub async fn digest(db: &PgPool) -> BTreeMap<String, (i64, String)> {
+    let tables: Vec<(String, String)> = sqlx::query_as(
+        "SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = 'app' AND c.relkind IN ('r', 'p') ORDER BY 1, 2",
+    )
+    .fetch_all(db)
+    .await
+    .unwrap();
+    let mut out = BTreeMap::new();
+    for (schema, name) in tables {
+        let table = QualifiedName::new(schema, name);
+        let mut b = SqlBuilder::new();
+        b.sql("SELECT count(*), coalesce(md5(string_agg(md5(t::text), '' ORDER BY md5(t::text))), '') FROM ").table(&table).sql(" t");
+        let row: (i64, String) = sqlx::query_as(b.build().as_query())
+            .fetch_one(db)
+            .await
+            .unwrap();
+        out.insert(table.to_string(), row);
+    }
+    out
+}
+
+/// Waits (polling the state database) until `pred` holds for the job, at most 30 s.
+pub async fn wait_for_job(db: &PgPool, id: Uuid, what: &str, pred: impl Fn(&Job) -> bool) -> Job {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let job = jobs::get(db, id).await.unwrap().unwrap();
+        if pred(&job) {
+            return job;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {job:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

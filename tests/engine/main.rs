@@ -1,0 +1,5 @@
+//! The engine and worker against real PostgreSQL: equality with the cascade, blockers, the kill
+//! switch, retries, and resume after the worker is killed.
+
+mod harness;
+mod worker_jobs;

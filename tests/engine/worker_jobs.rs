@@ -1,0 +1,220 @@
+use deprov::queue::JobState;
+use deprov::queue::kill_switch;
+use deprov::worker::{Checkpoint, Progress, StepOutcome};
+
+use crate::harness::{digest, env, wait_for_job};
+
+#[tokio::test]
+async fn hard_delete_equals_the_cascade_and_spares_other_tenants() {
+    let env = env("").await;
+    let expected = env.cascade_copy(1).await;
+    let before = digest(&env.db).await;
+    let job_id = env.request("1").await;
+    let outcomes = env.drain(&env.worker("w1")).await;
+    assert_eq!(
+        outcomes,
+        vec![StepOutcome::Ran {
+            job_id,
+            state: "completed".into()
+        }]
+    );
+
+    let job = env.job(job_id).await;
+    assert_eq!(job.state(), JobState::Completed);
+    assert!(job.finished_at.is_some());
+    let after = digest(&env.db).await;
+    assert_eq!(
+        after,
+        digest(&expected).await,
+        "deprov's result differs from the cascade's"
+    );
+    assert_ne!(after, before, "nothing was deleted");
+
+    // Figures: every tenant row is accounted for by deprov's own batches (leaves first: the cascade
+    // below each batch had nothing left to do).
+    let progress = Progress::from_json(&job.progress);
+    let tenant_rows: i64 =
+        before.values().map(|(n, _)| n).sum::<i64>() - after.values().map(|(n, _)| n).sum::<i64>();
+    assert_eq!(progress.rows_deleted, tenant_rows);
+    assert!(
+        progress.batches > 10,
+        "batch_rows = 7 should take many batches: {progress:?}"
+    );
+    assert!(progress.tables.iter().all(|t| t.done), "{progress:?}");
+    assert_eq!(progress.soft_deleted_rows, Some(1));
+
+    // The SET NULL reference from other tenants was applied, their rows kept.
+    let nulled: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM app.shares WHERE account_id <> 1 AND project_id IS NULL",
+    )
+    .fetch_one(&env.db)
+    .await
+    .unwrap();
+    assert_eq!(nulled, 3);
+    // The deployment of another tenant's environment built from tenant 1's build went, as in the cascade.
+    let gone: i64 = sqlx::query_scalar("SELECT count(*) FROM app.deployments WHERE id = 999999")
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+    assert_eq!(gone, 0);
+}
+
+#[tokio::test]
+async fn a_restrict_reference_fails_the_job_before_anything_is_deleted() {
+    let env = env("").await;
+    let before = digest(&env.db).await;
+    let job_id = env.request("2").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(job_id).await;
+    assert_eq!(job.state(), JobState::Failed);
+    let error = job.last_error.unwrap();
+    assert!(error.contains("\"app\".\"invoices\""), "{error}");
+    assert!(
+        error.contains("accounts_invoices") || error.contains("invoices_account_id_fkey"),
+        "{error}"
+    );
+    assert_eq!(
+        digest(&env.db).await,
+        before,
+        "a blocked job must not change anything, not even the soft delete"
+    );
+}
+
+#[tokio::test]
+async fn vercel_installation_is_resolved_by_the_worker() {
+    let env = env("").await;
+    let expected = env.cascade_copy(3).await;
+    let job_id = env.request_installation("icfg_3").await;
+    assert_eq!(
+        env.job(job_id).await.tenant_id,
+        None,
+        "intake must not resolve: it never touches the target"
+    );
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(job_id).await;
+    assert_eq!(
+        (job.state(), job.tenant_id.as_deref()),
+        (JobState::Completed, Some("3"))
+    );
+    assert_eq!(digest(&env.db).await, digest(&expected).await);
+
+    let unknown = env.request_installation("icfg_nope").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(unknown).await;
+    assert_eq!(job.state(), JobState::Completed);
+    assert!(
+        Progress::from_json(&job.progress)
+            .note
+            .unwrap()
+            .contains("no tenant")
+    );
+}
+
+#[tokio::test]
+async fn kill_switch_holds_at_a_batch_boundary_and_release_resumes_from_the_checkpoint() {
+    let env = env("").await;
+    let expected = env.cascade_copy(1).await;
+    let job_id = env.request("1").await;
+    let worker = env.worker("w1");
+    let running = tokio::spawn(async move { worker.step().await.unwrap() });
+    wait_for_job(&env.db, job_id, "some batches", |j| {
+        Progress::from_json(&j.progress).batches >= 3
+    })
+    .await;
+    let mut conn = env.db.acquire().await.unwrap();
+    kill_switch::set(&mut conn, true, "incident", "test")
+        .await
+        .unwrap();
+    assert_eq!(
+        running.await.unwrap(),
+        StepOutcome::Ran {
+            job_id,
+            state: "held".into()
+        }
+    );
+
+    let held = env.job(job_id).await;
+    assert_eq!(held.state(), JobState::Held);
+    let cp = Checkpoint::from_json(held.checkpoint.as_ref()).expect("checkpoint recorded");
+    let deleted_when_held = Progress::from_json(&held.progress).rows_deleted;
+    assert!(deleted_when_held > 0);
+    // While engaged nothing is claimed and nothing more is deleted; new requests are still recorded.
+    let other = env.request("3").await;
+    assert_eq!(env.job(other).await.state(), JobState::Held);
+    assert_eq!(env.worker("w2").step().await.unwrap(), StepOutcome::Idle);
+    assert_eq!(
+        Progress::from_json(&env.job(job_id).await.progress).rows_deleted,
+        deleted_when_held
+    );
+
+    kill_switch::set(&mut conn, false, "over", "test")
+        .await
+        .unwrap();
+    drop(conn);
+    let w2 = env.worker("w2");
+    let first = w2.step().await.unwrap();
+    assert_eq!(
+        first,
+        StepOutcome::Ran {
+            job_id,
+            state: "completed".into()
+        }
+    );
+    let done = env.job(job_id).await;
+    let resumed = Progress::from_json(&done.progress);
+    assert!(resumed.batches > 3 && cp.step < 100);
+    assert_eq!(
+        done.attempts, 1,
+        "a claim that ended held is not counted as an attempt"
+    );
+    // Tenant 3's job is still queued (the oldest job ran first): the database equals tenant 1's cascade.
+    assert_eq!(env.job(other).await.state(), JobState::Queued);
+    assert_eq!(digest(&env.db).await, digest(&expected).await);
+}
+
+#[tokio::test]
+async fn lock_timeouts_are_retried_with_backoff_and_exhausted_attempts_fail() {
+    let env = env("").await;
+    let job_id = env.request("4").await;
+    // Hold a lock on one of tenant 4's rows the hard delete needs.
+    let mut blocker = env.db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM app.folders WHERE account_id = 4 FOR UPDATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let worker = env.worker("w1");
+    let outcome = worker.step().await.unwrap();
+    assert_eq!(
+        outcome,
+        StepOutcome::Ran {
+            job_id,
+            state: "queued".into()
+        }
+    );
+    let job = env.job(job_id).await;
+    assert!(
+        job.last_error.as_deref().unwrap().contains("55P03"),
+        "{:?}",
+        job.last_error
+    );
+    assert_eq!(job.attempts, 1);
+    // Keep failing until attempts run out: the job ends failed, never stuck running.
+    let mut last = String::new();
+    for _ in 0..10 {
+        let job = wait_for_job(&env.db, job_id, "run_after", |j| {
+            j.run_after <= time::OffsetDateTime::now_utc()
+        })
+        .await;
+        if job.state() != JobState::Queued {
+            break;
+        }
+        if let StepOutcome::Ran { state, .. } = worker.step().await.unwrap() {
+            last = state;
+        }
+    }
+    assert_eq!(last, "failed");
+    let job = env.job(job_id).await;
+    assert_eq!(job.state(), JobState::Failed);
+    assert!(job.last_error.unwrap().contains("attempts exhausted"));
+    blocker.rollback().await.unwrap();
+}
