@@ -38,6 +38,17 @@ impl OnDelete {
         }
     }
 
+    /// The SQL spelling: `CASCADE`, `SET NULL`, `SET DEFAULT`, `RESTRICT`, `NO ACTION`.
+    pub fn as_sql(self) -> &'static str {
+        match self {
+            Self::Cascade => "CASCADE",
+            Self::SetNull => "SET NULL",
+            Self::SetDefault => "SET DEFAULT",
+            Self::Restrict => "RESTRICT",
+            Self::NoAction => "NO ACTION",
+        }
+    }
+
     /// Whether referencing rows make the cascade fail (RESTRICT or NO ACTION).
     pub fn blocks(self) -> bool {
         matches!(self, Self::Restrict | Self::NoAction)

@@ -65,13 +65,13 @@ impl PlanReport {
         let fk_text = |i: usize| {
             let fk = &plan.catalog.foreign_keys[i];
             format!(
-                "{}({}) → {}({}) [{}, {:?}]",
+                "{}({}) → {}({}) [{}, ON DELETE {}]",
                 plan.name(fk.from),
                 fk.from_cols.join(", "),
                 plan.name(fk.to),
                 fk.to_cols.join(", "),
                 fk.name,
-                fk.on_delete
+                fk.on_delete.as_sql()
             )
         };
         let tables = counts

@@ -2,4 +2,5 @@
 //! switch, retries, and resume after the worker is killed.
 
 mod harness;
+mod plan_report;
 mod worker_jobs;
