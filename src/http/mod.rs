@@ -194,23 +194,30 @@ pub fn router(state: AppState) -> Router {
     let max_body = state.config.intake.max_body_bytes;
     let (api, spec) = api_routes().split_for_parts();
     let spec_json = Arc::new(spec.to_json().unwrap_or_default());
+    let api = api
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let body = spec_json.clone();
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        body.as_ref().clone(),
+                    )
+                }
+            }),
+        )
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state);
+    with_middleware(api, max_body)
+}
+
+/// Wraps `router` in the service's middleware, outermost first: request ID, trace span, catch-panic
+/// (500 problem), request timeout (503 problem), body limit of `max_body` bytes.
+fn with_middleware(router: Router, max_body: usize) -> Router {
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
-    api.route(
-        "/openapi.json",
-        axum::routing::get(move || {
-            let body = spec_json.clone();
-            async move {
-                (
-                    [(axum::http::header::CONTENT_TYPE, "application/json")],
-                    body.as_ref().clone(),
-                )
-            }
-        }),
-    )
-    .fallback(not_found)
-    .method_not_allowed_fallback(method_not_allowed)
-    .with_state(state)
-    .layer(
+    router.layer(
         ServiceBuilder::new()
             .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
             .layer(TraceLayer::new_for_http().make_span_with(request_span))
@@ -219,4 +226,37 @@ pub fn router(state: AppState) -> Router {
             .layer(middleware::from_fn(request_timeout))
             .layer(DefaultBodyLimit::max(max_body)),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_handler_becomes_a_500_problem() {
+        async fn boom() -> &'static str {
+            panic!("bug")
+        }
+        let router: Router = Router::new().route("/boom", axum::routing::get(boom));
+        let response = with_middleware(router, 1024)
+            .oneshot(Request::get("/boom").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(response.headers()["content-type"], error::PROBLEM_JSON);
+        assert!(response.headers().contains_key(REQUEST_ID_HEADER));
+        let body = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .unwrap();
+        let problem: error::Problem = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem.status, 500);
+        assert!(
+            !problem.detail.contains("bug"),
+            "panic messages are not sent to clients"
+        );
+    }
 }
