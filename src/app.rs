@@ -39,9 +39,11 @@ pub struct Settings {
     /// Bearer token of the operator routes (at least 16 characters); without one they answer 403.
     #[arg(long, env = "DEPROV_OPERATOR_TOKEN", hide_env_values = true)]
     pub operator_token: Option<String>,
-    /// Apply deprov's migrations to the state database at start (`--migrate=false` to skip).
+    /// Apply deprov's migrations to the state database at start (`--migrate=false` or
+    /// `DEPROV_MIGRATE=0` to skip; accepts true/false, 1/0, yes/no, on/off).
     #[arg(long, env = "DEPROV_MIGRATE", default_value_t = true, num_args = 0..=1, default_missing_value = "true",
-          action = clap::ArgAction::Set)]
+          action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new())]
     pub migrate: bool,
     /// Serve HTTP only; do not run the worker in this process.
     #[arg(long, env = "DEPROV_NO_WORKER")]

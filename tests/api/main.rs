@@ -7,4 +7,5 @@ mod intake;
 mod kill_switch;
 mod openapi;
 mod operator;
+mod requests;
 mod vercel;
