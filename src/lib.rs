@@ -6,9 +6,12 @@
 //! server-side `lock_timeout` and `statement_timeout`. A kill switch stops all destruction at once.
 //! Database access goes through isolated, bounded pools ([`db`]); all dynamic SQL through [`sql`].
 
+pub mod app;
+pub mod cli;
 pub mod config;
 pub mod db;
 pub mod engine;
+pub mod http;
 pub mod ids;
 pub mod queue;
 pub mod sql;

@@ -1,0 +1,219 @@
+//! The `deprov` command line: parses nothing itself beyond clap, dispatches to the library.
+//!
+//! Subcommands: `serve` (HTTP + worker), `worker` (worker only), `migrate`, `kill-switch on|off|status`,
+//! `plan --tenant ID`, `demo`. Every flag is also an environment variable (`DEPROV_*`).
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::{self, Application, Settings};
+use crate::config::PoolConfig;
+use crate::db::{self, PoolRole};
+use crate::queue::kill_switch::{self, KillSwitch};
+
+/// `deprov`: deletes a SaaS tenant's data safely.
+#[derive(Debug, Parser)]
+#[command(name = "deprov", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API and run the worker (unless --no-worker).
+    Serve(Settings),
+    /// Run the worker only (no HTTP).
+    Worker(Settings),
+    /// Apply deprov's migrations to the state database.
+    Migrate(StateDb),
+    /// Engage, release or show the kill switch (talks to the state database directly).
+    KillSwitch(KillSwitchArgs),
+    /// Print the deletion plan of a tenant without deleting anything.
+    Plan {
+        /// The tenant key.
+        #[arg(long)]
+        tenant: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Databases and configuration.
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Run the end-to-end demo on a throwaway PostgreSQL.
+    Demo,
+}
+
+/// Just the state database.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StateDb {
+    /// deprov's own state database, a `postgres://` URL.
+    #[arg(long, env = "DEPROV_DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+}
+
+/// `deprov kill-switch`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KillSwitchArgs {
+    /// The state database.
+    #[command(flatten)]
+    pub db: StateDb,
+    /// Print JSON instead of a sentence.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub action: KillSwitchAction,
+}
+
+/// `on`, `off` or `status`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum KillSwitchAction {
+    /// Engage: stop all deletion at the next batch boundary; intake keeps recording.
+    On {
+        /// Why (stored and shown by `status`).
+        #[arg(long, default_value = "engaged from the command line")]
+        reason: String,
+    },
+    /// Release: held jobs resume from their checkpoints.
+    Off {
+        /// Why (stored and shown by `status`).
+        #[arg(long, default_value = "released from the command line")]
+        reason: String,
+    },
+    /// Show the current setting.
+    Status,
+}
+
+/// The error of subcommands that live on another branch until the integrator wires them.
+///
+/// # Errors
+/// Always.
+pub fn not_in_this_branch(name: &str) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "`deprov {name}` is not available in this build (wired in by the integration branch)"
+    )
+}
+
+/// `deprov plan`: reads the target's catalog and prints the plan, row counts and blockers. Read-only.
+async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::Result<()> {
+    let config = crate::config::Config::load(&settings.config.to_string_lossy())?;
+    let target_url = settings.target_url.as_deref().unwrap_or(&settings.database_url);
+    let target = db::pool(&db::connect_options(target_url)?, PoolRole::Cli, &config.pools.target);
+    let report = crate::engine::report::PlanReport::build(&target, &config, tenant).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(())
+}
+
+/// Logs to stderr; `RUST_LOG` filters (default `info`), `DEPROV_LOG_FORMAT=json` for JSON lines.
+pub fn init_tracing() {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if std::env::var("DEPROV_LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+fn cli_pool(database_url: &str) -> anyhow::Result<sqlx::PgPool> {
+    let options = db::connect_options(database_url)?;
+    Ok(db::pool(
+        &options,
+        PoolRole::Cli,
+        &PoolConfig {
+            max_connections: 1,
+            acquire_timeout: std::time::Duration::from_secs(10),
+        },
+    ))
+}
+
+/// A readable line for the kill switch.
+pub fn describe(switch: &KillSwitch, moved: Option<u64>) -> String {
+    let at = switch
+        .changed_at
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    let mut line = format!(
+        "kill switch {} (version {}, changed {at} by {}): {}",
+        if switch.engaged {
+            "ENGAGED"
+        } else {
+            "released"
+        },
+        switch.version,
+        switch.changed_by.as_deref().unwrap_or("nobody"),
+        switch.reason.as_deref().unwrap_or("no reason given"),
+    );
+    if let Some(n) = moved {
+        line.push_str(&format!(
+            "; {n} job(s) moved to {}",
+            if switch.engaged { "held" } else { "queued" }
+        ));
+    }
+    line
+}
+
+async fn kill_switch_command(args: KillSwitchArgs) -> anyhow::Result<()> {
+    let pool = cli_pool(&args.db.database_url)?;
+    let (switch, moved) = match &args.action {
+        KillSwitchAction::Status => (kill_switch::get(&pool).await?, None),
+        KillSwitchAction::On { reason } | KillSwitchAction::Off { reason } => {
+            let engage = matches!(args.action, KillSwitchAction::On { .. });
+            let mut tx = pool.begin().await?;
+            let (switch, moved) = kill_switch::set(&mut tx, engage, reason, "cli").await?;
+            tx.commit().await?;
+            (switch, Some(moved))
+        }
+    };
+    if args.json {
+        let at = switch
+            .changed_at
+            .format(&time::format_description::well_known::Rfc3339)?;
+        let value = json!({"engaged": switch.engaged, "reason": switch.reason, "changed_by": switch.changed_by,
+                           "version": switch.version, "changed_at": at, "jobs_moved": moved});
+        println!("{value}");
+    } else {
+        println!("{}", describe(&switch, moved));
+    }
+    Ok(())
+}
+
+/// Runs one parsed command line.
+///
+/// # Errors
+/// Whatever the subcommand fails with.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(settings) => {
+            let app = Application::build(settings).await?;
+            let cancel = CancellationToken::new();
+            app::shutdown_on_signals(cancel.clone());
+            app.run_until_stopped(cancel).await?;
+        }
+        Command::Worker(settings) => {
+            let cancel = CancellationToken::new();
+            app::shutdown_on_signals(cancel.clone());
+            app::run_worker(settings, cancel).await?;
+        }
+        Command::Migrate(state) => {
+            db::migrate(&cli_pool(&state.database_url)?).await?;
+            println!("state database migrated");
+        }
+        Command::KillSwitch(args) => kill_switch_command(args).await?,
+        Command::Plan { tenant, json, settings } => plan_command(&settings, &tenant, json).await?,
+        Command::Demo => not_in_this_branch("demo")?,
+    }
+    Ok(())
+}

@@ -1,0 +1,189 @@
+//! Authentication extractors: deletion sources, operators, and the Vercel partner API.
+//!
+//! Tokens are compared in constant time: the presented token and every configured token are hashed
+//! with SHA-256 and the digests compared with `subtle`, visiting every configured token, so neither the
+//! position of a match nor a token's length leaks through timing.
+
+use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
+use axum::http::request::Parts;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::config::Config;
+
+/// The SHA-256 digest of a secret token; only digests are kept in memory after start-up.
+#[derive(Clone)]
+pub struct TokenDigest([u8; 32]);
+
+impl std::fmt::Debug for TokenDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenDigest(..)")
+    }
+}
+
+impl TokenDigest {
+    /// Digests `token`.
+    pub fn of(token: &str) -> Self {
+        Self(Sha256::digest(token.as_bytes()).into())
+    }
+
+    /// Constant-time equality of two digests.
+    pub fn matches(&self, other: &TokenDigest) -> bool {
+        self.0.ct_eq(&other.0).into()
+    }
+}
+
+/// The configured `[sources.NAME]` tokens; a token names its source.
+#[derive(Debug, Clone, Default)]
+pub struct SourceTokens(Vec<(TokenDigest, String)>);
+
+impl SourceTokens {
+    /// Digests every source token of `config`.
+    pub fn from_config(config: &Config) -> Self {
+        Self(
+            config
+                .source_tokens()
+                .into_iter()
+                .map(|(token, name)| (TokenDigest::of(&token), name))
+                .collect(),
+        )
+    }
+
+    /// The source whose token equals `presented`, comparing against every source in constant time.
+    pub fn identify(&self, presented: &str) -> Option<&str> {
+        let presented = TokenDigest::of(presented);
+        let mut found = None;
+        for (digest, name) in &self.0 {
+            if digest.matches(&presented) {
+                found = Some(name.as_str());
+            }
+        }
+        found
+    }
+
+    /// The digest of source `name`'s token.
+    pub fn digest_of(&self, name: &str) -> Option<&TokenDigest> {
+        self.0.iter().find(|(_, n)| n == name).map(|(d, _)| d)
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header (RFC 6750 §2.1; scheme case-insensitive).
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+fn unauthorized() -> ApiError {
+    ApiError::Unauthorized("send `Authorization: Bearer <token>` with a configured token".into())
+}
+
+/// A request authenticated as one `[sources.NAME]`: missing or unknown token → 401.
+#[derive(Debug, Clone)]
+pub struct AuthenticatedSource {
+    /// The source's name (the `NAME` of `[sources.NAME]`).
+    pub name: String,
+}
+
+impl FromRequestParts<AppState> for AuthenticatedSource {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let token = bearer(&parts.headers).ok_or_else(unauthorized)?;
+        let name = state.sources.identify(token).ok_or_else(unauthorized)?;
+        Ok(Self {
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// A request authenticated with `DEPROV_OPERATOR_TOKEN`. With no operator token configured every
+/// operator route answers 403 (secure by default); a missing or wrong token is 401.
+#[derive(Debug, Clone, Copy)]
+pub struct Operator;
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Some(expected) = &state.operator else {
+            return Err(ApiError::Forbidden(
+                "the operator API is disabled: no DEPROV_OPERATOR_TOKEN is configured".into(),
+            ));
+        };
+        let token = bearer(&parts.headers).ok_or_else(unauthorized)?;
+        if expected.matches(&TokenDigest::of(token)) {
+            Ok(Self)
+        } else {
+            Err(unauthorized())
+        }
+    }
+}
+
+/// How Vercel partner-API requests are authenticated. Today the bearer token of the source named by
+/// `[vercel] source`; Vercel's OIDC JWT (RS256, keys from its JWKS, claims checked against the
+/// integration) becomes another variant here, so handlers keep using [`VercelCaller`] unchanged.
+#[derive(Debug, Clone)]
+pub enum PartnerVerifier {
+    /// `Authorization: Bearer <token>` equal to the source's configured token.
+    SourceToken {
+        /// The source requests are recorded under.
+        source: String,
+        /// Its token's digest.
+        digest: TokenDigest,
+    },
+}
+
+impl PartnerVerifier {
+    /// Checks the request's credentials; returns the source to record the request under.
+    ///
+    /// # Errors
+    /// [`ApiError::Unauthorized`] when the credentials are missing or wrong.
+    pub async fn verify(&self, headers: &HeaderMap) -> Result<String, ApiError> {
+        match self {
+            Self::SourceToken { source, digest } => {
+                let token = bearer(headers).ok_or_else(unauthorized)?;
+                if digest.matches(&TokenDigest::of(token)) {
+                    Ok(source.clone())
+                } else {
+                    Err(unauthorized())
+                }
+            }
+        }
+    }
+}
+
+/// A verified Vercel partner-API caller. No `[vercel]` section configured → 404.
+#[derive(Debug, Clone)]
+pub struct VercelCaller {
+    /// The source the request is recorded under (`[vercel] source`).
+    pub source: String,
+    /// The `X-Vercel-Auth` header (`user` or `system`), if sent; informational.
+    pub auth_style: Option<String>,
+}
+
+impl FromRequestParts<AppState> for VercelCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Some(verifier) = &state.vercel else {
+            return Err(ApiError::NotFound(
+                "the Vercel partner API is not configured ([vercel] section)".into(),
+            ));
+        };
+        let source = verifier.verify(&parts.headers).await?;
+        let auth_style = parts
+            .headers
+            .get("x-vercel-auth")
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.chars().take(32).collect());
+        Ok(Self { source, auth_style })
+    }
+}

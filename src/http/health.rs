@@ -1,0 +1,51 @@
+//! `GET /healthz` (liveness) and `GET /readyz` (readiness: the state database answers).
+
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+
+/// The body of a successful health or readiness check.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// `ok` (liveness) or `ready` (readiness).
+    pub status: String,
+}
+
+/// Liveness: 200 whenever the process serves HTTP; touches no database.
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "Alive", body = Health)))]
+pub async fn healthz() -> axum::Json<Health> {
+    axum::Json(Health {
+        status: "ok".into(),
+    })
+}
+
+/// Readiness: 200 when the state database answers `SELECT 1` through the intake pool within the
+/// pool's acquire timeout (`[pools.intake] acquire_timeout`), else 503 with `Retry-After`.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    responses(
+        (status = 200, description = "Ready", body = Health),
+        (status = 503, description = "State database unreachable", body = Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ),
+)]
+pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>, ApiError> {
+    let bound = state.config.pools.intake.acquire_timeout * 2;
+    let check = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.pools.intake);
+    match tokio::time::timeout(bound, check).await {
+        Ok(Ok(_)) => Ok(axum::Json(Health {
+            status: "ready".into(),
+        })),
+        Ok(Err(e)) => Err(ApiError::db_unavailable(format!(
+            "the state database is unavailable: {e}"
+        ))),
+        Err(_) => Err(ApiError::db_unavailable(
+            "the state database did not answer in time",
+        )),
+    }
+}

@@ -1,0 +1,157 @@
+//! `POST /v1/deletion-requests`: record a deletion request under its deterministic ID.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::AppState;
+use super::auth::AuthenticatedSource;
+use super::error::{ApiError, Problem};
+use super::extract::{ApiJson, idempotency_key};
+use crate::ids::{DedupBasis, TenantId};
+use crate::queue::JobState;
+use crate::queue::intake::{self, NewRequest, SubjectKind};
+
+/// Longest accepted `external_id`, in bytes.
+pub const MAX_EXTERNAL_ID_LEN: usize = 255;
+/// Longest accepted `reason`, in characters.
+pub const MAX_REASON_CHARS: usize = 1000;
+
+/// A request to delete one tenant. Unknown fields are refused (422).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeletionRequestBody {
+    /// The tenant key (1..=256 bytes, no control characters), cast by the worker to the type of
+    /// `[tenant] key_column`.
+    pub tenant_id: String,
+    /// The sender's own ID for this request (1..=255 bytes); the preferred deduplication basis.
+    #[serde(default)]
+    pub external_id: Option<String>,
+    /// Free text stored with the request (at most 1000 characters).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The sending source; if present it must be the source the bearer token names (else 403).
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+/// The answer to a recorded (or repeated) deletion request.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DeletionAccepted {
+    /// The deterministic request ID: UUIDv5 over deprov's request namespace and
+    /// (source, basis, key) — see `deprov::ids`.
+    pub request_id: Uuid,
+    /// The job the request is attached to (one active job per tenant).
+    pub job_id: Uuid,
+    /// The tenant key, as sent.
+    pub tenant_id: String,
+    /// The job's state now (`held` while the kill switch is engaged).
+    pub state: JobState,
+    /// `true` when this exact request had been recorded before (same IDs returned, nothing new stored).
+    pub duplicate: bool,
+}
+
+pub(super) fn validate_reason(reason: Option<String>) -> Result<Option<String>, ApiError> {
+    match reason {
+        Some(r) if r.chars().count() > MAX_REASON_CHARS => Err(ApiError::Unprocessable(format!(
+            "reason: must be at most {MAX_REASON_CHARS} characters"
+        ))),
+        other => Ok(other),
+    }
+}
+
+pub(super) fn job_state(state: &str) -> Result<JobState, ApiError> {
+    JobState::parse(state).ok_or_else(|| ApiError::Internal(format!("unknown job state {state:?}")))
+}
+
+/// Builds the validated [`NewRequest`] for a body sent by `source`.
+fn new_request(
+    source: &str,
+    body: DeletionRequestBody,
+    key: Option<String>,
+) -> Result<NewRequest, ApiError> {
+    let tenant = TenantId::parse(&body.tenant_id)
+        .map_err(|r| ApiError::Unprocessable(format!("tenant_id: {r}")))?;
+    if let Some(claimed) = &body.source
+        && claimed != source
+    {
+        return Err(ApiError::Forbidden(format!(
+            "source: the token does not belong to source {claimed:?}"
+        )));
+    }
+    if let Some(ext) = &body.external_id
+        && (ext.is_empty() || ext.len() > MAX_EXTERNAL_ID_LEN || ext.chars().any(char::is_control))
+    {
+        return Err(ApiError::Unprocessable(format!(
+            "external_id: must be 1..={MAX_EXTERNAL_ID_LEN} bytes without control characters"
+        )));
+    }
+    let reason = validate_reason(body.reason)?;
+    let (basis, dedup_key) = match (&body.external_id, key) {
+        (Some(ext), _) => (DedupBasis::ExternalId, ext.clone()),
+        (None, Some(key)) => (DedupBasis::IdempotencyKey, key),
+        (None, None) => (DedupBasis::TenantId, tenant.as_str().to_owned()),
+    };
+    Ok(NewRequest {
+        source: source.to_owned(),
+        basis,
+        dedup_key,
+        subject_kind: SubjectKind::Tenant,
+        subject: tenant.as_str().to_owned(),
+        external_id: body.external_id,
+        reason,
+    })
+}
+
+/// Records a deletion request before answering.
+///
+/// The request ID derives from the source and, in order of preference, `external_id`, the
+/// `Idempotency-Key` header, or `tenant_id`. Repeating a request returns the same IDs with
+/// `duplicate: true`; a different request for a tenant with an active job attaches to that job. While
+/// the kill switch is engaged requests are still recorded; their job waits as `held`.
+#[utoipa::path(
+    post,
+    path = "/v1/deletion-requests",
+    tag = "intake",
+    security(("source_token" = [])),
+    params(
+        ("Idempotency-Key" = Option<String>, Header,
+         description = "1..=255 printable ASCII characters (IETF draft-ietf-httpapi-idempotency-key-header). \
+                        The deduplication key when no external_id is sent; reusing it with a different body is 422."),
+    ),
+    request_body(content = DeletionRequestBody, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Recorded (or already recorded: `duplicate: true`)", body = DeletionAccepted),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or unknown source token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`source` names another source than the token's", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid or unknown field, invalid Idempotency-Key, or an Idempotency-Key / external_id reused with a different body", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "State database unavailable; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ),
+)]
+pub async fn create_deletion_request(
+    State(state): State<AppState>,
+    source: AuthenticatedSource,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<DeletionRequestBody>,
+) -> Result<(StatusCode, axum::Json<DeletionAccepted>), ApiError> {
+    let key = idempotency_key(&headers)?;
+    let tenant_id = body.tenant_id.clone();
+    let req = new_request(&source.name, body, key)?;
+    let accepted = intake::record_tx(&state.pools.intake, &req, state.max_attempts()).await?;
+    tracing::info!(source = %source.name, request_id = %accepted.request_id, job_id = %accepted.job_id,
+        duplicate = accepted.duplicate, "deletion request recorded");
+    let answer = DeletionAccepted {
+        request_id: accepted.request_id,
+        job_id: accepted.job_id,
+        tenant_id,
+        state: job_state(&accepted.state)?,
+        duplicate: accepted.duplicate,
+    };
+    Ok((StatusCode::ACCEPTED, axum::Json(answer)))
+}

@@ -1,0 +1,262 @@
+//! The HTTP API (axum), its OpenAPI 3.1 description (utoipa), and its middleware.
+//!
+//! Routes (see `openapi.yaml`, generated from this module by [`openapi`]):
+//! - `POST /v1/deletion-requests` — intake, source bearer token ([`intake`]);
+//! - `DELETE /v1/installations/{installationId}` — Vercel Marketplace partner API ([`vercel`]);
+//! - `GET /v1/jobs/{job_id}`, `GET /v1/jobs`, `GET|PUT /v1/kill-switch` — operator token ([`jobs`],
+//!   [`kill_switch`]);
+//! - `GET /healthz`, `GET /readyz` ([`health`]); `GET /openapi.json` (the spec itself).
+//!
+//! Every error is RFC 9457 problem+json ([`error::ApiError`]). Middleware, outermost first: request ID
+//! (`x-request-id`, generated when absent, echoed back), tracing span per request, panic → 500 problem,
+//! request timeout ([`REQUEST_TIMEOUT`]) → 503 problem, body limit (`[intake] max_body_bytes`) → 413.
+
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod health;
+pub mod intake;
+pub mod jobs;
+pub mod kill_switch;
+pub mod vercel;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::http::HeaderName;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::config::Config;
+use crate::db::Pools;
+use auth::{PartnerVerifier, SourceTokens, TokenDigest};
+use error::ApiError;
+
+/// Longest time a request may take before it is answered 503 (problem+json, `Retry-After`).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The header carrying the request ID.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// Shared, cheaply cloneable state of every handler.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The service's pools; handlers use only `intake` (never `target`).
+    pub pools: Pools,
+    /// The validated configuration.
+    pub config: Arc<Config>,
+    /// Digests of the `[sources.NAME]` tokens.
+    pub sources: Arc<SourceTokens>,
+    /// Digest of `DEPROV_OPERATOR_TOKEN`; `None` disables the operator routes (403).
+    pub operator: Option<Arc<TokenDigest>>,
+    /// How Vercel partner-API calls are verified; `None` when there is no `[vercel]` section (404).
+    pub vercel: Option<Arc<PartnerVerifier>>,
+}
+
+impl AppState {
+    /// Builds the state; tokens are kept only as SHA-256 digests.
+    pub fn new(pools: Pools, config: Arc<Config>, operator_token: Option<&str>) -> Self {
+        let sources = SourceTokens::from_config(&config);
+        let vercel = config.vercel.as_ref().and_then(|v| {
+            let digest = sources.digest_of(&v.source)?.clone();
+            Some(Arc::new(PartnerVerifier::SourceToken {
+                source: v.source.clone(),
+                digest,
+            }))
+        });
+        Self {
+            pools,
+            operator: operator_token.map(|t| Arc::new(TokenDigest::of(t))),
+            sources: Arc::new(sources),
+            vercel,
+            config,
+        }
+    }
+
+    /// `[worker] max_attempts` as stored on new jobs.
+    pub fn max_attempts(&self) -> i32 {
+        i32::try_from(self.config.worker.max_attempts).unwrap_or(i32::MAX)
+    }
+}
+
+/// The document-level parts of the spec: info, tags, security schemes.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "deprov",
+        description = "Deletes a SaaS tenant's data safely. Errors are RFC 9457 problem details (application/problem+json).",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    tags(
+        (name = "intake", description = "Deletion requests from configured sources"),
+        (name = "vercel", description = "Vercel Marketplace partner API"),
+        (name = "operator", description = "Jobs and the kill switch (DEPROV_OPERATOR_TOKEN)"),
+        (name = "health", description = "Liveness and readiness"),
+    ),
+    modifiers(&SecuritySchemes),
+)]
+struct ApiDoc;
+
+struct SecuritySchemes;
+
+impl utoipa::Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let bearer = |desc: &str| {
+            let mut http = Http::new(HttpAuthScheme::Bearer);
+            http.description = Some(desc.to_owned());
+            SecurityScheme::Http(http)
+        };
+        components.add_security_scheme(
+            "source_token",
+            bearer("The token of a configured `[sources.NAME]`; it names the source."),
+        );
+        components.add_security_scheme(
+            "operator_token",
+            bearer("DEPROV_OPERATOR_TOKEN. Without one configured, operator routes answer 403."),
+        );
+        components.add_security_scheme(
+            "vercel_token",
+            bearer("The token of the source named by `[vercel] source` (Vercel's OIDC JWT verification comes later)."),
+        );
+    }
+}
+
+fn api_routes() -> OpenApiRouter<AppState> {
+    use utoipa::OpenApi as _;
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(intake::create_deletion_request))
+        .routes(routes!(vercel::delete_installation))
+        .routes(routes!(jobs::list_jobs))
+        .routes(routes!(jobs::get_job))
+        .routes(routes!(
+            kill_switch::get_kill_switch,
+            kill_switch::put_kill_switch
+        ))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+}
+
+/// The OpenAPI 3.1 description of the API, generated from the route annotations.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, mut spec) = api_routes().split_for_parts();
+    spec.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    spec
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+async fn request_timeout(request: Request, next: Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::Unavailable {
+            detail: format!("request not answered within {REQUEST_TIMEOUT:?}"),
+            retry_after: 1,
+        }
+        .into_response(),
+    }
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    ApiError::Internal("handler panicked".into()).into_response()
+}
+
+fn request_span(request: &Request) -> tracing::Span {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str);
+    let id = request
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-");
+    tracing::info_span!("http", method = %request.method(), route, request_id = id)
+}
+
+/// The complete application: routes, fallbacks, `/openapi.json` and middleware, with `state` applied.
+pub fn router(state: AppState) -> Router {
+    let max_body = state.config.intake.max_body_bytes;
+    let (api, spec) = api_routes().split_for_parts();
+    let spec_json = Arc::new(spec.to_json().unwrap_or_default());
+    let api = api
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let body = spec_json.clone();
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        body.as_ref().clone(),
+                    )
+                }
+            }),
+        )
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state);
+    with_middleware(api, max_body)
+}
+
+/// Wraps `router` in the service's middleware, outermost first: request ID, trace span, catch-panic
+/// (500 problem), request timeout (503 problem), body limit of `max_body` bytes.
+fn with_middleware(router: Router, max_body: usize) -> Router {
+    let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
+    router.layer(
+        ServiceBuilder::new()
+            .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
+            .layer(TraceLayer::new_for_http().make_span_with(request_span))
+            .layer(PropagateRequestIdLayer::new(request_id))
+            .layer(CatchPanicLayer::custom(panic_response))
+            .layer(middleware::from_fn(request_timeout))
+            .layer(DefaultBodyLimit::max(max_body)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_handler_becomes_a_500_problem() {
+        async fn boom() -> &'static str {
+            panic!("bug")
+        }
+        let router: Router = Router::new().route("/boom", axum::routing::get(boom));
+        let response = with_middleware(router, 1024)
+            .oneshot(Request::get("/boom").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(response.headers()["content-type"], error::PROBLEM_JSON);
+        assert!(response.headers().contains_key(REQUEST_ID_HEADER));
+        let body = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .unwrap();
+        let problem: error::Problem = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem.status, 500);
+        assert!(
+            !problem.detail.contains("bug"),
+            "panic messages are not sent to clients"
+        );
+    }
+}

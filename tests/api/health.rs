@@ -1,0 +1,84 @@
+//! Liveness, readiness, isolation from the target database, and graceful shutdown.
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::helpers::{
+    TestOptions, VERCEL_TOKEN, VercelMode, accepted, assert_problem, closed_port, deletion,
+    spawn_app, spawn_app_with,
+};
+
+#[tokio::test]
+async fn healthz_and_readyz_are_200_when_the_state_database_is_up() {
+    let app = spawn_app().await;
+    let health = app.get("/healthz").await;
+    assert_eq!(health.status(), StatusCode::OK);
+    assert_eq!(health.json::<Value>().await.unwrap()["status"], "ok");
+    let ready = app.get("/readyz").await;
+    assert_eq!(ready.status(), StatusCode::OK);
+    assert_eq!(ready.json::<Value>().await.unwrap()["status"], "ready");
+}
+
+#[tokio::test]
+async fn with_the_state_database_unreachable_the_app_starts_and_answers_503() {
+    let app = spawn_app_with(TestOptions {
+        state_unreachable: true,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
+    let ready = app.get("/readyz").await;
+    assert_eq!(ready.headers().get("retry-after").unwrap(), "1");
+    assert_problem(ready, StatusCode::SERVICE_UNAVAILABLE).await;
+    let intake = app.post_deletion(&deletion("acct_1")).await;
+    assert!(intake.headers().get("retry-after").is_some());
+    assert_problem(intake, StatusCode::SERVICE_UNAVAILABLE).await;
+}
+
+#[tokio::test]
+async fn intake_never_touches_the_target_database() {
+    let target = format!("postgres://postgres@127.0.0.1:{}/postgres", closed_port());
+    let app = spawn_app_with(TestOptions {
+        target_url: Some(target),
+        vercel: VercelMode::Lookup,
+        ..Default::default()
+    })
+    .await;
+    accepted(app.post_deletion(&deletion("acct_1")).await).await;
+    let vercel = app
+        .delete_installation("icfg_1", VERCEL_TOKEN, None, None)
+        .await;
+    assert_eq!(vercel.status(), StatusCode::OK);
+    assert_eq!(app.operator_get("/v1/jobs").await.status(), StatusCode::OK);
+    assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
+    assert_eq!((app.count_jobs().await, app.count_requests().await), (2, 2));
+}
+
+#[tokio::test]
+async fn intake_uses_only_intake_connections() {
+    let app = spawn_app().await;
+    accepted(app.post_deletion(&deletion("acct_1")).await).await;
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT application_name FROM pg_stat_activity WHERE application_name LIKE 'deprov-%' ORDER BY 1",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert!(names.iter().all(|n| n != "deprov-target"), "{names:?}");
+    assert!(names.iter().any(|n| n == "deprov-intake"), "{names:?}");
+}
+
+#[tokio::test]
+async fn the_server_and_its_worker_stop_gracefully_when_cancelled() {
+    let mut app = spawn_app_with(TestOptions {
+        worker: true,
+        ..Default::default()
+    })
+    .await;
+    accepted(app.post_deletion(&deletion("acct_1")).await).await;
+    app.shutdown().await;
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", app.port)).is_err(),
+        "nothing listens after shutdown"
+    );
+}

@@ -1,0 +1,190 @@
+//! `spawn_app()`: a throwaway PostgreSQL, a config file and the `Application` on port 0, per test.
+
+use std::time::Duration;
+
+use deprov::app::{Application, Settings};
+use deprov::throwaway::{Throwaway, ThrowawayOptions};
+use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use crate::requests::{accepted, assert_problem, deletion};
+
+/// Token of `[sources.billing]`.
+pub const SOURCE_TOKEN: &str = "billing-token-0123456789";
+/// Token of `[sources.vercel]`, the `[vercel] source`.
+pub const VERCEL_TOKEN: &str = "vercel-token-0123456789abc";
+/// `DEPROV_OPERATOR_TOKEN` (unless disabled).
+pub const OPERATOR_TOKEN: &str = "operator-token-0123456789";
+/// `[intake] max_body_bytes` of the test configuration.
+pub const MAX_BODY: usize = 4096;
+
+/// The `[vercel]` section of the test configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VercelMode {
+    /// No `[vercel]` section: the route answers 404.
+    Off,
+    /// `[vercel] source` only: the installation ID is the tenant key.
+    InstallationIsTenant,
+    /// With `tenant_lookup`: requests are recorded for the installation, resolved by the worker.
+    Lookup,
+}
+
+/// How to start a test server.
+#[derive(Debug, Clone)]
+pub struct TestOptions {
+    /// Configure `DEPROV_OPERATOR_TOKEN`.
+    pub operator: bool,
+    /// The `[vercel]` section.
+    pub vercel: VercelMode,
+    /// Override `DEPROV_TARGET_URL`.
+    pub target_url: Option<String>,
+    /// Point `DEPROV_DATABASE_URL` at a closed port (and skip migrations).
+    pub state_unreachable: bool,
+    /// Run the worker in the server process.
+    pub worker: bool,
+}
+
+impl Default for TestOptions {
+    fn default() -> Self {
+        Self {
+            operator: true,
+            vercel: VercelMode::InstallationIsTenant,
+            target_url: None,
+            state_unreachable: false,
+            worker: false,
+        }
+    }
+}
+
+/// A running server with its own PostgreSQL; everything stops when dropped.
+pub struct TestApp {
+    /// `http://127.0.0.1:<port>`.
+    pub address: String,
+    /// The bound port.
+    pub port: u16,
+    /// A client without TLS, redirects or cookies.
+    pub client: reqwest::Client,
+    /// A pool on the state database for assertions.
+    pub db: PgPool,
+    /// The state database's URL.
+    pub db_url: String,
+    cancel: CancellationToken,
+    server: Option<JoinHandle<Result<(), deprov::app::AppError>>>,
+    _config_dir: tempfile::TempDir,
+    _pg: Throwaway,
+}
+
+/// A loopback port nothing listens on.
+pub fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn config_text(options: &TestOptions) -> String {
+    let acquire = if options.state_unreachable {
+        "300ms"
+    } else {
+        "5s"
+    };
+    let mut text = format!(
+        "[sources.billing]\ntoken = \"{SOURCE_TOKEN}\"\n[sources.vercel]\ntoken = \"{VERCEL_TOKEN}\"\n\
+         [tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n\
+         [intake]\nmax_body_bytes = {MAX_BODY}\n\
+         [pools.intake]\nmax_connections = 8\nacquire_timeout = \"{acquire}\"\n"
+    );
+    match options.vercel {
+        VercelMode::Off => {}
+        VercelMode::InstallationIsTenant => text.push_str("[vercel]\nsource = \"vercel\"\n"),
+        VercelMode::Lookup => text.push_str(
+            "[vercel]\nsource = \"vercel\"\ntenant_lookup = \"SELECT id FROM app.accounts WHERE installation_id = $1\"\n",
+        ),
+    }
+    text
+}
+
+/// Starts a server with the default options.
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(TestOptions::default()).await
+}
+
+/// Starts a server with `options`.
+pub async fn spawn_app_with(options: TestOptions) -> TestApp {
+    let pg = tokio::task::spawn_blocking(|| {
+        Throwaway::start(&ThrowawayOptions {
+            unsafe_fast: true,
+            ..Default::default()
+        })
+    })
+    .await
+    .unwrap()
+    .expect("start throwaway PostgreSQL");
+    let config_dir = tempfile::tempdir().unwrap();
+    let config_path = config_dir.path().join("deprov.toml");
+    std::fs::write(&config_path, config_text(&options)).unwrap();
+    let state_url = if options.state_unreachable {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", closed_port())
+    } else {
+        pg.url("postgres")
+    };
+    let settings = Settings {
+        database_url: state_url,
+        target_url: options.target_url.clone(),
+        config: config_path,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        operator_token: options.operator.then(|| OPERATOR_TOKEN.to_owned()),
+        migrate: !options.state_unreachable,
+        no_worker: !options.worker,
+    };
+    let app = Application::build(settings)
+        .await
+        .expect("build application");
+    let port = app.port();
+    let cancel = CancellationToken::new();
+    let server = tokio::spawn(app.run_until_stopped(cancel.clone()));
+    let db = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&pg.url("postgres"))
+        .await
+        .unwrap();
+    TestApp {
+        address: format!("http://127.0.0.1:{port}"),
+        port,
+        client: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap(),
+        db,
+        db_url: pg.url("postgres"),
+        cancel,
+        server: Some(server),
+        _config_dir: config_dir,
+        _pg: pg,
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+impl TestApp {
+    /// The URL of `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    /// Stops the server (graceful shutdown) and waits until `run_until_stopped` returned.
+    pub async fn shutdown(&mut self) {
+        self.cancel.cancel();
+        let server = self.server.take().expect("not yet shut down");
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("server stops")
+            .unwrap()
+            .unwrap();
+    }
+}

@@ -1,0 +1,11 @@
+//! The HTTP API's integration tests: one binary, one throwaway PostgreSQL and one server per test.
+
+mod errors;
+mod health;
+mod helpers;
+mod intake;
+mod kill_switch;
+mod openapi;
+mod operator;
+mod requests;
+mod vercel;
