@@ -7,6 +7,7 @@
 //! Database access goes through isolated, bounded pools ([`db`]); all dynamic SQL through [`sql`].
 
 pub mod config;
+pub mod demo;
 pub mod db;
 pub mod ids;
 pub mod queue;
