@@ -11,7 +11,7 @@ use sqlx::PgPool;
 
 use crate::sql::QualifiedName;
 
-/// The demo schema (`CREATE SCHEMA app` and 22 tables); see the comments in the file.
+/// The demo schema (`CREATE SCHEMA app` and 24 tables); see the comments in the file.
 pub const SCHEMA_SQL: &str = include_str!("schema.sql");
 const DATA_SQL: &str = include_str!("data.sql");
 
@@ -83,7 +83,9 @@ struct Shape {
     deployments_per_env: u64,
     events_per_deployment: u64,
     log_lines_per_deployment: u64,
-    annotation_every: u64,
+    checks_per_deployment: u64,
+    annotations_per_check: u64,
+    env_var_versions: u64,
     artifacts_per_deployment: u64,
     webhooks_per_project: u64,
     deliveries_per_webhook: u64,
@@ -113,7 +115,9 @@ impl Shape {
             deployments_per_env: (rows / (250 * ENVIRONMENTS_PER_PROJECT * projects)).max(2),
             events_per_deployment: 5,
             log_lines_per_deployment: 0,
-            annotation_every: 25,
+            checks_per_deployment: 2,
+            annotations_per_check: 3,
+            env_var_versions: 3,
             artifacts_per_deployment: 3,
             webhooks_per_project: 2,
             deliveries_per_webhook: (rows / (20 * projects)).max(2),
@@ -133,18 +137,18 @@ impl Shape {
             + s.api_keys
             + projects
             + members
-            + envs * (1 + s.env_vars)
+            + envs * (1 + s.env_vars * (1 + s.env_var_versions))
             + projects * s.builds_per_project
-            + deployments * (1 + s.events_per_deployment + s.artifacts_per_deployment)
+            + deployments
+                * (1 + s.events_per_deployment
+                    + s.artifacts_per_deployment
+                    + s.checks_per_deployment * (1 + s.annotations_per_check))
             + projects * s.webhooks_per_project * (1 + s.deliveries_per_webhook)
             + s.folders * (1 + s.documents_per_folder)
             + projects * s.links_per_project
             + s.audit_events
             + s.invoices * (1 + s.lines_per_invoice);
-        // Each deployment gets n log lines and n / annotation_every annotations.
-        let per_line = deployments * (s.annotation_every + 1);
-        let rest = rows.saturating_sub(fixed) * s.annotation_every;
-        s.log_lines_per_deployment = rest.div_ceil(per_line).max(s.annotation_every) + 1;
+        s.log_lines_per_deployment = rows.saturating_sub(fixed).div_ceil(deployments).max(10);
         s
     }
 }
@@ -215,12 +219,14 @@ pub async fn load(pool: &PgPool, size: &DemoSize) -> Result<DemoTenants, sqlx::E
     for cross_phase in [false, true] {
         for (i, (accounts, shape, others)) in groups.iter().enumerate() {
             for step in steps.iter().filter(|s| s.cross == cross_phase) {
+                let started = std::time::Instant::now();
                 let done = sqlx::query(step.text)
                     .bind(accounts)
                     .bind(sqlx::types::Json(shape))
                     .bind(others)
                     .execute(&mut *tx)
                     .await?;
+                tracing::debug!(group = i, table = ?step.table, rows = done.rows_affected(), elapsed = ?started.elapsed(), "demo data step");
                 if let (0, Some(table)) = (i, &step.table) {
                     *large_rows.entry(table.clone()).or_insert(0) += done.rows_affected();
                 }
@@ -261,7 +267,7 @@ mod tests {
                 s.folders >= 32,
                 "folder trees must be at least 6 levels deep"
             );
-            assert!(s.log_lines_per_deployment >= s.annotation_every);
+            assert!(s.log_lines_per_deployment >= 10);
         }
     }
 }

@@ -59,6 +59,14 @@ FROM app.environments e JOIN app.projects p ON p.id = e.project_id,
      generate_series(1, ($2->>'env_vars')::int) g
 WHERE p.account_id = ANY($1);
 
+-- @insert app.environment_variable_versions
+INSERT INTO app.environment_variable_versions (environment_id, key, version, value_encrypted, created_at)
+SELECT v.environment_id, v.key, g, decode(md5('ver-' || v.environment_id || v.key || g), 'hex'),
+       v.updated_at - (($2->>'env_var_versions')::int - g) * interval '1 day'
+FROM app.environment_variables v JOIN app.environments e ON e.id = v.environment_id JOIN app.projects p ON p.id = e.project_id,
+     generate_series(1, ($2->>'env_var_versions')::int) g
+WHERE p.account_id = ANY($1);
+
 -- @insert app.builds
 INSERT INTO app.builds (project_id, commit_sha, status, started_at, duration_ms)
 SELECT p.id, md5('build-' || p.id || '-' || g) || substr(md5(g::text), 1, 8),
@@ -97,11 +105,21 @@ FROM app.deployments d JOIN app.environments e ON e.id = d.environment_id JOIN a
      generate_series(1, ($2->>'log_lines_per_deployment')::int) g
 WHERE p.account_id = ANY($1);
 
--- @insert app.log_line_annotations
-INSERT INTO app.log_line_annotations (deployment_id, line_no, severity, note)
-SELECT d.id, g, CASE WHEN g % 2 = 0 THEN 'warning' ELSE 'info' END, 'annotation for line ' || g
+-- @insert app.check_runs
+INSERT INTO app.check_runs (deployment_id, name, conclusion, started_at)
+SELECT d.id, (ARRAY['lint', 'test', 'lighthouse'])[1 + (g - 1) % 3], CASE WHEN (d.id + g) % 9 = 0 THEN 'failure' ELSE 'success' END,
+       d.created_at + g * interval '2 minutes'
 FROM app.deployments d JOIN app.environments e ON e.id = d.environment_id JOIN app.projects p ON p.id = e.project_id,
-     generate_series(($2->>'annotation_every')::int, ($2->>'log_lines_per_deployment')::int, ($2->>'annotation_every')::int) g
+     generate_series(1, ($2->>'checks_per_deployment')::int) g
+WHERE p.account_id = ANY($1);
+
+-- @insert app.check_run_annotations
+INSERT INTO app.check_run_annotations (check_run_id, path, line, level, message)
+SELECT c.id, 'src/app/page-' || g || '.tsx', 1 + (c.id * 7 + g * 13) % 400, CASE WHEN g % 2 = 0 THEN 'warning' ELSE 'notice' END,
+       'rule ' || (ARRAY['no-unused-vars', 'react-hooks/exhaustive-deps', 'a11y/alt-text'])[1 + g % 3]
+FROM app.check_runs c JOIN app.deployments d ON d.id = c.deployment_id JOIN app.environments e ON e.id = d.environment_id
+     JOIN app.projects p ON p.id = e.project_id,
+     generate_series(1, ($2->>'annotations_per_check')::int) g
 WHERE p.account_id = ANY($1);
 
 -- @insert app.deployment_artifacts

@@ -3,13 +3,14 @@
 -- Tenant root: app.accounts. Everything below it is removed by ON DELETE CASCADE, so a cascading
 -- `DELETE FROM app.accounts WHERE id = $1` is the reference result deprov's batched delete must equal.
 -- Features the demo exercises on purpose:
---   * cascade chains 5 deep: accounts → projects → environments → deployments → log_lines → log_line_annotations
+--   * cascade chains 5 deep: accounts → projects → environments → deployments → check_runs → check_run_annotations
 --   * a self-reference: app.folders.parent_id (trees ≥ 5 levels deep)
 --   * a table with two parents inside the tenant: app.deployment_artifacts (deployments and builds)
 --   * ON DELETE SET NULL from OTHER tenants' rows: app.shared_links.target_project_id
 --   * ON DELETE SET NULL inside the tenant: app.audit_events.actor_user_id
 --   * a quoted mixed-case table with mixed-case columns: app."BillingInvoices"
---   * composite keys: project_members, environment_variables, log_lines (+ a composite FK), invoice_line_items
+--   * composite keys: project_members, environment_variables (+ a composite FK from its versions), log_lines,
+--     invoice_line_items
 --   * a global table the tenant only points at: app.plans (never touched by a tenant delete)
 --   * every FK column indexed except ONE on purpose: app.project_members.user_id
 -- No RESTRICT / NO ACTION reference points at any tenant table.
@@ -88,6 +89,17 @@ CREATE TABLE app.environment_variables (
     PRIMARY KEY (environment_id, key)
 );
 
+-- A composite foreign key.
+CREATE TABLE app.environment_variable_versions (
+    environment_id  bigint NOT NULL,
+    key             text NOT NULL,
+    version         integer NOT NULL,
+    value_encrypted bytea NOT NULL,
+    created_at      timestamptz NOT NULL,
+    PRIMARY KEY (environment_id, key, version),
+    FOREIGN KEY (environment_id, key) REFERENCES app.environment_variables (environment_id, key) ON DELETE CASCADE
+);
+
 CREATE TABLE app.builds (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     project_id  bigint NOT NULL REFERENCES app.projects (id) ON DELETE CASCADE,
@@ -126,16 +138,25 @@ CREATE TABLE app.log_lines (
     PRIMARY KEY (deployment_id, line_no)
 );
 
--- A composite foreign key, five levels below accounts.
-CREATE TABLE app.log_line_annotations (
+CREATE TABLE app.check_runs (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    deployment_id bigint NOT NULL,
-    line_no       integer NOT NULL,
-    severity      text NOT NULL,
-    note          text NOT NULL,
-    FOREIGN KEY (deployment_id, line_no) REFERENCES app.log_lines (deployment_id, line_no) ON DELETE CASCADE
+    deployment_id bigint NOT NULL REFERENCES app.deployments (id) ON DELETE CASCADE,
+    name          text NOT NULL,
+    conclusion    text NOT NULL,
+    started_at    timestamptz NOT NULL
 );
-CREATE INDEX ON app.log_line_annotations (deployment_id, line_no);
+CREATE INDEX ON app.check_runs (deployment_id);
+
+-- Five levels below accounts.
+CREATE TABLE app.check_run_annotations (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    check_run_id  bigint NOT NULL REFERENCES app.check_runs (id) ON DELETE CASCADE,
+    path          text NOT NULL,
+    line          integer NOT NULL,
+    level         text NOT NULL,
+    message       text NOT NULL
+);
+CREATE INDEX ON app.check_run_annotations (check_run_id);
 
 -- Two parents inside the tenant: the deployment that serves an artifact and the build that made it.
 CREATE TABLE app.deployment_artifacts (

@@ -1,7 +1,8 @@
 //! Tests against a throwaway PostgreSQL (each test starts its own server).
 
+mod size;
+
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use sqlx::PgPool;
 
@@ -283,33 +284,4 @@ async fn other_tenants_check_detects_a_wrong_deletion() {
         differing_tables(&before, &wrong),
         [t("documents"), t("shared_links")]
     );
-}
-
-/// The demo size, durable server settings: `cargo test --lib demo::tests::load_demo_size -- --ignored --nocapture`.
-#[tokio::test]
-#[ignore = "loads the full demo size (about 1.1M rows); run by hand to measure"]
-async fn load_demo_size() {
-    let started = Instant::now();
-    let s = setup(&DemoSize::default(), false).await;
-    let loaded = started.elapsed();
-    let total: i64 = sqlx::query_scalar("SELECT sum(n_live_tup)::bigint FROM pg_stat_user_tables")
-        .fetch_one(&s.demo)
-        .await
-        .unwrap();
-    println!(
-        "loaded {} rows in the large tenant, {total} rows in all, {} small tenants, in {:.1} s (server start included)",
-        s.tenants.large_total_rows(),
-        s.tenants.small.len(),
-        loaded.as_secs_f64()
-    );
-    for (table, n) in &s.tenants.large_rows {
-        println!("  {table}: {n}");
-    }
-    let digest_started = Instant::now();
-    database_digest(&s.demo, "app").await.unwrap();
-    println!(
-        "database_digest: {:.1} s",
-        digest_started.elapsed().as_secs_f64()
-    );
-    assert!(s.tenants.large_total_rows() >= 1_000_000);
 }
