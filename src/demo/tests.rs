@@ -1,5 +1,6 @@
 //! Tests against a throwaway PostgreSQL (each test starts its own server).
 
+mod roles;
 mod size;
 
 use std::collections::BTreeMap;
@@ -124,6 +125,7 @@ async fn schema_and_data_have_every_feature() {
     .await
     .unwrap();
     assert_eq!(unindexed, ["project_members_user_id_fkey"]);
+    assert_eq!(verify::orphaned_rows(&s.demo, "app").await.unwrap(), []);
 
     let large = s.tenants.large;
     let depth = count(
@@ -163,6 +165,31 @@ async fn schema_and_data_have_every_feature() {
     assert!(s.tenants.large_vercel_installation_id.starts_with("icfg_"));
     assert_eq!(s.tenants.small.len(), 5);
     assert!(!s.tenants.small.contains(&large));
+
+    // The foreign-key check after a trigger-less load finds an orphan.
+    let mut conn = s.demo.acquire().await.unwrap();
+    sqlx::query("SET session_replication_role = replica")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO app.log_lines VALUES (-1, 1, 'stdout', 'orphan', now())")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("RESET session_replication_role")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let orphans = verify::orphaned_rows(&s.demo, "app").await.unwrap();
+    assert_eq!(
+        orphans,
+        [(
+            "log_lines_deployment_id_fkey".to_string(),
+            t("log_lines"),
+            1
+        )]
+    );
     drop(s.pg);
 }
 
