@@ -19,5 +19,5 @@ pub use data::{DemoSize, DemoTenants, load};
 pub use ownership::other_tenants_digest;
 pub use verify::{
     CascadeOutcome, DatabaseDigest, TableDigest, cascade_delete, clone_database, database_digest,
-    table_digest, user_tables,
+    differing_tables, drop_database, orphaned_rows, table_digest, user_tables,
 };

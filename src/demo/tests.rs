@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use sqlx::PgPool;
 
 use super::ownership::{ForeignKey, foreign_keys, ownership_hops, table_columns};
-use super::verify::differing_tables;
 use super::*;
 use crate::sql::QualifiedName;
 use crate::throwaway::{Throwaway, ThrowawayOptions};
@@ -260,6 +259,13 @@ async fn cascade_on_a_copy_matches_counts_and_digests() {
         differing_tables(&others_before, &others_after),
         Vec::<QualifiedName>::new()
     );
+
+    verify::drop_database(&s.admin, "copy").await.unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname = 'copy'")
+        .fetch_one(&s.admin)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
 }
 
 #[tokio::test]
