@@ -5,11 +5,13 @@
 //! with the [`engine`]: leaves of the foreign-key graph first, in short, checkpointed batches with
 //! server-side `lock_timeout` and `statement_timeout`. A kill switch stops all destruction at once.
 //! Database access goes through isolated, bounded pools ([`db`]); all dynamic SQL through [`sql`].
+//! [`demo`] holds the demo's schema, data loader and verification checks.
 
 pub mod app;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod demo;
 pub mod engine;
 pub mod http;
 pub mod ids;

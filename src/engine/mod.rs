@@ -111,7 +111,10 @@ pub struct BatchResult {
     pub elapsed: Duration,
 }
 
-/// Applies `SET LOCAL lock_timeout` and `statement_timeout` to the current transaction.
+/// Applies `SET LOCAL lock_timeout` and `statement_timeout` to the current transaction, and
+/// `plan_cache_mode = force_custom_plan`: batches are prepared statements, and a generic plan (chosen
+/// after five executions, PostgreSQL docs §20.7.4) would assume an average tenant — for the one huge
+/// tenant that makes every batch re-read all its rows instead of walking an index from the keyset.
 ///
 /// # Errors
 /// Database errors.
