@@ -102,8 +102,15 @@ pub fn not_in_this_branch(name: &str) -> anyhow::Result<()> {
 /// `deprov plan`: reads the target's catalog and prints the plan, row counts and blockers. Read-only.
 async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::Result<()> {
     let config = crate::config::Config::load(&settings.config.to_string_lossy())?;
-    let target_url = settings.target_url.as_deref().unwrap_or(&settings.database_url);
-    let target = db::pool(&db::connect_options(target_url)?, PoolRole::Cli, &config.pools.target);
+    let target_url = settings
+        .target_url
+        .as_deref()
+        .unwrap_or(&settings.database_url);
+    let target = db::pool(
+        &db::connect_options(target_url)?,
+        PoolRole::Cli,
+        &config.pools.target,
+    );
     let report = crate::engine::report::PlanReport::build(&target, &config, tenant).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -212,7 +219,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("state database migrated");
         }
         Command::KillSwitch(args) => kill_switch_command(args).await?,
-        Command::Plan { tenant, json, settings } => plan_command(&settings, &tenant, json).await?,
+        Command::Plan {
+            tenant,
+            json,
+            settings,
+        } => plan_command(&settings, &tenant, json).await?,
         Command::Demo => not_in_this_branch("demo")?,
     }
     Ok(())

@@ -18,6 +18,7 @@ use sqlx::query::Query;
 use sqlx::{Either, Executor, PgConnection, PgPool, Postgres, Statement as _, TypeInfo as _};
 
 pub use plan::{Plan, PlanError, Step};
+pub use queries::Cursor;
 
 use crate::config::HardDeleteConfig;
 use crate::sql::QualifiedName;
@@ -101,12 +102,16 @@ impl From<&HardDeleteConfig> for BatchLimits {
 /// What one batch did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchResult {
-    /// Tenant rows selected (fewer than the batch size: the step is finished).
+    /// Tenant rows selected.
     pub selected: i64,
     /// Rows this batch's `DELETE` removed (cascaded rows below are not counted).
     pub deleted: i64,
-    /// Keyset position after the batch (`None` when nothing was selected).
-    pub last_key: Option<Vec<String>>,
+    /// Parent rows the batch read.
+    pub parents: i64,
+    /// Parent rows with children in this batch (the cursor's parent included).
+    pub parents_used: i64,
+    /// Where the next batch of the step starts; `None` when the step is finished.
+    pub next: Option<Cursor>,
     /// Wall time of the whole transaction, BEGIN to COMMIT.
     pub elapsed: Duration,
 }
@@ -194,7 +199,8 @@ pub async fn find_blockers(
     Ok(hits)
 }
 
-/// Runs one batch of step `step` after keyset position `after`, in its own transaction.
+/// Runs one batch of step `step` from `cursor`, in its own transaction: at most `limits.rows` child
+/// rows of at most `parents` parent rows (see [`queries::batch`]).
 ///
 /// # Errors
 /// Database errors (timeouts are retryable: the batch rolled back and can run again).
@@ -202,26 +208,50 @@ pub async fn run_batch(
     target: &PgPool,
     plan: &Plan,
     step: usize,
-    after: Option<&[String]>,
+    cursor: &Cursor,
+    parents: i64,
     tenant: &str,
     limits: &BatchLimits,
 ) -> Result<BatchResult, EngineError> {
-    let stmt = queries::batch(plan, &plan.steps[step], after.is_some());
+    let stmt = queries::batch(plan, &plan.steps[step], cursor);
+    let position: Vec<String> = match cursor {
+        Cursor::Start => Vec::new(),
+        Cursor::AfterParent(p) => p.clone(),
+        Cursor::Within(p, k) => p.iter().chain(k).cloned().collect(),
+    };
     let started = Instant::now();
     let mut tx = target.begin().await?;
     set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
-    let mut q = sqlx::query_as::<_, (i64, i64, Option<Vec<String>>)>(stmt.as_query())
-        .bind(tenant)
-        .bind(limits.rows);
-    if let Some(key) = after {
-        q = q.bind(key.to_vec());
-    }
-    let (selected, deleted, last_key) = q.fetch_one(&mut *tx).await?;
+    let (selected, deleted, seen, used, last_parent, last_row) = sqlx::query_as::<
+        _,
+        (i64, i64, i64, i64, Option<Vec<String>>, Option<Vec<String>>),
+    >(stmt.as_query())
+    .bind(tenant)
+    .bind(limits.rows)
+    .bind(position)
+    .bind(parents.max(1))
+    .fetch_one(&mut *tx)
+    .await?;
     tx.commit().await?;
+    let split = plan.steps[step]
+        .path
+        .first()
+        .map_or(0, |&fk| plan.catalog.foreign_keys[fk].to_cols.len());
+    let next = match (last_row, last_parent) {
+        _ if plan.steps[step].path.is_empty() => None,
+        (Some(mut row), _) if selected >= limits.rows => {
+            let child = row.split_off(split);
+            Some(Cursor::Within(row, child))
+        }
+        (_, Some(parent)) if seen >= parents.max(1) => Some(Cursor::AfterParent(parent)),
+        _ => None,
+    };
     Ok(BatchResult {
         selected,
         deleted,
-        last_key,
+        parents: seen,
+        parents_used: used,
+        next,
         elapsed: started.elapsed(),
     })
 }

@@ -7,8 +7,8 @@
 //! through which its tenant rows are found. A table with several cascading parents gets one step per
 //! parent, so rows reachable through any parent are deleted.
 //!
-//! Steps are ordered leaves first (a depth-first post-order over "is referenced by" edges, including
-//! RESTRICT / NO ACTION edges inside the closure), so when a step deletes a batch, the rows below it are
+//! Steps are ordered leaves first (a depth-first post-order over "is referenced by" edges between
+//! closure tables, whatever their action), so when a step deletes a batch, the rows below it are
 //! already gone and PostgreSQL's own cascade has nothing left to do but SET NULL / SET DEFAULT side
 //! effects — which it applies exactly as the cascade would, because deprov deletes with plain `DELETE`s.
 //! The last step deletes the root row itself: a real cascade over whatever is left, normally nothing.
@@ -254,8 +254,9 @@ fn post_order(
         return;
     }
     for fk in &catalog.foreign_keys {
-        let orders = fk.on_delete == OnDelete::Cascade || fk.on_delete.blocks();
-        if fk.to == table && fk.from != table && orders && closure.contains(&fk.from) {
+        // Every reference from a closure table orders: CASCADE and RESTRICT / NO ACTION must go
+        // child-first, and SET NULL / SET DEFAULT child-first means PostgreSQL has no rows to update.
+        if fk.to == table && fk.from != table && closure.contains(&fk.from) {
             post_order(catalog, closure, fk.from, visited, out);
         }
     }

@@ -49,44 +49,179 @@ fn from_path(b: &mut SqlBuilder, plan: &Plan, table: u32, path: &[usize], base: 
     b.sql(" = $1::").ty(&plan.key_type);
 }
 
-/// The batch statement of a step: select up to `$2` tenant rows after the keyset position (`$3`, only
-/// when `resume`), delete them, and return `(selected int8, deleted int8, last_key text[])`.
-pub fn batch(plan: &Plan, step: &Step, resume: bool) -> Statement {
-    let key = plan.catalog.tables[&step.table].key_columns();
-    let mut b = SqlBuilder::new();
-    b.sql("WITH batch AS (SELECT ");
-    b.join(&key, ", ", |b, i, (col, _)| {
-        b.col(STEP_BASE, col).sql(" AS k").int(i as i64);
+/// Where a step's batches resume (see [`batch`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Cursor {
+    /// Nothing deleted in this step yet.
+    Start,
+    /// Every child of parents up to and including this parent key is gone.
+    AfterParent(Vec<String>),
+    /// Children of this parent (first values) are gone up to this child key (last values).
+    Within(Vec<String>, Vec<String>),
+}
+
+/// `a, b, c` for columns of alias `alias`.
+fn cols(b: &mut SqlBuilder, alias: usize, columns: &[String]) {
+    b.join(columns, ", ", |b, _, c| {
+        b.col(alias, c);
     });
-    from_path(&mut b, plan, step.table, &step.path, STEP_BASE);
-    if resume {
+}
+
+/// `(($3::text[])[from+1]::t1, ...)`: values of the cursor array, cast to the key's types.
+fn cursor_values(b: &mut SqlBuilder, types: &[&crate::sql::SqlType], from: usize) {
+    b.sql("(");
+    b.join(types, ", ", |b, i, ty| {
+        b.sql("($3::text[])[")
+            .int((from + i + 1) as i64)
+            .sql("]::")
+            .ty(ty);
+    });
+    b.sql(")");
+}
+
+/// The child-side select of [`batch`]: ctid, tableoid and key of `T` rows referencing the parent
+/// values given by `parent` (a closure rendering the i-th parent value), in key order, at most `$2`.
+fn children(
+    b: &mut SqlBuilder,
+    plan: &Plan,
+    step: &Step,
+    fk_index: usize,
+    key_cols: &[String],
+    parent: &dyn Fn(&mut SqlBuilder, usize),
+) {
+    let fk = &plan.catalog.foreign_keys[fk_index];
+    b.sql("SELECT t0.ctid AS tid, t0.tableoid AS toid");
+    b.join(key_cols, "", |b, i, c| {
+        b.sql(", ").col(0, c).sql(" AS k").int(i as i64);
+    });
+    b.sql(" FROM ")
+        .table(plan.name(step.table))
+        .sql(" t0 WHERE ");
+    b.join(&fk.from_cols, " AND ", |b, i, c| {
+        b.col(0, c).sql(" = ");
+        parent(b, i);
+    });
+}
+
+/// The batch statement of a step, driven by the step's direct parent.
+///
+/// Tenant rows of a table are the rows referencing tenant rows of its parent (the first hop of the
+/// step's path). A batch continues the children of the cursor's parent after the cursor's child key,
+/// then takes the next `$4` parents (in the order of the referenced columns) and their children in
+/// key order, and keeps the first `$2` rows in (parent, key) order. They are deleted by `ctid`, a TID
+/// scan whatever the table's size. Every batch starts where the last one ended, so no batch re-reads
+/// the rows or dead tuples of earlier batches. Returns `(selected int8, deleted int8, parents int8,
+/// parents_used int8, last_parent text[], last_row text[])`: `parents` read, `parents_used` among them
+/// with rows in the batch, and `last_row` = parent values then child key of the last selected row.
+///
+/// The root step (empty path) has no parent: it deletes the root row by its key.
+pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
+    let Some((&first, rest)) = step.path.split_first() else {
+        let mut b = SqlBuilder::new();
+        b.sql("WITH del AS (DELETE FROM ")
+            .table(plan.name(step.table))
+            .sql(" t0 WHERE ");
+        b.col(0, &plan.key_column).sql(" = $1::").ty(&plan.key_type);
+        b.sql(" RETURNING 1) SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM del), 0::int8, 0::int8, NULL::text[], NULL::text[]");
+        return b.build();
+    };
+    let fk = &plan.catalog.foreign_keys[first];
+    let parent = &plan.catalog.tables[&fk.to];
+    let child = &plan.catalog.tables[&step.table];
+    let key = child.key_columns();
+    let key_cols: Vec<String> = key.iter().map(|(c, _)| c.clone()).collect();
+    let parent_types: Vec<&crate::sql::SqlType> =
+        fk.to_cols.iter().map(|c| &parent.columns[c]).collect();
+    let key_types: Vec<&crate::sql::SqlType> = key.iter().map(|(_, t)| t).collect();
+    let np = fk.to_cols.len();
+    let pnames: Vec<String> = (0..np).map(|i| format!("p{i}")).collect();
+    let knames: Vec<String> = (0..key.len()).map(|i| format!("k{i}")).collect();
+    let order: Vec<&String> = pnames.iter().chain(knames.iter()).collect();
+
+    let mut b = SqlBuilder::new();
+    // The next parents after the cursor's.
+    b.sql("WITH par AS MATERIALIZED (SELECT ");
+    b.join(&fk.to_cols, ", ", |b, i, c| {
+        b.col(1, c).sql(" AS p").int(i as i64);
+    });
+    from_path(&mut b, plan, fk.to, rest, 1);
+    if !matches!(cursor, Cursor::Start) {
         b.sql(" AND (");
-        b.join(&key, ", ", |b, _, (col, _)| {
-            b.col(STEP_BASE, col);
-        });
-        b.sql(") > (");
-        b.join(&key, ", ", |b, i, (_, ty)| {
-            b.sql("($3::text[])[").int(i as i64 + 1).sql("]::").ty(ty);
-        });
-        b.sql(")");
+        cols(&mut b, 1, &fk.to_cols);
+        b.sql(") > ");
+        cursor_values(&mut b, &parent_types, 0);
     }
     b.sql(" ORDER BY ");
-    b.join(&key, ", ", |b, _, (col, _)| {
-        b.col(STEP_BASE, col);
+    cols(&mut b, 1, &fk.to_cols);
+    b.sql(" LIMIT $4), batch AS (");
+    if let Cursor::Within(..) = cursor {
+        // The rest of the cursor parent's children.
+        b.sql("(SELECT ");
+        b.join(&pnames, ", ", |b, i, p| {
+            b.sql("($3::text[])[")
+                .int(i as i64 + 1)
+                .sql("]::")
+                .ty(parent_types[i])
+                .sql(" AS ")
+                .ident(p);
+        });
+        b.sql(", c.* FROM (");
+        children(&mut b, plan, step, first, &key_cols, &|b, i| {
+            b.sql("($3::text[])[")
+                .int(i as i64 + 1)
+                .sql("]::")
+                .ty(parent_types[i]);
+        });
+        b.sql(" AND (");
+        cols(&mut b, 0, &key_cols);
+        b.sql(") > ");
+        cursor_values(&mut b, &key_types, np);
+        b.sql(" ORDER BY ");
+        cols(&mut b, 0, &key_cols);
+        b.sql(" LIMIT $2) c) UNION ALL ");
+    }
+    b.sql("(SELECT ");
+    b.join(&pnames, ", ", |b, _, p| {
+        b.sql("par.").ident(p);
+    });
+    b.sql(", c.* FROM par CROSS JOIN LATERAL (");
+    children(&mut b, plan, step, first, &key_cols, &|b, i| {
+        b.sql("par.").ident(&pnames[i]);
+    });
+    b.sql(" ORDER BY ");
+    cols(&mut b, 0, &key_cols);
+    b.sql(" LIMIT $2) c) ORDER BY ");
+    b.join(&order, ", ", |b, _, c| {
+        b.ident(c);
     });
     b.sql(" LIMIT $2), del AS (DELETE FROM ")
         .table(plan.name(step.table))
-        .sql(" d USING batch WHERE ");
-    b.join(&key, " AND ", |b, i, (col, _)| {
-        b.sql("d.").ident(col).sql(" = batch.k").int(i as i64);
+        .sql(" d ");
+    if child.partitioned {
+        b.sql("USING batch WHERE d.tableoid = batch.toid AND d.ctid = batch.tid");
+    } else {
+        b.sql("WHERE d.ctid = ANY (ARRAY(SELECT tid FROM batch))");
+    }
+    b.sql(" RETURNING 1) SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM del), (SELECT count(*) FROM par), ");
+    b.sql("(SELECT count(*) FROM (SELECT DISTINCT ");
+    b.join(&pnames, ", ", |b, _, p| {
+        b.ident(p);
     });
-    b.sql(" RETURNING 1) SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM del), (SELECT ARRAY[");
-    b.join(&key, ", ", |b, i, _| {
-        b.sql("k").int(i as i64).sql("::text");
+    b.sql(" FROM batch) u), (SELECT ARRAY[");
+    b.join(&pnames, ", ", |b, _, p| {
+        b.ident(p).sql("::text");
+    });
+    b.sql("] FROM par ORDER BY ");
+    b.join(&pnames, ", ", |b, _, p| {
+        b.ident(p).sql(" DESC");
+    });
+    b.sql(" LIMIT 1), (SELECT ARRAY[");
+    b.join(&order, ", ", |b, _, c| {
+        b.ident(c).sql("::text");
     });
     b.sql("] FROM batch ORDER BY ");
-    b.join(&key, ", ", |b, i, _| {
-        b.sql("k").int(i as i64).sql(" DESC");
+    b.join(&order, ", ", |b, _, c| {
+        b.ident(c).sql(" DESC");
     });
     b.sql(" LIMIT 1)");
     b.build()

@@ -73,14 +73,16 @@ impl Progress {
 }
 
 /// Where the hard delete resumes (`deprov.jobs.checkpoint`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Checkpoint {
     /// [`crate::engine::Plan::hash`] of the plan the step numbers refer to.
     pub plan: String,
     /// The next step to run (index into the plan's steps).
     pub step: usize,
-    /// Keyset position within that step: the last deleted key, or `None` to start the step.
-    pub last_key: Option<Vec<String>>,
+    /// Keyset position within that step.
+    pub cursor: crate::engine::Cursor,
+    /// Parent rows per batch (adapted to the children's fan-out).
+    pub parents: i64,
 }
 
 impl Checkpoint {

@@ -7,7 +7,7 @@ use time::format_description::well_known::Rfc3339;
 
 use super::progress::{Checkpoint, Progress};
 use super::{Worker, backoff};
-use crate::engine::{self, BatchLimits, EngineError, Plan};
+use crate::engine::{self, BatchLimits, BatchResult, Cursor, EngineError, Plan};
 use crate::queue::Job;
 use crate::queue::jobs::{self, Outcome};
 use crate::queue::kill_switch;
@@ -214,6 +214,12 @@ impl JobRun {
     async fn hard_delete(&mut self, plan: &Plan, tenant: &str) -> Result<(), Stop> {
         let w = self.worker.clone();
         let hash = plan.hash();
+        let fresh = Checkpoint {
+            plan: hash.clone(),
+            step: 0,
+            cursor: Cursor::Start,
+            parents: 1,
+        };
         let mut cp = match Checkpoint::from_json(self.job.checkpoint.as_ref()) {
             Some(cp) if cp.plan == hash => cp,
             Some(_) => {
@@ -222,17 +228,9 @@ impl JobRun {
                     "schema changed since the last checkpoint; restarted from the first step"
                         .into(),
                 );
-                Checkpoint {
-                    plan: hash.clone(),
-                    step: 0,
-                    last_key: None,
-                }
+                fresh
             }
-            None => Checkpoint {
-                plan: hash.clone(),
-                step: 0,
-                last_key: None,
-            },
+            None => fresh,
         };
         self.progress.plan_hash = Some(hash);
         for step in &plan.steps {
@@ -246,24 +244,42 @@ impl JobRun {
                 &w.pools.target,
                 plan,
                 cp.step,
-                cp.last_key.as_deref(),
+                &cp.cursor,
+                cp.parents,
                 tenant,
                 &self.limits,
             )
             .await?;
             self.progress
                 .record_batch(&table, batch.deleted, batch.elapsed.as_secs_f64() * 1000.0);
-            if batch.selected < self.limits.rows {
-                cp.step += 1;
-                cp.last_key = None;
-                if !plan.steps[cp.step..].iter().any(|s| s.table == step.table) {
-                    self.progress.table_mut(&table).done = true;
+            cp.parents = next_parents(cp.parents, &batch, self.limits.rows);
+            match batch.next {
+                Some(cursor) => cp.cursor = cursor,
+                None => {
+                    cp.step += 1;
+                    cp.cursor = Cursor::Start;
+                    cp.parents = 1;
+                    if !plan.steps[cp.step..].iter().any(|s| s.table == step.table) {
+                        self.progress.table_mut(&table).done = true;
+                    }
                 }
-            } else {
-                cp.last_key = batch.last_key;
             }
             self.heartbeat("hard_delete", Some(&cp)).await?;
         }
         Ok(())
     }
+}
+
+/// Parents for the next batch, from the last batch's fan-out: a full batch came from
+/// `parents_used` parents, so take about that many; a batch that ran out of parents had room for
+/// `rows / selected` times as many. Always within `1..=rows`.
+fn next_parents(parents: i64, batch: &BatchResult, rows: i64) -> i64 {
+    let next = if batch.selected >= rows {
+        batch.parents_used.max(1)
+    } else if batch.parents >= parents {
+        parents.saturating_mul(rows) / batch.selected.max(1)
+    } else {
+        parents
+    };
+    next.clamp(1, rows)
 }
