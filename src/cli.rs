@@ -45,7 +45,7 @@ pub enum Command {
         settings: Settings,
     },
     /// Run the end-to-end demo on a throwaway PostgreSQL.
-    Demo,
+    Demo(crate::demo::run::DemoArgs),
 }
 
 /// Just the state database.
@@ -89,16 +89,6 @@ pub enum KillSwitchAction {
     Status,
 }
 
-/// The error of subcommands that live on another branch until the integrator wires them.
-///
-/// # Errors
-/// Always.
-pub fn not_in_this_branch(name: &str) -> anyhow::Result<()> {
-    anyhow::bail!(
-        "`deprov {name}` is not available in this build (wired in by the integration branch)"
-    )
-}
-
 /// `deprov plan`: reads the target's catalog and prints the plan, row counts and blockers. Read-only.
 async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::Result<()> {
     let config = crate::config::Config::load(&settings.config.to_string_lossy())?;
@@ -120,10 +110,16 @@ async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::
     Ok(())
 }
 
-/// Logs to stderr; `RUST_LOG` filters (default `info`), `DEPROV_LOG_FORMAT=json` for JSON lines.
-pub fn init_tracing() {
+/// Logs to stderr; `RUST_LOG` filters (default `info`; `warn` for `demo`, whose report is the
+/// output), `DEPROV_LOG_FORMAT=json` for JSON lines.
+pub fn init_tracing(cli: &Cli) {
+    let default = if matches!(cli.command, Command::Demo(_)) {
+        "warn"
+    } else {
+        "info"
+    };
     let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -224,7 +220,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             json,
             settings,
         } => plan_command(&settings, &tenant, json).await?,
-        Command::Demo => not_in_this_branch("demo")?,
+        Command::Demo(args) => {
+            let outcome = crate::demo::run::run(&args).await?;
+            anyhow::ensure!(outcome.passed(), "demo checks failed: {outcome:?}");
+            println!("\ndemo passed");
+        }
     }
     Ok(())
 }

@@ -4,6 +4,7 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    deprov::cli::init_tracing();
-    deprov::cli::run(deprov::cli::Cli::parse()).await
+    let cli = deprov::cli::Cli::parse();
+    deprov::cli::init_tracing(&cli);
+    deprov::cli::run(cli).await
 }

@@ -10,6 +10,7 @@
 
 pub mod data;
 pub mod ownership;
+pub mod run;
 pub mod verify;
 
 #[cfg(test)]
