@@ -424,6 +424,17 @@ mod tests {
     }
 
     #[test]
+    fn the_deploy_example_is_valid() {
+        let text = include_str!("../deploy/example.toml")
+            .replace("token_env = \"DEPROV_BILLING_TOKEN\"", "token = \"billing-token-0123456789\"")
+            .replace("token_env = \"DEPROV_VERCEL_TOKEN\"", "token = \"vercel-token-0123456789\"");
+        let c = Config::from_toml(&text).unwrap();
+        assert_eq!(c.root_table(), QualifiedName::new("app", "accounts"));
+        assert_eq!(c.vercel.unwrap().source, "vercel");
+        assert_eq!(c.soft_delete.statements.len(), 1);
+    }
+
+    #[test]
     fn unknown_keys_are_named() {
         let err = Config::from_toml(&format!("{MINIMAL}\n[hard_delete]\nbatch_rowz = 5\n"))
             .unwrap_err()
