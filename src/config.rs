@@ -426,8 +426,14 @@ mod tests {
     #[test]
     fn the_deploy_example_is_valid() {
         let text = include_str!("../deploy/example.toml")
-            .replace("token_env = \"DEPROV_BILLING_TOKEN\"", "token = \"billing-token-0123456789\"")
-            .replace("token_env = \"DEPROV_VERCEL_TOKEN\"", "token = \"vercel-token-0123456789\"");
+            .replace(
+                "token_env = \"DEPROV_BILLING_TOKEN\"",
+                "token = \"billing-token-0123456789\"",
+            )
+            .replace(
+                "token_env = \"DEPROV_VERCEL_TOKEN\"",
+                "token = \"vercel-token-0123456789\"",
+            );
         let c = Config::from_toml(&text).unwrap();
         assert_eq!(c.root_table(), QualifiedName::new("app", "accounts"));
         assert_eq!(c.vercel.unwrap().source, "vercel");

@@ -1,5 +1,6 @@
 //! The HTTP API's integration tests: one binary, one throwaway PostgreSQL and one server per test.
 
+mod cli_and_pools;
 mod errors;
 mod health;
 mod helpers;
