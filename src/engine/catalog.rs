@@ -116,6 +116,18 @@ pub struct ForeignKey {
     pub indexed: bool,
 }
 
+/// `(name, from oid, from columns, to oid, to columns, confdeltype, deferrable, indexed)`.
+type FkRow = (
+    String,
+    i64,
+    Vec<String>,
+    i64,
+    Vec<String>,
+    String,
+    bool,
+    bool,
+);
+
 /// Every table and foreign key of the database (system schemas excluded).
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
@@ -151,7 +163,7 @@ impl Catalog {
         )
         .fetch_all(&mut *conn)
         .await?;
-        let fks: Vec<(String, i64, Vec<String>, i64, Vec<String>, String, bool, bool)> = sqlx::query_as(
+        let fks: Vec<FkRow> = sqlx::query_as(
             "SELECT c.conname::text, c.conrelid::int8, \
                ARRAY(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY k(attnum, ord) \
                      JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum ORDER BY k.ord), \

@@ -269,8 +269,8 @@ async fn bind_tenant<'q>(
         )))
         .await?;
     let ty = match prepared.parameters() {
-        Some(Either::Left(types)) if types.len() == 1 => types[0].name().to_owned(),
-        Some(Either::Left(types)) if types.is_empty() => String::new(),
+        Some(Either::Left([])) => String::new(),
+        Some(Either::Left([only])) => only.name().to_owned(),
         Some(Either::Left(types)) => {
             return Err(EngineError::Statement(format!(
                 "takes {} parameters; only $1 (the tenant key) is given: {sql}",

@@ -133,36 +133,31 @@ impl Env {
     }
 
     pub async fn request(&self, tenant: &str) -> Uuid {
-        let req = NewRequest {
-            source: "billing".into(),
-            basis: DedupBasis::TenantId,
-            dedup_key: tenant.into(),
-            subject_kind: SubjectKind::Tenant,
-            subject: tenant.into(),
-            external_id: None,
-            reason: None,
-        };
-        intake::record_tx(
-            &self.pools.intake,
-            &req,
-            self.config.worker.max_attempts as i32,
-        )
-        .await
-        .unwrap()
-        .job_id
+        self.record(DedupBasis::TenantId, SubjectKind::Tenant, tenant)
+            .await
     }
 
     pub async fn request_installation(&self, installation: &str) -> Uuid {
+        self.record(
+            DedupBasis::InstallationId,
+            SubjectKind::VercelInstallation,
+            installation,
+        )
+        .await
+    }
+
+    async fn record(&self, basis: DedupBasis, subject_kind: SubjectKind, key: &str) -> Uuid {
         let req = NewRequest {
             source: "billing".into(),
-            basis: DedupBasis::InstallationId,
-            dedup_key: installation.into(),
-            subject_kind: SubjectKind::VercelInstallation,
-            subject: installation.into(),
+            basis,
+            dedup_key: key.into(),
+            subject_kind,
+            subject: key.into(),
             external_id: None,
             reason: None,
         };
-        intake::record_tx(&self.pools.intake, &req, 5)
+        let attempts = self.config.worker.max_attempts as i32;
+        intake::record_tx(&self.pools.intake, &req, attempts)
             .await
             .unwrap()
             .job_id
