@@ -7,16 +7,16 @@
 //!   `queued` with its checkpoint; another worker completes it with the same result.
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use deprov::demo::{DatabaseDigest, DemoSize, DemoTenants};
-use deprov::queue::{Job, JobState, jobs};
+use deprov::queue::{JobState, jobs};
 use deprov::worker::{Checkpoint, Progress, StepOutcome};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use uuid::Uuid;
 
-use crate::demo_env::{DemoDb, DemoServer, demo_config, differing};
+use crate::demo_env::{DemoDb, DemoServer, WorkerProcess, demo_config, differing};
 
 /// Rows per batch: the large demo tenant (5,000 rows) takes a few hundred batches.
 const BATCH_ROWS: u32 = 20;
@@ -84,63 +84,6 @@ impl Scenario {
     }
 }
 
-/// A child `deprov worker`; killed (SIGKILL) if still running when dropped.
-struct WorkerProcess {
-    child: Child,
-    log: tempfile::NamedTempFile,
-}
-
-impl WorkerProcess {
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.log.path()).unwrap_or_default()
-    }
-
-    /// Polls the job until `pred` holds (at most 30 s); fails at once if the process exited.
-    async fn wait_for(&mut self, db: &DemoDb, id: Uuid, pred: impl Fn(&Job) -> bool) -> Job {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let job = db.job(id).await;
-            if pred(&job) {
-                return job;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("worker exited ({status}) early: {job:?}\n{}", self.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out: {job:?}\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-
-    /// Waits (at most `limit`) for the process to exit by itself.
-    async fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "worker still running {limit:?} after SIGTERM\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// Runs the in-process worker `name` until it has completed `job_id`, polling while it finds nothing
 /// to claim (at most 5 s). Returns how long it was idle before the step that claimed the job.
 async fn take_over(db: &DemoDb, job_id: Uuid, name: &str) -> Duration {
@@ -194,7 +137,13 @@ async fn kill_and_resume(s: &Scenario, name: &str, k: i64, baseline: &Progress) 
     let at_kill = Progress::from_json(&killed.progress);
     assert!(at_kill.batches >= k, "{at_kill:?}");
 
+    let remaining = killed.lease_expires_at.expect("a lease") - time::OffsetDateTime::now_utc();
     let idle = take_over(&db, job_id, "resumer").await;
+    // Nobody took the job while the dead worker's lease was still valid.
+    assert!(
+        idle.as_secs_f64() >= remaining.as_seconds_f64() - 0.1,
+        "claimed after {idle:?}, lease had {remaining} left"
+    );
     let done = db.job(job_id).await;
     assert_eq!(done.state(), JobState::Completed, "{done:?}");
     assert_eq!(done.attempts, 2, "the dead worker's claim and the takeover");
@@ -214,7 +163,9 @@ async fn kill_and_resume(s: &Scenario, name: &str, k: i64, baseline: &Progress) 
     );
     s.assert_equals_cascade(&db, &format!("K={k}")).await;
     // Resumed, not restarted: the soft delete was not redone, the figures carry on from the kill,
-    // and the work after the kill is about what was left (a restart re-walks the finished steps).
+    // and the work after the kill is what was left: a restart re-walks the finished steps (a few
+    // batches more than the uninterrupted run); a resume takes the same number of batches, or one
+    // fewer when the batch in flight at the kill committed without its checkpoint.
     assert_eq!(fin.soft_deleted_at, at_kill.soft_deleted_at);
     assert_eq!(fin.note, None, "{fin:?}");
     assert!(fin.rows_deleted >= at_kill.rows_deleted && fin.batches > k);
@@ -225,7 +176,7 @@ async fn kill_and_resume(s: &Scenario, name: &str, k: i64, baseline: &Progress) 
         "{fin:?} vs {baseline:?}"
     );
     assert!(
-        fin.batches <= baseline.batches + 3,
+        fin.batches <= baseline.batches + 1,
         "{fin:?} vs {baseline:?}"
     );
     fin.batches

@@ -1,8 +1,10 @@
 //! Helpers for the tests on the demo schema: a throwaway server, databases cloned from a loaded
-//! demo, deprov's configuration for it, and the pools/workers/requests of one database.
+//! demo, deprov's configuration for it, the pools/workers/requests of one database, and a child
+//! `deprov worker` process.
 
+use std::process::Child;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deprov::config::Config;
 use deprov::db::Pools;
@@ -197,4 +199,61 @@ pub fn differing(a: &DatabaseDigest, b: &DatabaseDigest) -> Vec<String> {
         .iter()
         .map(ToString::to_string)
         .collect()
+}
+
+/// A child `deprov worker`; killed (SIGKILL) if still running when dropped.
+pub struct WorkerProcess {
+    pub child: Child,
+    pub log: tempfile::NamedTempFile,
+}
+
+impl WorkerProcess {
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
+    /// Polls the job until `pred` holds (at most 30 s); fails at once if the process exited.
+    pub async fn wait_for(&mut self, db: &DemoDb, id: Uuid, pred: impl Fn(&Job) -> bool) -> Job {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let job = db.job(id).await;
+            if pred(&job) {
+                return job;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("worker exited ({status}) early: {job:?}\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out: {job:?}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Waits (at most `limit`) for the process to exit by itself.
+    pub async fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker still running {limit:?} after SIGTERM\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
