@@ -1,0 +1,259 @@
+//! Helpers for the tests on the demo schema: a throwaway server, databases cloned from a loaded
+//! demo, deprov's configuration for it, the pools/workers/requests of one database, and a child
+//! `deprov worker` process.
+
+use std::process::Child;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use deprov::config::Config;
+use deprov::db::Pools;
+use deprov::demo::{self, DatabaseDigest, DemoSize, DemoTenants};
+use deprov::ids::DedupBasis;
+use deprov::queue::intake::{self, NewRequest, SubjectKind};
+use deprov::queue::{Job, jobs};
+use deprov::sql::QualifiedName;
+use deprov::throwaway::{Throwaway, ThrowawayOptions};
+use deprov::worker::Worker;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use uuid::Uuid;
+
+/// deprov's configuration for the demo schema: the demo's soft delete, `batch_rows` rows per batch,
+/// a 1 s lease with a 900 ms statement timeout (a batch always ends before its lease).
+pub fn demo_config(batch_rows: u32) -> String {
+    format!(
+        r#"
+[sources.billing]
+token = "billing-token-0123456789"
+[tenant]
+root_table = "app.accounts"
+key_column = "id"
+[soft_delete]
+statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL"]
+[hard_delete]
+batch_rows = {batch_rows}
+lock_timeout = "100ms"
+statement_timeout = "900ms"
+[worker]
+lease = "1s"
+poll_interval = "20ms"
+backoff_base = "1ms"
+backoff_max = "2ms"
+max_attempts = 5
+[vercel]
+source = "billing"
+tenant_lookup = "SELECT id FROM app.accounts WHERE vercel_installation_id = $1"
+"#
+    )
+}
+
+/// The demo's root table.
+pub fn accounts() -> QualifiedName {
+    QualifiedName::new("app", "accounts")
+}
+
+/// A throwaway server (unsafe_fast) and an admin pool on its `postgres` database.
+pub struct DemoServer {
+    pub server: Throwaway,
+    pub admin: PgPool,
+}
+
+impl DemoServer {
+    pub async fn start() -> Self {
+        let server = Throwaway::start(&ThrowawayOptions {
+            unsafe_fast: true,
+            ..Default::default()
+        })
+        .unwrap();
+        let admin = crate::harness::admin(&server).await;
+        Self { server, admin }
+    }
+
+    /// A pool on database `db`.
+    pub async fn pool(&self, db: &str) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&self.server.url(db))
+            .await
+            .unwrap()
+    }
+
+    /// Creates database `db` and loads the demo into it; the pool is closed afterwards so the
+    /// database can serve as a template.
+    pub async fn load(&self, db: &str, size: &DemoSize) -> DemoTenants {
+        let mut b = deprov::sql::SqlBuilder::new();
+        b.sql("CREATE DATABASE ").ident(db);
+        sqlx::query(b.build().as_query())
+            .execute(&self.admin)
+            .await
+            .unwrap();
+        let pool = self.pool(db).await;
+        let tenants = demo::load(&pool, size).await.unwrap();
+        pool.close().await;
+        tenants
+    }
+
+    /// `to`, a copy of `from` (connections to `from` are terminated).
+    pub async fn clone_db(&self, from: &str, to: &str) {
+        demo::clone_database(&self.admin, from, to).await.unwrap();
+    }
+
+    /// Clones `from` into `to` and runs the naive cascade of `tenant` there; returns the digest of
+    /// schema `app` afterwards and the rows the cascade removed.
+    pub async fn cascade(&self, from: &str, to: &str, tenant: i64) -> (DatabaseDigest, i64) {
+        self.clone_db(from, to).await;
+        let pool = self.pool(to).await;
+        let outcome = demo::cascade_delete(&pool, &accounts(), "id", tenant)
+            .await
+            .unwrap();
+        assert_eq!(outcome.root_rows, 1, "tenant {tenant} not found");
+        let digest = demo::database_digest(&pool, "app").await.unwrap();
+        pool.close().await;
+        (digest, outcome.total_deleted())
+    }
+}
+
+/// One database deprov works on (state and target together), with its pools.
+pub struct DemoDb {
+    pub db: PgPool,
+    pub config: Arc<Config>,
+    pub pools: Pools,
+}
+
+impl DemoDb {
+    /// Migrates database `name` of `server` and builds deprov's pools on it.
+    pub async fn open(server: &DemoServer, name: &str, config_text: &str) -> Self {
+        let db = server.pool(name).await;
+        deprov::db::migrate(&db).await.unwrap();
+        let config = Arc::new(Config::from_toml(config_text).unwrap());
+        let url = server.server.url(name);
+        let pools = Pools::new(&url, &url, &config.pools).unwrap();
+        Self { db, config, pools }
+    }
+
+    pub fn worker(&self, name: &str) -> Worker {
+        Worker::new(self.pools.clone(), self.config.clone(), name.into())
+    }
+
+    /// Records a deletion request for `tenant` (as intake does); returns its job.
+    pub async fn request(&self, tenant: i64) -> Uuid {
+        let req = NewRequest {
+            source: "billing".into(),
+            basis: DedupBasis::TenantId,
+            dedup_key: tenant.to_string(),
+            subject_kind: SubjectKind::Tenant,
+            subject: tenant.to_string(),
+            external_id: None,
+            reason: None,
+        };
+        let max = self.config.worker.max_attempts as i32;
+        intake::record_tx(&self.pools.intake, &req, max)
+            .await
+            .unwrap()
+            .job_id
+    }
+
+    pub async fn job(&self, id: Uuid) -> Job {
+        jobs::get(&self.db, id).await.unwrap().unwrap()
+    }
+
+    pub async fn digest(&self) -> DatabaseDigest {
+        demo::database_digest(&self.db, "app").await.unwrap()
+    }
+
+    pub async fn others(&self, tenant: i64) -> DatabaseDigest {
+        demo::other_tenants_digest(&self.db, "app", &accounts(), "id", tenant)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until no connection of a deprov worker (queue or target pool) is left on the server:
+    /// after a SIGKILL, the killed process's backends finish whatever they were running first.
+    pub async fn wait_no_worker_backends(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() \
+                   AND application_name IN ('deprov-worker', 'deprov-target')",
+            )
+            .fetch_one(&self.db)
+            .await
+            .unwrap();
+            if n == 0 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{n} worker backends still connected 10 s after the kill"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// The tables whose digests differ, for assertion messages.
+pub fn differing(a: &DatabaseDigest, b: &DatabaseDigest) -> Vec<String> {
+    demo::differing_tables(a, b)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// A child `deprov worker`; killed (SIGKILL) if still running when dropped.
+pub struct WorkerProcess {
+    pub child: Child,
+    pub log: tempfile::NamedTempFile,
+}
+
+impl WorkerProcess {
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
+    /// Polls the job until `pred` holds (at most 30 s); fails at once if the process exited.
+    pub async fn wait_for(&mut self, db: &DemoDb, id: Uuid, pred: impl Fn(&Job) -> bool) -> Job {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let job = db.job(id).await;
+            if pred(&job) {
+                return job;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("worker exited ({status}) early: {job:?}\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out: {job:?}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Waits (at most `limit`) for the process to exit by itself.
+    pub async fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker still running {limit:?} after SIGTERM\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
