@@ -176,8 +176,9 @@ impl IntoResponse for ApiError {
 }
 
 /// Whether a database error means "the state database is unavailable" (answered 503 + Retry-After)
-/// rather than a bug (500): pool acquire timeout, I/O or TLS failure, or a connection-class,
-/// shutdown-class or resource-class SQLSTATE (08, 57P, 53).
+/// rather than a bug (500): pool acquire timeout, I/O or TLS failure, a connection-class,
+/// shutdown-class or resource-class SQLSTATE (08, 57P, 53), or intake's own server-side bounds firing
+/// (55P03 lock_timeout, 57014 statement_timeout): the sender should retry later.
 pub fn is_unavailable(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::PoolTimedOut
@@ -185,9 +186,13 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
         | sqlx::Error::Io(_)
         | sqlx::Error::Tls(_) => true,
         sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|c| c.starts_with("08") || c.starts_with("57P") || c.starts_with("53")),
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| {
+            c.starts_with("08")
+                || c.starts_with("57P")
+                || c.starts_with("53")
+                || c == "55P03"
+                || c == "57014"
+        }),
         _ => false,
     }
 }

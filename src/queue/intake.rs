@@ -215,7 +215,8 @@ pub async fn record(
     })
 }
 
-/// Runs [`record`] in its own transaction on `pool`, retrying [`IntakeError::Race`] up to 5 times.
+/// Runs [`record`] in its own transaction on `pool` (with `synchronous_commit = on`,
+/// `lock_timeout = 1s`, `statement_timeout = 5s`), retrying [`IntakeError::Race`] up to 5 times.
 ///
 /// # Errors
 /// [`IntakeError`] other than a race that kept recurring.
@@ -227,6 +228,14 @@ pub async fn record_tx(
     let mut last = IntakeError::Race;
     for _ in 0..5 {
         let mut tx = pool.begin().await?;
+        // The answer promises the request is stored: commit durably whatever the server's default, and
+        // never wait long on a lock (the caller answers 503 and the sender retries).
+        sqlx::query(
+            "SELECT set_config('synchronous_commit', 'on', true), set_config('lock_timeout', '1s', true), \
+             set_config('statement_timeout', '5s', true)",
+        )
+        .execute(&mut *tx)
+        .await?;
         match record(&mut tx, req, max_attempts).await {
             Ok(accepted) => {
                 tx.commit().await?;

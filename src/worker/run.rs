@@ -142,6 +142,15 @@ impl JobRun {
             )));
         }
 
+        // The checks above may have taken a while: renew the lease (or learn it was lost) before
+        // the first destructive statement.
+        let step = self.job.step.clone();
+        self.heartbeat(
+            &step,
+            Checkpoint::from_json(self.job.checkpoint.as_ref()).as_ref(),
+        )
+        .await?;
+
         if self.job.step == "soft_delete" || self.job.step == "resolve" {
             self.may_destroy().await?;
             let rows = engine::soft_delete(

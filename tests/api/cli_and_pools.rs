@@ -110,3 +110,39 @@ async fn every_connection_names_its_pool_and_intake_uses_only_its_own() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn intake_blocked_by_a_lock_fails_fast_with_503_and_stores_nothing() {
+    let app = spawn_app().await;
+    // Another transaction is creating tenant 9's job and has not committed: intake's insert must wait
+    // for it — but only for its lock_timeout (1 s), then answer 503 + Retry-After instead of queueing.
+    let mut blocker = app.db.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO deprov.jobs (id, subject_kind, subject, tenant_id, state, max_attempts) \
+         VALUES (gen_random_uuid(), 'tenant', '9', '9', 'queued', 1)",
+    )
+    .execute(&mut *blocker)
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    let response = app.post_deletion(&deletion("9")).await;
+    let waited = started.elapsed();
+    assert!(
+        response.headers().contains_key("retry-after"),
+        "{:?}",
+        response.headers()
+    );
+    crate::helpers::assert_problem(response, reqwest::StatusCode::SERVICE_UNAVAILABLE).await;
+    assert!(
+        waited < std::time::Duration::from_secs(4),
+        "intake waited {waited:?}"
+    );
+    blocker.rollback().await.unwrap();
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM deprov.deletion_requests")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(stored, 0);
+    // Once the lock is gone the same request goes through.
+    accepted(app.post_deletion(&deletion("9")).await).await;
+}
