@@ -108,8 +108,14 @@ pub struct HardDeleteConfig {
     /// Time between the soft delete and the start of the hard delete (default `0s`).
     #[serde(with = "humantime_serde")]
     pub grace_period: Duration,
-    /// Rows per batch (one short transaction each), 1..=100000 (default 1000).
+    /// Rows of the first batch of a job, 1..=100000 (default 1000); later batches are sized by time.
     pub batch_rows: u32,
+    /// Upper bound on rows per batch, at least `batch_rows` (default 100000).
+    pub max_batch_rows: u32,
+    /// The longest a batch transaction should take (default 100ms): the size controller aims each
+    /// batch at half of it. Must be below `statement_timeout`.
+    #[serde(with = "humantime_serde")]
+    pub max_batch_duration: Duration,
     /// `SET LOCAL lock_timeout` of every batch (default 50ms); must be below `statement_timeout`.
     #[serde(with = "humantime_serde")]
     pub lock_timeout: Duration,
@@ -123,6 +129,8 @@ impl Default for HardDeleteConfig {
         Self {
             grace_period: Duration::ZERO,
             batch_rows: 1000,
+            max_batch_rows: 100_000,
+            max_batch_duration: Duration::from_millis(100),
             lock_timeout: Duration::from_millis(50),
             statement_timeout: Duration::from_secs(5),
         }
@@ -300,6 +308,20 @@ impl Config {
             return Err(invalid(
                 "hard_delete.batch_rows",
                 "must be between 1 and 100000",
+            ));
+        }
+        if hd.max_batch_rows < hd.batch_rows || hd.max_batch_rows > 1_000_000 {
+            return Err(invalid(
+                "hard_delete.max_batch_rows",
+                "must be between hard_delete.batch_rows and 1000000",
+            ));
+        }
+        if hd.max_batch_duration < Duration::from_millis(1)
+            || hd.max_batch_duration >= hd.statement_timeout
+        {
+            return Err(invalid(
+                "hard_delete.max_batch_duration",
+                "must be at least 1ms and below hard_delete.statement_timeout",
             ));
         }
         if hd.statement_timeout.is_zero() || hd.statement_timeout > Duration::from_secs(600) {

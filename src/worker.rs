@@ -10,6 +10,7 @@
 
 mod progress;
 mod run;
+pub mod sizing;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Rows deleted from one table so far.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct TableProgress {
     /// Quoted, qualified table name.
     pub table: String,
@@ -12,6 +12,9 @@ pub struct TableProgress {
     pub rows_deleted: i64,
     /// Whether all of the table's steps are finished.
     pub done: bool,
+    /// Longest batch transaction on this table, in milliseconds.
+    #[serde(default)]
+    pub longest_batch_ms: f64,
 }
 
 /// Operator-facing progress (`deprov.jobs.progress`).
@@ -26,8 +29,10 @@ pub struct Progress {
     pub tables: Vec<TableProgress>,
     /// Batches committed.
     pub batches: i64,
-    /// Longest batch transaction, BEGIN to COMMIT, in milliseconds.
+    /// Longest batch transaction, BEGIN to COMMIT, in milliseconds (committed batches).
     pub longest_batch_ms: f64,
+    /// Batches that hit `statement_timeout`, rolled back and were retried smaller.
+    pub timeouts: i64,
     /// Rows the soft-delete statements affected.
     pub soft_deleted_rows: Option<u64>,
     /// When the soft delete committed (RFC 3339).
@@ -55,7 +60,9 @@ impl Progress {
         self.batches += 1;
         self.longest_batch_ms = self.longest_batch_ms.max(elapsed_ms);
         self.current_table = Some(table.to_owned());
-        self.table_mut(table).rows_deleted += deleted;
+        let t = self.table_mut(table);
+        t.rows_deleted += deleted;
+        t.longest_batch_ms = t.longest_batch_ms.max(elapsed_ms);
     }
 
     /// The entry of `table`, created (in order of first appearance) when missing.
@@ -65,8 +72,7 @@ impl Progress {
         }
         self.tables.push(TableProgress {
             table: table.to_owned(),
-            rows_deleted: 0,
-            done: false,
+            ..TableProgress::default()
         });
         self.tables.last_mut().expect("just pushed")
     }
@@ -83,6 +89,8 @@ pub struct Checkpoint {
     pub cursor: crate::engine::Cursor,
     /// Parent rows per batch (adapted to the children's fan-out).
     pub parents: i64,
+    /// Rows per batch (adapted to the measured batch time).
+    pub rows: i64,
 }
 
 impl Checkpoint {

@@ -6,8 +6,12 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::progress::{Checkpoint, Progress};
+use super::sizing::{self, Sizing};
 use super::{Worker, backoff};
-use crate::engine::{self, BatchLimits, BatchResult, Cursor, EngineError, Plan};
+use crate::engine::{self, BatchLimits, Cursor, EngineError, Plan};
+
+/// Statement timeouts in a row a run absorbs by shrinking before it hands the job back for a retry.
+const MAX_LOCAL_TIMEOUTS: u32 = 4;
 use crate::queue::Job;
 use crate::queue::jobs::{self, Outcome};
 use crate::queue::kill_switch;
@@ -38,6 +42,7 @@ pub(super) struct JobRun {
     worker: Worker,
     job: Job,
     limits: BatchLimits,
+    sizing: Sizing,
     progress: Progress,
 }
 
@@ -45,10 +50,13 @@ impl JobRun {
     pub(super) fn new(worker: Worker, job: Job) -> Self {
         let limits = BatchLimits::from(&worker.config.hard_delete);
         let progress = Progress::from_json(&job.progress);
+        let hd = &worker.config.hard_delete;
+        let sizing = Sizing::new(hd.max_batch_duration, hd.max_batch_rows);
         Self {
             worker,
             job,
             limits,
+            sizing,
             progress,
         }
     }
@@ -228,6 +236,7 @@ impl JobRun {
             step: 0,
             cursor: Cursor::Start,
             parents: 1,
+            rows: self.limits.rows,
         };
         let mut cp = match Checkpoint::from_json(self.job.checkpoint.as_ref()) {
             Some(cp) if cp.plan == hash => cp,
@@ -245,23 +254,49 @@ impl JobRun {
         for step in &plan.steps {
             self.progress.table_mut(&plan.name(step.table).to_string());
         }
+        let mut timeouts = 0;
         while cp.step < plan.steps.len() {
             self.may_destroy().await?;
             let step = &plan.steps[cp.step];
             let table = plan.name(step.table).to_string();
-            let batch = engine::run_batch(
+            let limits = BatchLimits {
+                rows: cp.rows,
+                ..self.limits
+            };
+            let batch = match engine::run_batch(
                 &w.pools.target,
                 plan,
                 cp.step,
                 &cp.cursor,
                 cp.parents,
                 tenant,
-                &self.limits,
+                &limits,
             )
-            .await?;
+            .await
+            {
+                Ok(batch) => batch,
+                Err(e)
+                    if e.sqlstate().as_deref() == Some("57014")
+                        && cp.rows > 1
+                        && timeouts < MAX_LOCAL_TIMEOUTS =>
+                {
+                    // The batch hit statement_timeout and rolled back: retry at once, smaller.
+                    timeouts += 1;
+                    self.progress.timeouts += 1;
+                    cp.rows = self.sizing.after_timeout(cp.rows);
+                    cp.parents = cp.parents.min(cp.rows);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            timeouts = 0;
             self.progress
                 .record_batch(&table, batch.deleted, batch.elapsed.as_secs_f64() * 1000.0);
-            cp.parents = next_parents(cp.parents, &batch, self.limits.rows);
+            let rows = self
+                .sizing
+                .next_rows(cp.rows, batch.selected, batch.elapsed);
+            cp.parents = sizing::next_parents(cp.parents, cp.rows, &batch, rows);
+            cp.rows = rows;
             match batch.next {
                 Some(cursor) => cp.cursor = cursor,
                 None => {
@@ -277,18 +312,4 @@ impl JobRun {
         }
         Ok(())
     }
-}
-
-/// Parents for the next batch, from the last batch's fan-out: a full batch came from
-/// `parents_used` parents, so take about that many; a batch that ran out of parents had room for
-/// `rows / selected` times as many. Always within `1..=rows`.
-fn next_parents(parents: i64, batch: &BatchResult, rows: i64) -> i64 {
-    let next = if batch.selected >= rows {
-        batch.parents_used.max(1)
-    } else if batch.parents >= parents {
-        parents.saturating_mul(rows) / batch.selected.max(1)
-    } else {
-        parents
-    };
-    next.clamp(1, rows)
 }

@@ -33,6 +33,8 @@ key_column = "id"
 statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL"]
 [hard_delete]
 batch_rows = {batch_rows}
+max_batch_rows = {batch_rows}
+max_batch_duration = "800ms"
 lock_timeout = "100ms"
 statement_timeout = "900ms"
 [worker]

@@ -38,6 +38,9 @@ key_column = "id"
 statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL"]
 [hard_delete]
 batch_rows = 7
+# Fixed-size batches (no growth; shrinking only past 400 ms): tests count batches.
+max_batch_rows = 7
+max_batch_duration = "800ms"
 lock_timeout = "100ms"
 statement_timeout = "900ms"
 [worker]
@@ -63,6 +66,11 @@ pub async fn admin(server: &Throwaway) -> PgPool {
 
 /// Starts a server with database `target` holding the fixture and deprov's schema.
 pub async fn env(extra_config: &str) -> Env {
+    env_with_config(&config_text(extra_config)).await
+}
+
+/// [`env`] with a whole configuration text.
+pub async fn env_with_config(config: &str) -> Env {
     let server = Throwaway::start(&ThrowawayOptions {
         unsafe_fast: true,
         ..Default::default()
@@ -91,7 +99,7 @@ pub async fn env(extra_config: &str) -> Env {
         .await
         .unwrap();
     deprov::db::migrate(&db).await.unwrap();
-    let config = Arc::new(Config::from_toml(&config_text(extra_config)).unwrap());
+    let config = Arc::new(Config::from_toml(config).unwrap());
     let url = server.url("target");
     let pools = Pools::new(&url, &url, &config.pools).unwrap();
     Env {

@@ -2,7 +2,7 @@ use deprov::queue::JobState;
 use deprov::queue::kill_switch;
 use deprov::worker::{Checkpoint, Progress, StepOutcome};
 
-use crate::harness::{digest, env, wait_for_job};
+use crate::harness::{config_text, digest, env, env_with_config, wait_for_job};
 
 #[tokio::test]
 async fn hard_delete_equals_the_cascade_and_spares_other_tenants() {
@@ -217,4 +217,50 @@ async fn lock_timeouts_are_retried_with_backoff_and_exhausted_attempts_fail() {
     assert_eq!(job.state(), JobState::Failed);
     assert!(job.last_error.unwrap().contains("attempts exhausted"));
     blocker.rollback().await.unwrap();
+}
+
+#[tokio::test]
+async fn batches_grow_with_time_to_spare_and_shrink_at_once_on_a_statement_timeout() {
+    // Grow: from 7 rows, up to 1000, aiming at half of 100 ms.
+    let config = config_text("")
+        .replace("max_batch_rows = 7", "max_batch_rows = 1000")
+        .replace("\"800ms\"", "\"100ms\"");
+    let env = env_with_config(&config).await;
+    let job_id = env.request("1").await;
+    env.drain(&env.worker("w1")).await;
+    let grown = Progress::from_json(&env.job(job_id).await.progress);
+    assert_eq!(env.job(job_id).await.state(), JobState::Completed);
+    assert!(
+        grown.batches * 7 < grown.rows_deleted / 2,
+        "batches did not grow: {grown:?}"
+    );
+
+    // Shrink: 60 ms per deleted event of one deployment of tenant 3, so a batch of 7 of them
+    // (420 ms) exceeds statement_timeout (200 ms) while one (60 ms) does not.
+    let config = config_text("")
+        .replace("\"900ms\"", "\"200ms\"")
+        .replace("\"800ms\"", "\"100ms\"");
+    let env = env_with_config(&config).await;
+    let expected = env.cascade_copy(3).await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION app.slow() RETURNS trigger LANGUAGE plpgsql AS \
+           'BEGIN IF OLD.deployment_id = (SELECT min(id) FROM app.deployments WHERE env_id / 1000 = 3) \
+                  THEN PERFORM pg_sleep(0.06); END IF; RETURN OLD; END'; \
+         CREATE TRIGGER slow BEFORE DELETE ON app.events FOR EACH ROW EXECUTE FUNCTION app.slow();",
+    )
+    .execute(&env.db)
+    .await
+    .unwrap();
+    let job_id = env.request("3").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(job_id).await;
+    let progress = Progress::from_json(&job.progress);
+    assert_eq!(job.state(), JobState::Completed, "{:?}", job.last_error);
+    assert_eq!(
+        job.attempts, 1,
+        "the timeout was absorbed by shrinking, not by a retry"
+    );
+    assert!(progress.timeouts >= 1, "{progress:?}");
+    assert!(progress.longest_batch_ms < 200.0, "{progress:?}");
+    assert_eq!(digest(&env.db).await, digest(&expected).await);
 }

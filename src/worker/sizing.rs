@@ -1,0 +1,112 @@
+//! Batch sizing: rows per batch chosen by measured time, parents per batch by measured fan-out.
+//!
+//! The controller aims each batch transaction at half of `[hard_delete] max_batch_duration`, so that
+//! normal variation stays below the maximum: after every batch the next size is
+//! `rows · (target / elapsed)`, changed by at most ×2 up or ÷4 down per batch, within
+//! `1..=max_batch_rows`. A statement timeout (57014) shrinks the size ÷4 at once.
+
+use std::time::Duration;
+
+use crate::engine::BatchResult;
+
+/// Largest growth factor per batch.
+const MAX_GROWTH: f64 = 2.0;
+/// Largest shrink factor per batch.
+const MAX_SHRINK: f64 = 0.25;
+
+/// The adaptive controller's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizing {
+    /// Aim: half the configured maximum transaction duration.
+    pub target: Duration,
+    /// Upper bound on rows per batch.
+    pub max_rows: i64,
+}
+
+impl Sizing {
+    /// From `[hard_delete] max_batch_duration` and `max_batch_rows`.
+    pub fn new(max_batch_duration: Duration, max_rows: u32) -> Self {
+        Self {
+            target: max_batch_duration / 2,
+            max_rows: i64::from(max_rows).max(1),
+        }
+    }
+
+    /// Rows for the next batch after a batch of `rows` rows (of which `selected` were found) took
+    /// `elapsed`. A batch that found fewer rows than asked says little about cost per row; its size is
+    /// kept unless it was already too slow.
+    pub fn next_rows(&self, rows: i64, selected: i64, elapsed: Duration) -> i64 {
+        let secs = elapsed.as_secs_f64().max(1e-4);
+        let factor = (self.target.as_secs_f64() / secs).clamp(MAX_SHRINK, MAX_GROWTH);
+        if selected < rows && factor > 1.0 {
+            return rows.clamp(1, self.max_rows);
+        }
+        ((rows as f64 * factor).round() as i64).clamp(1, self.max_rows)
+    }
+
+    /// Rows after a statement timeout: a quarter.
+    pub fn after_timeout(&self, rows: i64) -> i64 {
+        (rows / 4).clamp(1, self.max_rows)
+    }
+}
+
+/// Parents for the next batch of `next_rows` rows, from the last batch's fan-out: a full batch came
+/// from `parents_used` parents; a batch that ran out of parents held `selected` rows from `parents`.
+/// Always within `1..=next_rows`.
+pub fn next_parents(parents: i64, rows: i64, batch: &BatchResult, next_rows: i64) -> i64 {
+    let scale = |p: i64, per: i64| (p as f64 * next_rows as f64 / per.max(1) as f64).ceil() as i64;
+    let next = if batch.selected >= rows {
+        scale(batch.parents_used.max(1), rows)
+    } else if batch.parents >= parents {
+        scale(parents, batch.selected)
+    } else {
+        parents
+    };
+    next.clamp(1, next_rows.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(selected: i64, parents: i64, parents_used: i64) -> BatchResult {
+        BatchResult {
+            selected,
+            deleted: selected,
+            parents,
+            parents_used,
+            next: None,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn grows_at_most_double_and_shrinks_toward_the_target() {
+        let s = Sizing::new(Duration::from_millis(100), 50_000);
+        assert_eq!(s.next_rows(1000, 1000, Duration::from_millis(5)), 2000);
+        assert_eq!(s.next_rows(1000, 1000, Duration::from_millis(100)), 500);
+        assert_eq!(s.next_rows(1000, 1000, Duration::from_secs(2)), 250);
+        assert_eq!(
+            s.next_rows(40_000, 40_000, Duration::from_millis(1)),
+            50_000
+        );
+        assert_eq!(
+            s.next_rows(1000, 10, Duration::from_millis(1)),
+            1000,
+            "a short batch is no evidence"
+        );
+        assert_eq!(s.after_timeout(1000), 250);
+        assert_eq!(s.after_timeout(2), 1);
+    }
+
+    #[test]
+    fn parents_follow_the_fan_out() {
+        // 1000 rows came from 10 parents (100 children each): 2000 rows need 20.
+        assert_eq!(next_parents(50, 1000, &batch(1000, 50, 10), 2000), 20);
+        // 8 parents gave only 400 rows: 1000 rows need 20.
+        assert_eq!(next_parents(8, 1000, &batch(400, 8, 8), 1000), 20);
+        // The parents ran out before the limit: keep it.
+        assert_eq!(next_parents(8, 1000, &batch(400, 3, 3), 1000), 8);
+        assert_eq!(next_parents(1, 1000, &batch(0, 1, 0), 1000), 1000);
+    }
+}
