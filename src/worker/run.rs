@@ -303,6 +303,9 @@ impl JobRun {
                     cp.step += 1;
                     cp.cursor = Cursor::Start;
                     cp.parents = 1;
+                    // Cost per row differs per table (a parent's delete checks every child table):
+                    // each step starts small again and grows by measurement.
+                    cp.rows = self.limits.rows;
                     if !plan.steps[cp.step..].iter().any(|s| s.table == step.table) {
                         self.progress.table_mut(&table).done = true;
                     }
