@@ -1,6 +1,5 @@
 //! The HTTP API's integration tests: one binary, one throwaway PostgreSQL and one server per test.
 
-mod cli_and_pools;
 mod errors;
 mod health;
 mod helpers;
@@ -8,5 +7,6 @@ mod intake;
 mod kill_switch;
 mod openapi;
 mod operator;
+mod pools;
 mod requests;
 mod vercel;

@@ -1,68 +1,6 @@
-//! The `deprov` binary's operator commands, and the isolation of deprov's connections.
-
-use std::process::Command;
+//! The isolation of deprov's connections: named, bounded pools; intake fails fast on a lock.
 
 use crate::helpers::{TestOptions, accepted, deletion, spawn_app, spawn_app_with};
-
-fn deprov(args: &[&str], database_url: &str) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_deprov"))
-        .args(args)
-        .env("DEPROV_DATABASE_URL", database_url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("the deprov binary runs");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-#[tokio::test]
-async fn kill_switch_cli_engages_holds_jobs_and_releases_them() {
-    let app = spawn_app().await;
-    let job = accepted(app.post_deletion(&deletion("7")).await).await;
-    let job_id: uuid::Uuid = job["job_id"].as_str().unwrap().parse().unwrap();
-
-    let (ok, out) = deprov(
-        &["kill-switch", "on", "--reason", "incident 42"],
-        &app.db_url,
-    );
-    assert!(ok, "{out}");
-    let (engaged, reason, version): (bool, Option<String>, i64) =
-        sqlx::query_as("SELECT engaged, reason, version FROM deprov.kill_switch")
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
-    assert_eq!(
-        (engaged, reason.as_deref(), version),
-        (true, Some("incident 42"), 1)
-    );
-    let state: String = sqlx::query_scalar("SELECT state FROM deprov.jobs WHERE id = $1")
-        .bind(job_id)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
-    assert_eq!(state, "held");
-
-    let (ok, out) = deprov(&["kill-switch", "status", "--json"], &app.db_url);
-    assert!(ok, "{out}");
-    let status: serde_json::Value =
-        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(status["engaged"], true);
-
-    let (ok, out) = deprov(&["kill-switch", "off", "--reason", "resolved"], &app.db_url);
-    assert!(ok, "{out}");
-    let state: String = sqlx::query_scalar("SELECT state FROM deprov.jobs WHERE id = $1")
-        .bind(job_id)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
-    assert_eq!(state, "queued");
-}
 
 #[tokio::test]
 async fn every_connection_names_its_pool_and_intake_uses_only_its_own() {
