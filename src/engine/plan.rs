@@ -179,6 +179,14 @@ impl Plan {
         &self.catalog.tables[&oid].name
     }
 
+    /// Whether `table` has an `ON DELETE CASCADE` foreign key to itself (a tree).
+    pub fn is_tree(&self, table: u32) -> bool {
+        self.catalog
+            .foreign_keys
+            .iter()
+            .any(|fk| fk.from == table && fk.to == table && fk.on_delete == OnDelete::Cascade)
+    }
+
     /// Human-readable path of a step: `app.deployments → app.environments → app.accounts`.
     pub fn describe_path(&self, step: &Step) -> String {
         let mut parts = vec![self.name(step.table).to_string()];

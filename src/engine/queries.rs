@@ -67,6 +67,13 @@ fn cols(b: &mut SqlBuilder, alias: usize, columns: &[String]) {
     });
 }
 
+/// `a DESC, b DESC` (or ascending) for columns of alias `alias`.
+fn cols_ordered(b: &mut SqlBuilder, alias: usize, columns: &[String], desc: bool) {
+    b.join(columns, ", ", |b, _, c| {
+        b.col(alias, c).sql(if desc { " DESC" } else { "" });
+    });
+}
+
 /// `(($3::text[])[from+1]::t1, ...)`: values of the cursor array, cast to the key's types.
 fn cursor_values(b: &mut SqlBuilder, types: &[&crate::sql::SqlType], from: usize) {
     b.sql("(");
@@ -114,6 +121,10 @@ fn children(
 /// parents_used int8, last_parent text[], last_row text[])`: `parents` read, `parents_used` among them
 /// with rows in the batch, and `last_row` = parent values then child key of the last selected row.
 ///
+/// In a table with a cascading reference to itself (a tree), children are taken in *descending* key
+/// order: rows are usually created after their parents, so the leaves of the tree go first and
+/// PostgreSQL's cascade has no subtrees left to remove under a batch.
+///
 /// The root step (empty path) has no parent: it deletes the root row by its key.
 pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     let Some((&first, rest)) = step.path.split_first() else {
@@ -137,6 +148,13 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     let pnames: Vec<String> = (0..np).map(|i| format!("p{i}")).collect();
     let knames: Vec<String> = (0..key.len()).map(|i| format!("k{i}")).collect();
     let order: Vec<&String> = pnames.iter().chain(knames.iter()).collect();
+    let desc = plan.is_tree(step.table);
+    // (name, descending) of the batch's order: parents ascending, children in the step's direction.
+    let directed: Vec<(&String, bool)> = pnames
+        .iter()
+        .map(|p| (p, false))
+        .chain(knames.iter().map(|k| (k, desc)))
+        .collect();
 
     let mut b = SqlBuilder::new();
     // The next parents after the cursor's.
@@ -174,10 +192,10 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
         });
         b.sql(" AND (");
         cols(&mut b, 0, &key_cols);
-        b.sql(") > ");
+        b.sql(if desc { ") < " } else { ") > " });
         cursor_values(&mut b, &key_types, np);
         b.sql(" ORDER BY ");
-        cols(&mut b, 0, &key_cols);
+        cols_ordered(&mut b, 0, &key_cols, desc);
         b.sql(" LIMIT $2) c) UNION ALL ");
     }
     b.sql("(SELECT ");
@@ -189,10 +207,10 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
         b.sql("par.").ident(&pnames[i]);
     });
     b.sql(" ORDER BY ");
-    cols(&mut b, 0, &key_cols);
+    cols_ordered(&mut b, 0, &key_cols, desc);
     b.sql(" LIMIT $2) c) ORDER BY ");
-    b.join(&order, ", ", |b, _, c| {
-        b.ident(c);
+    b.join(&directed, ", ", |b, _, (c, d)| {
+        b.ident(c).sql(if *d { " DESC" } else { "" });
     });
     b.sql(" LIMIT $2), del AS (DELETE FROM ")
         .table(plan.name(step.table))
@@ -220,8 +238,8 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
         b.ident(c).sql("::text");
     });
     b.sql("] FROM batch ORDER BY ");
-    b.join(&order, ", ", |b, _, c| {
-        b.ident(c).sql(" DESC");
+    b.join(&directed, ", ", |b, _, (c, d)| {
+        b.ident(c).sql(if *d { "" } else { " DESC" });
     });
     b.sql(" LIMIT 1)");
     b.build()

@@ -264,3 +264,27 @@ async fn batches_grow_with_time_to_spare_and_shrink_at_once_on_a_statement_timeo
     assert!(progress.longest_batch_ms < 200.0, "{progress:?}");
     assert_eq!(digest(&env.db).await, digest(&expected).await);
 }
+
+#[tokio::test]
+async fn a_tree_is_deleted_leaves_first_by_deprovs_own_batches() {
+    // Two rows per batch against folder chains six deep: ascending order would delete a chain's root
+    // first and let the cascade take the other five inside that batch.
+    let config = config_text("")
+        .replace("batch_rows = 7", "batch_rows = 2")
+        .replace("max_batch_rows = 7", "max_batch_rows = 2");
+    let env = env_with_config(&config).await;
+    let expected = env.cascade_copy(1).await;
+    let job_id = env.request("1").await;
+    env.drain(&env.worker("w1")).await;
+    let progress = Progress::from_json(&env.job(job_id).await.progress);
+    let folders = progress
+        .tables
+        .iter()
+        .find(|t| t.table == "\"app\".\"folders\"")
+        .unwrap();
+    assert_eq!(
+        folders.rows_deleted, 6,
+        "every folder deleted by a batch, none by the cascade: {folders:?}"
+    );
+    assert_eq!(digest(&env.db).await, digest(&expected).await);
+}
