@@ -64,6 +64,9 @@ pub enum AppError {
         /// What is wrong.
         reason: String,
     },
+    /// `[tenant] root_table` or `key_column` does not exist in the target database.
+    #[error("configuration key `tenant`: {0}")]
+    Tenant(#[from] crate::engine::PlanError),
     /// A database URL does not parse.
     #[error("database URL: {0}")]
     Url(#[source] sqlx::Error),
@@ -91,7 +94,39 @@ async fn prepare(settings: &Settings) -> Result<(Arc<Config>, Pools), AppError> 
     if settings.migrate {
         db::migrate(&pools.queue).await?;
     }
+    check_tenant_root(&config, target).await?;
     Ok((config, pools))
+}
+
+/// Refuses to start when `[tenant] root_table` / `key_column` do not exist in the target database.
+/// A target that cannot be reached within 5 s is not an error (deprov must start while the
+/// database is down); the plan is checked again when a job runs.
+/// It uses a connection of its own (`deprov-cli`), closed afterwards, so the target pool starts empty.
+async fn check_tenant_root(config: &Config, target_url: &str) -> Result<(), AppError> {
+    let root = config.root_table();
+    let options = db::connect_options(target_url).map_err(AppError::Url)?;
+    let bounds = crate::config::PoolConfig {
+        max_connections: 1,
+        acquire_timeout: std::time::Duration::from_secs(5),
+    };
+    let pool = db::pool(&options, db::PoolRole::Cli, &bounds);
+    let check = crate::engine::load_plan(&pool, &root, &config.tenant.key_column);
+    let result = match tokio::time::timeout(std::time::Duration::from_secs(6), check).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(crate::engine::EngineError::Plan(e))) => Err(AppError::Tenant(e)),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "target database not reachable at start; [tenant] is checked when a job runs");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::warn!(
+                "target database did not answer within 5 s; [tenant] is checked when a job runs"
+            );
+            Ok(())
+        }
+    };
+    pool.close().await;
+    result
 }
 
 /// A unique worker name for leases: `<hostname>-<pid>-<random>`.

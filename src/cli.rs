@@ -121,6 +121,7 @@ pub fn init_tracing(cli: &Cli) {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
     let builder = tracing_subscriber::fmt()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let _ = if std::env::var("DEPROV_LOG_FORMAT").as_deref() == Ok("json") {

@@ -49,7 +49,8 @@ impl OnDelete {
         }
     }
 
-    /// Whether referencing rows make the cascade fail (RESTRICT or NO ACTION).
+    /// Whether referencing rows make the cascade fail by the action alone (RESTRICT or NO ACTION; see
+    /// also [`ForeignKey::blocks`]).
     pub fn blocks(self) -> bool {
         matches!(self, Self::Restrict | Self::NoAction)
     }
@@ -111,12 +112,17 @@ pub struct ForeignKey {
     pub on_delete: OnDelete,
     /// `DEFERRABLE`.
     pub deferrable: bool,
+    /// The columns ON DELETE SET NULL would set (`confdelsetcols`, PostgreSQL 15+, else all of
+    /// `from_cols`) include a NOT NULL one: setting them fails, so such a reference blocks like
+    /// RESTRICT.
+    pub nulls_not_null: bool,
     /// Whether an index leads with exactly the referencing columns (else each cascaded delete of a
     /// referenced row scans the referencing table).
     pub indexed: bool,
 }
 
-/// `(name, from oid, from columns, to oid, to columns, confdeltype, deferrable, indexed)`.
+/// `(name, from oid, from columns, to oid, to columns, confdeltype, deferrable, nulls a NOT NULL
+/// column, indexed)`.
 type FkRow = (
     String,
     i64,
@@ -126,7 +132,16 @@ type FkRow = (
     String,
     bool,
     bool,
+    bool,
 );
+
+impl ForeignKey {
+    /// Whether a referencing row outside the tenant makes the cascade fail: RESTRICT, NO ACTION, or
+    /// SET NULL into a NOT NULL column (PostgreSQL raises 23502).
+    pub fn blocks(&self) -> bool {
+        self.on_delete.blocks() || (self.on_delete == OnDelete::SetNull && self.nulls_not_null)
+    }
+}
 
 /// Every table and foreign key of the database (system schemas excluded).
 #[derive(Debug, Clone, Default)]
@@ -171,6 +186,8 @@ impl Catalog {
                ARRAY(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY k(attnum, ord) \
                      JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.attnum ORDER BY k.ord), \
                c.confdeltype::text, c.condeferrable, \
+               EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.conrelid AND a.attnotnull \
+                 AND a.attnum = ANY (coalesce(c.confdelsetcols, c.conkey))), \
                EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.conrelid AND i.indpred IS NULL \
                  AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] @> c.conkey \
                  AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] <@ c.conkey) \
@@ -218,7 +235,8 @@ impl Catalog {
                 }
             }
         }
-        for (name, from, from_cols, to, to_cols, action, deferrable, indexed) in fks {
+        for (name, from, from_cols, to, to_cols, action, deferrable, nulls_not_null, indexed) in fks
+        {
             let (from, to) = (from as u32, to as u32);
             if catalog.tables.contains_key(&from) && catalog.tables.contains_key(&to) {
                 catalog.foreign_keys.push(ForeignKey {
@@ -229,6 +247,7 @@ impl Catalog {
                     to_cols,
                     on_delete: OnDelete::from_code(&action),
                     deferrable,
+                    nulls_not_null,
                     indexed,
                 });
             }

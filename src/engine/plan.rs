@@ -64,7 +64,8 @@ pub struct Plan {
     pub closure: BTreeSet<u32>,
     /// Steps, leaves first; the last is the root row.
     pub steps: Vec<Step>,
-    /// RESTRICT / NO ACTION foreign keys into the closure (indexes into `catalog.foreign_keys`).
+    /// Foreign keys into the closure whose referencing rows outside the tenant make the cascade fail:
+    /// RESTRICT, NO ACTION, SET NULL into a NOT NULL column (indexes into `catalog.foreign_keys`).
     pub blockers: Vec<usize>,
     /// SET NULL / SET DEFAULT foreign keys into the closure: PostgreSQL applies them as rows go.
     pub side_effects: Vec<usize>,
@@ -152,7 +153,12 @@ impl Plan {
                 .map(|(i, _)| i)
                 .collect()
         };
-        let blockers = into_closure(&|a| a.blocks());
+        let blockers: Vec<usize> = fks
+            .iter()
+            .enumerate()
+            .filter(|(_, fk)| closure.contains(&fk.to) && fk.blocks())
+            .map(|(i, _)| i)
+            .collect();
         let side_effects = into_closure(&|a| matches!(a, OnDelete::SetNull | OnDelete::SetDefault));
         let unindexed = fks
             .iter()

@@ -144,8 +144,8 @@ impl PlanReport {
         ] {
             let _ = writeln!(
                 out,
-                "{title}: {}",
-                if items.is_empty() { "none" } else { "" }
+                "{title}:{}",
+                if items.is_empty() { " none" } else { "" }
             );
             for i in items {
                 let _ = writeln!(out, "  {i}");

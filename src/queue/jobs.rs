@@ -200,26 +200,85 @@ pub async fn heartbeat(
     Ok(r.rows_affected() == 1)
 }
 
-/// Records the resolved tenant key of a job (Vercel installations are resolved by the worker).
+/// What [`resolve_tenant`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved {
+    /// The job now deletes this tenant (re-keyed to `subject_kind = 'tenant'`), so later requests
+    /// for the tenant attach to it.
+    Rekeyed,
+    /// Another active job already deletes the tenant: this job's requests were moved to it and this
+    /// job completed as merged.
+    MergedInto(Uuid),
+    /// The worker no longer holds the job.
+    LeaseLost,
+}
+
+/// Records the tenant a Vercel-installation job resolved to, keeping one active job per tenant: the
+/// job is re-keyed to the tenant unless another active job deletes it already, in which case this
+/// job's requests are re-pointed to that job (so their status follows it) and this job completes
+/// as merged. Runs in one transaction.
 ///
 /// # Errors
 /// Database errors.
-pub async fn set_tenant(
-    db: impl PgExecutor<'_>,
+pub async fn resolve_tenant(
+    pool: &sqlx::PgPool,
     id: Uuid,
     worker: &str,
     tenant_id: &str,
-) -> Result<bool, sqlx::Error> {
-    let r = sqlx::query(
-        "UPDATE deprov.jobs SET tenant_id = $3, updated_at = now() \
-         WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+) -> Result<Resolved, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let other: Option<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM deprov.jobs WHERE subject_kind = 'tenant' AND subject = $1 \
+         AND state IN ('queued', 'held', 'running') AND id <> $2 FOR UPDATE",
     )
-    .bind(id)
-    .bind(worker)
     .bind(tenant_id)
-    .execute(db)
+    .bind(id)
+    .fetch_optional(&mut *tx)
     .await?;
-    Ok(r.rows_affected() == 1)
+    let outcome = match other {
+        None => {
+            let r = sqlx::query(
+                "UPDATE deprov.jobs SET subject_kind = 'tenant', subject = $3, tenant_id = $3, updated_at = now() \
+                 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+            )
+            .bind(id)
+            .bind(worker)
+            .bind(tenant_id)
+            .execute(&mut *tx)
+            .await?;
+            if r.rows_affected() == 1 {
+                Resolved::Rekeyed
+            } else {
+                Resolved::LeaseLost
+            }
+        }
+        Some(other) => {
+            let r = sqlx::query(
+                "UPDATE deprov.jobs SET state = 'completed', step = 'done', tenant_id = $3, finished_at = now(), \
+                   lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), \
+                   progress = progress || jsonb_build_object('note', 'merged into job ' || $4::text || ', which deletes the same tenant') \
+                 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+            )
+            .bind(id)
+            .bind(worker)
+            .bind(tenant_id)
+            .bind(other)
+            .execute(&mut *tx)
+            .await?;
+            if r.rows_affected() == 1 {
+                sqlx::query("UPDATE deprov.deletion_requests SET job_id = $2 WHERE job_id = $1")
+                    .bind(id)
+                    .bind(other)
+                    .execute(&mut *tx)
+                    .await?;
+                Resolved::MergedInto(other)
+            } else {
+                Resolved::LeaseLost
+            }
+        }
+    };
+    tx.commit().await?;
+    Ok(outcome)
 }
 
 /// How a worker hands a job back.
@@ -258,7 +317,8 @@ pub async fn finish(
         Outcome::Wait(d) => ("queued", None, *d, 1),
     };
     let r = sqlx::query(
-        "UPDATE deprov.jobs SET state = $3, last_error = coalesce($4, last_error), \
+        "UPDATE deprov.jobs SET state = $3, \
+           last_error = CASE WHEN $3 = 'completed' THEN NULL ELSE coalesce($4, last_error) END, \
            run_after = now() + make_interval(secs => $5::float8 / 1000), progress = $6, \
            step = CASE WHEN $3 = 'completed' THEN 'done' ELSE step END, \
            finished_at = CASE WHEN $3 IN ('completed', 'failed') THEN now() END, \

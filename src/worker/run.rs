@@ -141,9 +141,23 @@ impl JobRun {
                 .iter()
                 .map(|b| format!("{} rows of {} ({})", b.rows, b.table, b.constraint))
                 .collect();
+            let done = if self.progress.rows_deleted == 0 && self.progress.soft_deleted_at.is_none()
+            {
+                "nothing was deleted".to_owned()
+            } else {
+                format!(
+                    "deletion stopped here: {} rows were deleted before this run{}",
+                    self.progress.rows_deleted,
+                    if self.progress.soft_deleted_at.is_some() {
+                        " and the tenant is soft-deleted"
+                    } else {
+                        ""
+                    }
+                )
+            };
             return Ok(Outcome::Failed(format!(
-                "blocked: {} references the tenant's rows in {} through RESTRICT/NO ACTION, so the cascade would fail; \
-                 nothing was deleted. All blockers: {}",
+                "blocked: rows of {} outside the tenant reference its rows in {} (RESTRICT / NO ACTION, or SET NULL \
+                 into a NOT NULL column), so the cascade would fail; {done}. All blockers: {}",
                 b.table,
                 b.references,
                 all.join("; ")
@@ -197,12 +211,13 @@ impl JobRun {
             None => Some(self.job.subject.clone()),
         };
         match &tenant {
-            Some(t) => {
-                if !jobs::set_tenant(&w.pools.queue, self.job.id, &w.id, t).await? {
+            Some(t) => match jobs::resolve_tenant(&w.pools.queue, self.job.id, &w.id, t).await? {
+                jobs::Resolved::Rekeyed => self.job.tenant_id = Some(t.clone()),
+                // Completed as merged: hand nothing back.
+                jobs::Resolved::MergedInto(_) | jobs::Resolved::LeaseLost => {
                     return Err(Stop::LeaseLost);
                 }
-                self.job.tenant_id = Some(t.clone());
-            }
+            },
             None => {
                 self.progress.note = Some(format!(
                     "no tenant found for installation {:?}; nothing to delete",

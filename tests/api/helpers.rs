@@ -130,6 +130,21 @@ pub async fn spawn_app_with(options: TestOptions) -> TestApp {
     } else {
         pg.url("postgres")
     };
+    if options.target_url.is_none() {
+        // The application's root table: deprov refuses to start when `[tenant] root_table` is missing.
+        let target = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&pg.url("postgres"))
+            .await
+            .unwrap();
+        sqlx::raw_sql(
+            "CREATE SCHEMA app; CREATE TABLE app.accounts (id bigint PRIMARY KEY, installation_id text UNIQUE)",
+        )
+        .execute(&target)
+        .await
+        .unwrap();
+        target.close().await;
+    }
     let settings = Settings {
         database_url: state_url,
         target_url: options.target_url.clone(),

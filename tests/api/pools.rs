@@ -84,3 +84,36 @@ async fn intake_blocked_by_a_lock_fails_fast_with_503_and_stores_nothing() {
     // Once the lock is gone the same request goes through.
     accepted(app.post_deletion(&deletion("9")).await).await;
 }
+
+#[tokio::test]
+async fn a_root_table_missing_from_a_reachable_target_is_a_start_up_error() {
+    let pg = deprov::throwaway::Throwaway::start(&deprov::throwaway::ThrowawayOptions {
+        unsafe_fast: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("deprov.toml");
+    std::fs::write(
+        &config,
+        "[tenant]\nroot_table = \"app.nope\"\nkey_column = \"id\"\n",
+    )
+    .unwrap();
+    let settings = deprov::app::Settings {
+        database_url: pg.url("postgres"),
+        target_url: None,
+        config,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        operator_token: None,
+        migrate: true,
+        no_worker: true,
+    };
+    let err = deprov::app::Application::build(settings)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tenant") && err.contains("\"app\".\"nope\""),
+        "{err}"
+    );
+}

@@ -288,3 +288,87 @@ async fn a_tree_is_deleted_leaves_first_by_deprovs_own_batches() {
     );
     assert_eq!(digest(&env.db).await, digest(&expected).await);
 }
+
+#[tokio::test]
+async fn an_installation_resolving_to_a_tenant_with_an_active_job_merges_into_it() {
+    let env = env("").await;
+    let expected = env.cascade_copy(3).await;
+    // A tenant job for 3 exists but is not due yet; the Vercel job for its installation runs first.
+    let tenant_job = env.request("3").await;
+    sqlx::query("UPDATE deprov.jobs SET run_after = now() + interval '1 hour' WHERE id = $1")
+        .bind(tenant_job)
+        .execute(&env.db)
+        .await
+        .unwrap();
+    let vercel_job = env.request_installation("icfg_3").await;
+    env.drain(&env.worker("w1")).await;
+    let merged = env.job(vercel_job).await;
+    assert_eq!(merged.state(), JobState::Completed);
+    assert!(
+        Progress::from_json(&merged.progress)
+            .note
+            .unwrap()
+            .contains(&tenant_job.to_string())
+    );
+    // The installation's request now follows the tenant's job, which has deleted nothing yet.
+    let attached: Vec<uuid::Uuid> =
+        sqlx::query_scalar("SELECT DISTINCT job_id FROM deprov.deletion_requests")
+            .fetch_all(&env.db)
+            .await
+            .unwrap();
+    assert_eq!(attached, vec![tenant_job]);
+    assert_eq!(env.job(tenant_job).await.state(), JobState::Queued);
+    assert_eq!(Progress::from_json(&merged.progress).rows_deleted, 0);
+
+    sqlx::query("UPDATE deprov.jobs SET run_after = now() WHERE id = $1")
+        .bind(tenant_job)
+        .execute(&env.db)
+        .await
+        .unwrap();
+    env.drain(&env.worker("w1")).await;
+    assert_eq!(env.job(tenant_job).await.state(), JobState::Completed);
+    assert_eq!(digest(&env.db).await, digest(&expected).await);
+}
+
+#[tokio::test]
+async fn a_resolved_installation_job_is_keyed_by_its_tenant_so_tenant_requests_attach_to_it() {
+    let env = env("").await;
+    let vercel_job = env.request_installation("icfg_4").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(vercel_job).await;
+    assert_eq!(job.state(), JobState::Completed);
+    // While it was active, the partial unique index on (subject_kind, subject) made any tenant
+    // request for "4" attach to it rather than start a second deletion of the same tenant.
+    assert_eq!(
+        (
+            job.subject_kind.as_str(),
+            job.subject.as_str(),
+            job.tenant_id.as_deref()
+        ),
+        ("tenant", "4", Some("4"))
+    );
+}
+
+#[tokio::test]
+async fn set_null_into_a_not_null_column_blocks_like_restrict() {
+    let env = env("").await;
+    // The cascade would try to set notes.project_id to NULL and fail (23502).
+    sqlx::raw_sql(
+        "CREATE TABLE app.notes (id bigint PRIMARY KEY, project_id bigint NOT NULL REFERENCES app.projects ON DELETE SET NULL); \
+         INSERT INTO app.notes VALUES (1, 101);",
+    )
+    .execute(&env.db)
+    .await
+    .unwrap();
+    let before = digest(&env.db).await;
+    let job_id = env.request("1").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(job_id).await;
+    assert_eq!(job.state(), JobState::Failed);
+    let error = job.last_error.unwrap();
+    assert!(
+        error.contains("\"app\".\"notes\"") && error.contains("nothing was deleted"),
+        "{error}"
+    );
+    assert_eq!(digest(&env.db).await, before);
+}
