@@ -22,6 +22,29 @@ use crate::digest::{differing, digest, row_diff};
 use crate::model::Case;
 use crate::{data_gen, ddl, schema_gen};
 
+/// How a case failed: the summary groups failing seeds by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// Both finished but the databases differ: deprov deleted or changed other rows than the cascade.
+    Differs,
+    /// The cascade failed; deprov's job failed too, but only after changing the database.
+    ChangedWhileRefusing,
+    /// The cascade failed; deprov's job completed.
+    CompletedWhereCascadeFails,
+    /// The cascade succeeded; deprov's job did not complete.
+    FailedWhereCascadeSucceeds,
+    /// The generator made a schema PostgreSQL refuses (a bug in this test).
+    InvalidCase,
+    /// The case panicked.
+    Panicked,
+}
+
+/// A failed case: its kind and the report (seed, DDL, outcomes, differing rows).
+pub struct Failure {
+    pub kind: Kind,
+    pub report: String,
+}
+
 /// What a passing case did, for the run's summary.
 pub struct Passed {
     /// The cascade failed and deprov refused.
@@ -114,7 +137,7 @@ async fn drain(db: &PgPool, worker: &Worker, job_id: Uuid) -> Job {
 }
 
 /// Runs case `seed`; `Err` is the failure report (seed, DDL, outcomes, differing rows).
-pub async fn run(server: &Throwaway, admin: &PgPool, seed: u64) -> Result<Passed, String> {
+pub async fn run(server: &Throwaway, admin: &PgPool, seed: u64) -> Result<Passed, Failure> {
     let case = generate(seed);
     let (orig, exp) = (format!("diff_{seed}_orig"), format!("diff_{seed}_exp"));
     drop_db(admin, &orig).await;
@@ -136,10 +159,10 @@ pub async fn run(server: &Throwaway, admin: &PgPool, seed: u64) -> Result<Passed
     };
     if let Err(e) = loaded {
         drop_db(admin, &orig).await;
-        return Err(format!(
-            "{}generator produced an invalid case: {e}",
-            header()
-        ));
+        return Err(Failure {
+            kind: Kind::InvalidCase,
+            report: format!("{}generator produced an invalid case: {e}", header()),
+        });
     }
     admin_sql(admin, &["CREATE DATABASE ", " TEMPLATE "], &[&exp, &orig]).await;
 
@@ -188,14 +211,20 @@ pub async fn run(server: &Throwaway, admin: &PgPool, seed: u64) -> Result<Passed
             let want = digest(&expected, &case.schema).await;
             let diff = differing(&want, &after);
             if job.state() != JobState::Completed {
-                Err(format!(
-                    "the cascade succeeded but deprov's job ended {} ({:?})\n",
-                    job.state, job.last_error
+                Err((
+                    Kind::FailedWhereCascadeSucceeds,
+                    format!(
+                        "the cascade succeeded but deprov's job ended {} ({:?})\n",
+                        job.state, job.last_error
+                    ),
                 ))
             } else if !diff.is_empty() {
-                Err(format!(
-                    "deprov's result differs from the cascade's:\n{}",
-                    row_diff(&expected, &db, &diff).await
+                Err((
+                    Kind::Differs,
+                    format!(
+                        "deprov's result differs from the cascade's:\n{}",
+                        row_diff(&expected, &db, &diff).await
+                    ),
                 ))
             } else {
                 Ok(false)
@@ -204,16 +233,22 @@ pub async fn run(server: &Throwaway, admin: &PgPool, seed: u64) -> Result<Passed
         Err(e) => {
             let diff = differing(&before, &after);
             if job.state() != JobState::Failed {
-                Err(format!(
-                    "the cascade failed ({e}) but deprov's job ended {}\n",
-                    job.state
+                Err((
+                    Kind::CompletedWhereCascadeFails,
+                    format!(
+                        "the cascade failed ({e}) but deprov's job ended {}\n",
+                        job.state
+                    ),
                 ))
             } else if !diff.is_empty() {
-                Err(format!(
-                    "the cascade failed ({e}); deprov's job failed ({:?}) but changed the database:\n{}",
-                    job.last_error,
-                    // The clone is the untouched database: its cascade rolled back.
-                    row_diff(&expected, &db, &diff).await
+                Err((
+                    Kind::ChangedWhileRefusing,
+                    format!(
+                        "the cascade failed ({e}); deprov's job failed ({:?}) but changed the database:\n{}",
+                        job.last_error,
+                        // The clone is the untouched database: its cascade rolled back.
+                        row_diff(&expected, &db, &diff).await
+                    ),
                 ))
             } else {
                 Ok(true)
@@ -230,5 +265,8 @@ pub async fn run(server: &Throwaway, admin: &PgPool, seed: u64) -> Result<Passed
             refused,
             rows: case.total_rows(),
         })
-        .map_err(|e| format!("{}{e}", header()))
+        .map_err(|(kind, e)| Failure {
+            kind,
+            report: format!("{}{e}", header()),
+        })
 }

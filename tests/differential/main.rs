@@ -16,6 +16,7 @@ mod digest;
 mod model;
 mod schema_gen;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
@@ -65,15 +66,18 @@ async fn run_seeds(seeds: Vec<u64>) {
         .await
         .unwrap();
     let started = Instant::now();
-    let results: Vec<(u64, Result<case::Passed, String>)> = futures::stream::iter(seeds)
+    let results: Vec<(u64, Result<case::Passed, case::Failure>)> = futures::stream::iter(seeds)
         .map(|seed| {
             let (server, admin) = (server.clone(), admin.clone());
             async move {
                 let handle = tokio::spawn(async move { case::run(&server, &admin, seed).await });
                 let result = handle.await.unwrap_or_else(|e| {
-                    Err(format!(
-                        "seed {seed} (replay: DEPROV_DIFF_SEED={seed}) panicked: {e}"
-                    ))
+                    Err(case::Failure {
+                        kind: case::Kind::Panicked,
+                        report: format!(
+                            "seed {seed} (replay: DEPROV_DIFF_SEED={seed}) panicked: {e}"
+                        ),
+                    })
                 });
                 (seed, result)
             }
@@ -83,6 +87,7 @@ async fn run_seeds(seeds: Vec<u64>) {
         .await;
     admin.close().await;
     let mut failed = Vec::new();
+    let mut kinds: BTreeMap<case::Kind, Vec<u64>> = BTreeMap::new();
     let (mut refused, mut rows) = (0, 0);
     for (seed, r) in &results {
         match r {
@@ -90,13 +95,18 @@ async fn run_seeds(seeds: Vec<u64>) {
                 refused += usize::from(p.refused);
                 rows += p.rows;
             }
-            Err(report) => {
-                eprintln!("\n==== FAILED {report}\n");
+            Err(f) => {
+                eprintln!("\n==== FAILED ({:?}) {}\n", f.kind, f.report);
                 failed.push(*seed);
+                kinds.entry(f.kind).or_default().push(*seed);
             }
         }
     }
     failed.sort_unstable();
+    for (kind, seeds) in &mut kinds {
+        seeds.sort_unstable();
+        eprintln!("  {kind:?}: {seeds:?}");
+    }
     eprintln!(
         "differential: {} cases ({refused} refused as the cascade failed, {rows} rows) in {:.1?}; {} failed: {failed:?}",
         results.len(),
