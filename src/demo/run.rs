@@ -324,8 +324,8 @@ fn report(job: &Value, cascade: &super::CascadeOutcome) {
         cascade.elapsed_ms()
     );
     println!(
-        "    {:<40} {:>12} {:>14}",
-        "table", "deprov rows", "cascade rows"
+        "    {:<40} {:>12} {:>14} {:>12}",
+        "table", "deprov rows", "cascade rows", "longest ms"
     );
     for t in p["tables"].as_array().into_iter().flatten() {
         let name = t["table"].as_str().unwrap_or("?");
@@ -334,15 +334,16 @@ fn report(job: &Value, cascade: &super::CascadeOutcome) {
             .iter()
             .find(|(q, _)| q.to_string() == name)
             .map_or(0, |(_, n)| *n);
+        let longest = t["longest_batch_ms"].as_f64().unwrap_or(0.0);
         println!(
-            "    {:<40} {:>12} {:>14}",
-            name, t["rows_deleted"], reference
+            "    {:<40} {:>12} {:>14} {:>12.1}",
+            name, t["rows_deleted"].as_i64().unwrap_or(0), reference, longest
         );
     }
     println!(
         "    {:<40} {:>12} {:>14}",
         "total",
-        p["rows_deleted"],
+        p["rows_deleted"].as_i64().unwrap_or(0),
         cascade.total_deleted()
     );
 }
