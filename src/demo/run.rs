@@ -337,7 +337,10 @@ fn report(job: &Value, cascade: &super::CascadeOutcome) {
         let longest = t["longest_batch_ms"].as_f64().unwrap_or(0.0);
         println!(
             "    {:<40} {:>12} {:>14} {:>12.1}",
-            name, t["rows_deleted"].as_i64().unwrap_or(0), reference, longest
+            name,
+            t["rows_deleted"].as_i64().unwrap_or(0),
+            reference,
+            longest
         );
     }
     println!(

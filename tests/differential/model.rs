@@ -27,6 +27,7 @@ impl Ty {
 /// `ON DELETE` actions; `SetNullCols` is PostgreSQL 15's `SET NULL (column, ...)` naming only the
 /// foreign key's own (not shared) columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // `NO ACTION` is the SQL name
 pub enum Action {
     Cascade,
     SetNull,

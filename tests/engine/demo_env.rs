@@ -10,7 +10,7 @@ use deprov::config::Config;
 use deprov::db::Pools;
 use deprov::demo::{self, DatabaseDigest, DemoSize, DemoTenants};
 use deprov::ids::DedupBasis;
-use deprov::queue::intake::{self, NewRequest, SubjectKind};
+use deprov::queue::intake::SubjectKind;
 use deprov::queue::{Job, jobs};
 use deprov::sql::QualifiedName;
 use deprov::throwaway::{Throwaway, ThrowawayOptions};
@@ -140,20 +140,15 @@ impl DemoDb {
 
     /// Records a deletion request for `tenant` (as intake does); returns its job.
     pub async fn request(&self, tenant: i64) -> Uuid {
-        let req = NewRequest {
-            source: "billing".into(),
-            basis: DedupBasis::TenantId,
-            dedup_key: tenant.to_string(),
-            subject_kind: SubjectKind::Tenant,
-            subject: tenant.to_string(),
-            external_id: None,
-            reason: None,
-        };
-        let max = self.config.worker.max_attempts as i32;
-        intake::record_tx(&self.pools.intake, &req, max)
-            .await
-            .unwrap()
-            .job_id
+        let key = tenant.to_string();
+        crate::harness::record(
+            &self.pools,
+            &self.config,
+            DedupBasis::TenantId,
+            SubjectKind::Tenant,
+            &key,
+        )
+        .await
     }
 
     pub async fn job(&self, id: Uuid) -> Job {

@@ -155,20 +155,7 @@ impl Env {
     }
 
     async fn record(&self, basis: DedupBasis, subject_kind: SubjectKind, key: &str) -> Uuid {
-        let req = NewRequest {
-            source: "billing".into(),
-            basis,
-            dedup_key: key.into(),
-            subject_kind,
-            subject: key.into(),
-            external_id: None,
-            reason: None,
-        };
-        let attempts = self.config.worker.max_attempts as i32;
-        intake::record_tx(&self.pools.intake, &req, attempts)
-            .await
-            .unwrap()
-            .job_id
+        record(&self.pools, &self.config, basis, subject_kind, key).await
     }
 
     pub async fn job(&self, id: Uuid) -> Job {
@@ -225,4 +212,28 @@ pub async fn wait_for_job(db: &PgPool, id: Uuid, what: &str, pred: impl Fn(&Job)
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Records a deletion request from source `billing` as intake does; returns its job.
+pub async fn record(
+    pools: &Pools,
+    config: &Config,
+    basis: DedupBasis,
+    subject_kind: SubjectKind,
+    key: &str,
+) -> Uuid {
+    let req = NewRequest {
+        source: "billing".into(),
+        basis,
+        dedup_key: key.into(),
+        subject_kind,
+        subject: key.into(),
+        external_id: None,
+        reason: None,
+    };
+    let attempts = config.worker.max_attempts as i32;
+    intake::record_tx(&pools.intake, &req, attempts)
+        .await
+        .unwrap()
+        .job_id
 }
