@@ -114,12 +114,12 @@ async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::
 /// output), `DEPROV_LOG_FORMAT=json` for JSON lines.
 pub fn init_tracing(cli: &Cli) {
     let default = if matches!(cli.command, Command::Demo(_)) {
-        "warn"
+        "warn,sqlx=error"
     } else {
         "info"
     };
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
+    let directives = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
+    let filter = tracing_subscriber::EnvFilter::new(directives.as_deref().unwrap_or(default));
     let builder = tracing_subscriber::fmt()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter)
