@@ -118,7 +118,9 @@ pub fn init_tracing(cli: &Cli) {
     } else {
         "info"
     };
-    let directives = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
+    let directives = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
     let filter = tracing_subscriber::EnvFilter::new(directives.as_deref().unwrap_or(default));
     let builder = tracing_subscriber::fmt()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
