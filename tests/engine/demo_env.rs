@@ -19,35 +19,10 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use uuid::Uuid;
 
-/// deprov's configuration for the demo schema: the demo's soft delete, `batch_rows` rows per batch,
-/// a 1 s lease with a 900 ms statement timeout (a batch always ends before its lease).
+/// deprov's configuration for the demo schema: [`crate::harness::config_for`] with `batch_rows`-row
+/// batches and the demo's Vercel lookup column.
 pub fn demo_config(batch_rows: u32) -> String {
-    format!(
-        r#"
-[sources.billing]
-token = "billing-token-0123456789"
-[tenant]
-root_table = "app.accounts"
-key_column = "id"
-[soft_delete]
-statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL"]
-[hard_delete]
-batch_rows = {batch_rows}
-max_batch_rows = {batch_rows}
-max_batch_duration = "800ms"
-lock_timeout = "100ms"
-statement_timeout = "900ms"
-[worker]
-lease = "1s"
-poll_interval = "20ms"
-backoff_base = "1ms"
-backoff_max = "2ms"
-max_attempts = 5
-[vercel]
-source = "billing"
-tenant_lookup = "SELECT id FROM app.accounts WHERE vercel_installation_id = $1"
-"#
-    )
+    crate::harness::config_for(batch_rows, "vercel_installation_id", "")
 }
 
 /// The demo's root table.

@@ -26,7 +26,16 @@ pub struct Env {
     pub pools: Pools,
 }
 
+/// The fixture's configuration with 7-row batches, plus `extra` TOML.
 pub fn config_text(extra: &str) -> String {
+    config_for(7, "installation", extra)
+}
+
+/// A test configuration: the fixture's and the demo's soft delete, fixed-size batches of
+/// `batch_rows` (no growth; shrinking only past 400 ms: tests count batches), a 1 s lease with a
+/// 900 ms statement timeout (a batch always ends before its lease), and a Vercel lookup by
+/// `lookup_column` of `app.accounts`.
+pub fn config_for(batch_rows: u32, lookup_column: &str, extra: &str) -> String {
     format!(
         r#"
 [sources.billing]
@@ -37,31 +46,36 @@ key_column = "id"
 [soft_delete]
 statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL"]
 [hard_delete]
-batch_rows = 7
-# Fixed-size batches (no growth; shrinking only past 400 ms): tests count batches.
-max_batch_rows = 7
+batch_rows = {batch_rows}
+max_batch_rows = {batch_rows}
 max_batch_duration = "800ms"
 lock_timeout = "100ms"
 statement_timeout = "900ms"
 [worker]
 lease = "1s"
+poll_interval = "20ms"
 backoff_base = "1ms"
 backoff_max = "2ms"
 max_attempts = 5
 [vercel]
 source = "billing"
-tenant_lookup = "SELECT id FROM app.accounts WHERE installation = $1"
+tenant_lookup = "SELECT id FROM app.accounts WHERE {lookup_column} = $1"
 {extra}
 "#
     )
 }
 
-pub async fn admin(server: &Throwaway) -> PgPool {
+/// A pool of `max` connections on database `db` of `server`.
+pub async fn connect(server: &Throwaway, db: &str, max: u32) -> PgPool {
     PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&server.url("postgres"))
+        .max_connections(max)
+        .connect(&server.url(db))
         .await
         .unwrap()
+}
+
+pub async fn admin(server: &Throwaway) -> PgPool {
+    connect(server, "postgres", 2).await
 }
 
 /// Starts a server with database `target` holding the fixture and deprov's schema.
@@ -81,11 +95,7 @@ pub async fn env_with_config(config: &str) -> Env {
         .execute(&admin)
         .await
         .unwrap();
-    let db = PgPoolOptions::new()
-        .max_connections(4)
-        .connect(&server.url("target"))
-        .await
-        .unwrap();
+    let db = connect(&server, "target", 4).await;
     sqlx::raw_sql(FIXTURE).execute(&db).await.unwrap();
     db.close().await;
     // An untouched copy: the cascade runs on clones of it, never while deprov holds connections.
@@ -93,11 +103,7 @@ pub async fn env_with_config(config: &str) -> Env {
         .execute(&admin)
         .await
         .unwrap();
-    let db = PgPoolOptions::new()
-        .max_connections(4)
-        .connect(&server.url("target"))
-        .await
-        .unwrap();
+    let db = connect(&server, "target", 4).await;
     deprov::db::migrate(&db).await.unwrap();
     let config = Arc::new(Config::from_toml(config).unwrap());
     let url = server.url("target");
