@@ -46,6 +46,16 @@ pub enum Command {
     },
     /// Run the end-to-end demo on a throwaway PostgreSQL.
     Demo(crate::demo::run::DemoArgs),
+    /// Benchmarks on a throwaway PostgreSQL (`deprov bench delete`).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// `deprov bench …`.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// deprov's hard delete against the naive cascading DELETE, same data, same run, same load.
+    Delete(crate::bench::BenchArgs),
 }
 
 /// Just the state database.
@@ -113,7 +123,7 @@ async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::
 /// Logs to stderr; `RUST_LOG` filters (default `info`; `warn` for `demo`, whose report is the
 /// output), `DEPROV_LOG_FORMAT=json` for JSON lines.
 pub fn init_tracing(cli: &Cli) {
-    let default = if matches!(cli.command, Command::Demo(_)) {
+    let default = if matches!(cli.command, Command::Demo(_) | Command::Bench(_)) {
         "warn,sqlx=error"
     } else {
         "info"
@@ -227,6 +237,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let outcome = crate::demo::run::run(&args).await?;
             anyhow::ensure!(outcome.passed(), "demo checks failed: {outcome:?}");
             println!("\ndemo passed");
+        }
+        Command::Bench(BenchCommand::Delete(args)) => {
+            let report = crate::bench::run(&args).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.to_text());
+            }
+            anyhow::ensure!(
+                report.equals_cascade,
+                "deprov's result differs from the cascade's"
+            );
         }
     }
     Ok(())

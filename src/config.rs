@@ -58,6 +58,9 @@ pub struct Config {
     /// Step 2: the batched hard delete.
     #[serde(default)]
     pub hard_delete: HardDeleteConfig,
+    /// How fast the hard delete may go, and when it pauses for the target's sake.
+    #[serde(default)]
+    pub pacing: PacingConfig,
     /// The worker's leases, retries and polling.
     #[serde(default)]
     pub worker: WorkerConfig,
@@ -133,6 +136,49 @@ impl Default for HardDeleteConfig {
             max_batch_duration: Duration::from_millis(100),
             lock_timeout: Duration::from_millis(50),
             statement_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// `[pacing]`: a rate limit on the hard delete and back-off when the target shows distress.
+///
+/// Distress is read from the target between batches, at most once per `check_interval`:
+/// sessions waiting on a lock (`pg_stat_activity.wait_event_type = 'Lock'`, PostgreSQL docs §28.2.3)
+/// and the largest `replay_lag` in `pg_stat_replication` (§28.2.4; none without standbys). A batch
+/// that took longer than `hard_delete.max_batch_duration` is distress too. Under distress the worker
+/// pauses between batches, `backoff` first and doubling while it lasts, up to `backoff_max`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PacingConfig {
+    /// Most rows deleted per second, over all batches of a job (default 0 = unlimited). Enforced
+    /// by a GCRA limiter (governor) with one second of burst.
+    pub rate_limit: u32,
+    /// Pause while more than this many target sessions wait on a lock (default 10; 0 = never).
+    pub max_lock_waiters: u32,
+    /// Pause while a standby's `replay_lag` exceeds this (default 10s; 0s = never).
+    #[serde(with = "humantime_serde")]
+    pub max_replication_lag: Duration,
+    /// How often distress is read from the target (default 1s).
+    #[serde(with = "humantime_serde")]
+    pub check_interval: Duration,
+    /// The first pause under distress (default 200ms).
+    #[serde(with = "humantime_serde")]
+    pub backoff: Duration,
+    /// The longest pause (default 10s); a pause is also capped at a third of `worker.lease`, so a
+    /// paused job keeps its lease.
+    #[serde(with = "humantime_serde")]
+    pub backoff_max: Duration,
+}
+
+impl Default for PacingConfig {
+    fn default() -> Self {
+        Self {
+            rate_limit: 0,
+            max_lock_waiters: 10,
+            max_replication_lag: Duration::from_secs(10),
+            check_interval: Duration::from_secs(1),
+            backoff: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(10),
         }
     }
 }
@@ -334,6 +380,16 @@ impl Config {
             return Err(invalid(
                 "hard_delete.lock_timeout",
                 "must be above 0 and below hard_delete.statement_timeout",
+            ));
+        }
+        let p = &self.pacing;
+        if p.check_interval.is_zero() {
+            return Err(invalid("pacing.check_interval", "must be above 0"));
+        }
+        if p.backoff.is_zero() || p.backoff_max < p.backoff {
+            return Err(invalid(
+                "pacing.backoff_max",
+                "must be at least pacing.backoff, which must be above 0",
             ));
         }
         let w = &self.worker;

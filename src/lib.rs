@@ -8,6 +8,7 @@
 //! [`demo`] holds the demo's schema, data loader and verification checks.
 
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod db;

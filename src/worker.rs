@@ -8,6 +8,7 @@
 //! that has lost its lease stops without touching the job. A panic in a job is caught and ends the job
 //! `failed`: no job is ever left `running` by a live worker; a dead worker's lease expires.
 
+pub mod pacing;
 mod progress;
 mod run;
 pub mod sizing;

@@ -85,7 +85,8 @@ impl DemoOutcome {
     }
 }
 
-fn config_toml(token: &str, batch_rows: u32) -> String {
+/// `deploy/example.toml` with `token` as the Vercel source's token and `batch_rows` as the first batch.
+pub(crate) fn config_toml(token: &str, batch_rows: u32) -> String {
     let mut text = include_str!("../../deploy/example.toml").to_owned();
     text = text.replace(
         "token_env = \"DEPROV_VERCEL_TOKEN\"",

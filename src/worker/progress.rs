@@ -31,8 +31,14 @@ pub struct Progress {
     pub batches: i64,
     /// Longest batch transaction, BEGIN to COMMIT, in milliseconds (committed batches).
     pub longest_batch_ms: f64,
-    /// Batches that hit `statement_timeout`, rolled back and were retried smaller.
+    /// Batches that hit `statement_timeout` or `lock_timeout`, rolled back and were retried smaller.
     pub timeouts: i64,
+    /// Pauses for the target's sake (see [`crate::config::PacingConfig`]).
+    pub pauses: i64,
+    /// Time spent in those pauses, in milliseconds.
+    pub paused_ms: f64,
+    /// Why the last pause was taken.
+    pub last_pause_reason: Option<String>,
     /// Rows the soft-delete statements affected.
     pub soft_deleted_rows: Option<u64>,
     /// When the soft delete committed (RFC 3339).

@@ -10,11 +10,14 @@ use super::sizing::{self, Sizing};
 use super::{Worker, backoff};
 use crate::engine::{self, BatchLimits, Cursor, EngineError, Plan};
 
-/// Statement timeouts in a row a run absorbs by shrinking before it hands the job back for a retry.
-const MAX_LOCAL_TIMEOUTS: u32 = 4;
+use super::pacing::Pacer;
 use crate::queue::Job;
 use crate::queue::jobs::{self, Outcome};
 use crate::queue::kill_switch;
+
+/// Statement or lock timeouts in a row a run absorbs by shrinking (and, for a lock, pausing) before
+/// it hands the job back for a retry with backoff.
+const MAX_LOCAL_TIMEOUTS: u32 = 4;
 
 /// Why a run ended early.
 enum Stop {
@@ -270,6 +273,12 @@ impl JobRun {
             self.progress.table_mut(&plan.name(step.table).to_string());
         }
         let mut timeouts = 0;
+        let hd = &w.config.hard_delete;
+        let mut pacer = Pacer::new(
+            &w.config.pacing,
+            w.config.worker.lease,
+            hd.max_batch_duration,
+        );
         while cp.step < plan.steps.len() {
             self.may_destroy().await?;
             let step = &plan.steps[cp.step];
@@ -291,15 +300,24 @@ impl JobRun {
             {
                 Ok(batch) => batch,
                 Err(e)
-                    if e.sqlstate().as_deref() == Some("57014")
-                        && cp.rows > 1
+                    if matches!(e.sqlstate().as_deref(), Some("57014" | "55P03"))
                         && timeouts < MAX_LOCAL_TIMEOUTS =>
                 {
-                    // The batch hit statement_timeout and rolled back: retry at once, smaller.
+                    // The batch hit statement_timeout or lock_timeout and rolled back: retry
+                    // smaller; after a lock timeout first give the lock holder a moment.
                     timeouts += 1;
                     self.progress.timeouts += 1;
                     cp.rows = self.sizing.after_timeout(cp.rows);
                     cp.parents = cp.parents.min(cp.rows);
+                    if e.sqlstate().as_deref() == Some("55P03") {
+                        let pause = backoff(
+                            timeouts,
+                            w.config.pacing.backoff,
+                            w.config.pacing.backoff_max,
+                        );
+                        self.pause(pause, "lock_timeout: another session holds a lock".into())
+                            .await?;
+                    }
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -327,6 +345,24 @@ impl JobRun {
                 }
             }
             self.heartbeat("hard_delete", Some(&cp)).await?;
+            pacer.admit(batch.deleted).await;
+            if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {
+                self.pause(pause, reason).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Pauses between batches (pacing), recorded in the progress; a stop request (SIGTERM) ends the
+    /// pause at once, and the next batch boundary hands the job back.
+    async fn pause(&mut self, pause: Duration, reason: String) -> Result<(), Stop> {
+        tracing::info!(job = %self.job.id, pause_ms = pause.as_millis(), %reason, "pacing: pausing the hard delete");
+        self.progress.pauses += 1;
+        self.progress.paused_ms += pause.as_secs_f64() * 1000.0;
+        self.progress.last_pause_reason = Some(reason);
+        tokio::select! {
+            () = self.worker.stop.cancelled() => {}
+            () = tokio::time::sleep(pause) => {}
         }
         Ok(())
     }

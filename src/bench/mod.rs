@@ -1,0 +1,9 @@
+//! `deprov bench delete`: deprov's hard delete against the naive cascading `DELETE`, in the same run,
+//! on the same data, under the same load (issue 3's benchmark).
+//!
+//! See [`run::run`] for the procedure and [`run::BenchReport`] for every printed figure.
+
+pub mod run;
+pub mod workload;
+
+pub use run::{BenchArgs, BenchReport, run};

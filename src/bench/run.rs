@@ -1,0 +1,490 @@
+//! The benchmark's procedure.
+//!
+//! 1. A throwaway PostgreSQL with durable settings (`fsync` on), `shared_buffers` and `max_wal_size`
+//!    from the arguments; the demo schema (`src/demo/schema.sql`, 24 tables) with one large tenant of
+//!    `--rows` rows and `--small-tenants` others; `ANALYZE`d.
+//! 2. A copy (`CREATE DATABASE … TEMPLATE`). Both copies are read once (every table scanned) and a
+//!    `CHECKPOINT` runs before each measured phase, so neither side starts colder than the other.
+//! 3. Baseline: the foreground workload ([`super::workload`]) alone for `--baseline-secs`.
+//! 4. Cascade: `DELETE FROM app.accounts WHERE id = $1` on the copy, one transaction, with the
+//!    foreground and the tenant writer running.
+//! 5. deprov: a deletion request recorded as intake records it, and a worker (the service's own
+//!    [`crate::worker::Worker`], configured as `deploy/example.toml` plus `--batch-rows` and
+//!    `--rate-limit`) running the job to `completed`, with the same foreground and tenant writer.
+//!    Timed from the request to the job's end (soft delete, blocker checks and checkpoints included).
+//! 6. The two databases are compared table by table (row count and an order-independent md5).
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio_util::sync::CancellationToken;
+
+use super::workload::{self, Op, Samples};
+use crate::config::Config;
+use crate::db::Pools;
+use crate::demo::{DemoSize, cascade_delete, clone_database, database_digest, load};
+use crate::ids::DedupBasis;
+use crate::queue::intake::{self, NewRequest, SubjectKind};
+use crate::queue::jobs;
+use crate::sql::{QualifiedName, SqlBuilder};
+use crate::throwaway::{Throwaway, ThrowawayOptions};
+use crate::worker::Worker;
+
+/// `deprov bench delete` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Rows of the deleted tenant, over all its tables (the load makes a little more).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub rows: u64,
+    /// Other tenants (about 2,000 rows each); the foreground works on them.
+    #[arg(long, default_value_t = 60)]
+    pub small_tenants: u32,
+    /// `[hard_delete] batch_rows`: the first batch's rows (later batches are sized by time).
+    #[arg(long, default_value_t = 1000)]
+    pub batch_rows: u32,
+    /// `[hard_delete] max_batch_duration` in ms: the longest transaction the sizing aims under.
+    #[arg(long, default_value_t = 100)]
+    pub max_batch_ms: u64,
+    /// `[hard_delete] rate_limit` in rows/s (0 = unlimited, the issue's "unthrottled" figures).
+    #[arg(long, default_value_t = 0)]
+    pub rate_limit: u32,
+    /// Foreground clients (each its own connection).
+    #[arg(long, default_value_t = 2)]
+    pub clients: usize,
+    /// Operations per second of each foreground client and of the tenant writer.
+    #[arg(long, default_value_t = 100)]
+    pub rate: u32,
+    /// Seconds of foreground alone, for its baseline p99.
+    #[arg(long, default_value_t = 5)]
+    pub baseline_secs: u64,
+    /// The server's `shared_buffers`.
+    #[arg(long, default_value = "1GB")]
+    pub shared_buffers: String,
+    /// The server's `max_wal_size`.
+    #[arg(long, default_value = "4GB")]
+    pub max_wal_size: String,
+    /// Print the report as one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Figures of one deletion (the cascade's or deprov's).
+#[derive(Debug, Clone, Serialize)]
+pub struct Side {
+    /// Rows deleted.
+    pub rows: i64,
+    /// Wall time of the whole deletion, in s.
+    pub elapsed_s: f64,
+    /// Rows deleted per second of wall time.
+    pub rows_per_s: f64,
+    /// The longest single transaction on the target, in ms.
+    pub longest_transaction_ms: f64,
+    /// Transactions (batches) it took.
+    pub transactions: i64,
+    /// The longest wait of one statement of the writer touching the tenant's rows, in ms.
+    pub tenant_writer_longest_wait_ms: f64,
+    /// Foreground p99 latency while the deletion ran, in ms.
+    pub foreground_p99_ms: f64,
+    /// Foreground operations timed while the deletion ran.
+    pub foreground_ops: usize,
+    /// Foreground operations that failed.
+    pub foreground_errors: u64,
+}
+
+/// Everything the benchmark prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// Tables of the schema.
+    pub tables: usize,
+    /// The naive cascade.
+    pub cascade: Side,
+    /// deprov's job.
+    pub deprov: Side,
+    /// Foreground p99 latency with no deletion running, in ms.
+    pub foreground_baseline_p99_ms: f64,
+    /// deprov rows/s ÷ cascade rows/s (issue 3's target: ≥ 0.6).
+    pub ratio: f64,
+    /// Whether the database deprov worked on equals the cascade's copy, table by table.
+    pub equals_cascade: bool,
+    /// Batches that hit the statement or lock timeout (each retried smaller).
+    pub deprov_timeouts: i64,
+}
+
+/// Why the benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// PostgreSQL could not be started.
+    #[error(transparent)]
+    Server(#[from] crate::throwaway::ThrowawayError),
+    /// A database step failed.
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    /// The configuration built for the run is invalid.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// deprov's job did not complete.
+    #[error("deprov's job ended {state}: {error}")]
+    Job {
+        /// Its final state.
+        state: String,
+        /// Its last error.
+        error: String,
+    },
+}
+
+async fn connect(url: &str, max: u32) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new().max_connections(max).connect(url).await
+}
+
+fn say(json: bool, text: &str) {
+    if !json {
+        eprintln!("  {text}");
+    }
+}
+
+/// Runs the benchmark and returns its figures (see the module docs).
+///
+/// # Errors
+/// [`BenchError`]; a result that differs from the cascade is not an error but `equals_cascade: false`.
+pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
+    let server = Throwaway::start(&ThrowawayOptions {
+        unsafe_fast: false,
+        settings: vec![
+            ("shared_buffers".into(), args.shared_buffers.clone()),
+            ("max_wal_size".into(), args.max_wal_size.clone()),
+        ],
+    })?;
+    let admin = connect(&server.url("postgres"), 2).await?;
+    for db in ["saas", "deprov"] {
+        let mut create = SqlBuilder::new();
+        create.sql("CREATE DATABASE ").ident(db);
+        sqlx::query(create.build().as_query())
+            .execute(&admin)
+            .await?;
+    }
+    let started = Instant::now();
+    let saas = connect(&server.url("saas"), 4).await?;
+    let tenants = load(
+        &saas,
+        &DemoSize {
+            small_tenants: args.small_tenants,
+            large_tenant_rows: args.rows,
+        },
+    )
+    .await?;
+    let tables = crate::demo::user_tables(&saas, "app").await?;
+    say(
+        args.json,
+        &format!(
+            "loaded {} rows for tenant {} in {} tables, {} other tenants ({:.0} s)",
+            tenants.large_total_rows(),
+            tenants.large,
+            tables.len(),
+            tenants.small.len(),
+            started.elapsed().as_secs_f64()
+        ),
+    );
+    let keys = Keys::sample(&saas, tenants.large, &tenants.small).await?;
+    saas.close().await;
+    clone_database(&admin, "saas", "saas_cascade").await?;
+    let saas = connect(&server.url("saas"), 8).await?;
+    let copy = connect(&server.url("saas_cascade"), 8).await?;
+    for pool in [&saas, &copy] {
+        warm(pool, &tables).await?;
+    }
+
+    say(args.json, "baseline: foreground alone");
+    let running = workload::start(&saas, args.clients, args.rate, keys.foreground.clone());
+    tokio::time::sleep(Duration::from_secs(args.baseline_secs)).await;
+    let baseline = running.stop().await;
+
+    say(args.json, "cascade: one DELETE on the copy");
+    checkpoint(&admin).await?;
+    let fg = workload::start(&copy, args.clients, args.rate, keys.foreground.clone());
+    let writer = workload::start(&copy, 1, args.rate, keys.tenant.clone());
+    let root = QualifiedName::new("app", "accounts");
+    let cascade = cascade_delete(&copy, &root, "id", tenants.large).await?;
+    let cascade_side = side(
+        cascade.total_deleted(),
+        cascade.elapsed,
+        cascade.elapsed_ms(),
+        1,
+        writer.stop().await,
+        fg.stop().await,
+    );
+
+    say(args.json, "deprov: a deletion request and a worker");
+    checkpoint(&admin).await?;
+    let (deprov_side, timeouts) = run_deprov(args, &server, &saas, &keys, tenants.large).await?;
+
+    let equals_cascade =
+        database_digest(&saas, "app").await? == database_digest(&copy, "app").await?;
+    Ok(BenchReport {
+        tables: tables.len(),
+        ratio: if cascade_side.rows_per_s > 0.0 {
+            deprov_side.rows_per_s / cascade_side.rows_per_s
+        } else {
+            0.0
+        },
+        cascade: cascade_side,
+        deprov: deprov_side,
+        foreground_baseline_p99_ms: baseline.quantile_ms(0.99),
+        equals_cascade,
+        deprov_timeouts: timeouts,
+    })
+}
+
+async fn run_deprov(
+    args: &BenchArgs,
+    server: &Throwaway,
+    saas: &PgPool,
+    keys: &Keys,
+    tenant: i64,
+) -> Result<(Side, i64), BenchError> {
+    let text = crate::demo::run::config_toml("bench-vercel-token-0000000000", args.batch_rows)
+        .replace(
+            "max_batch_duration = \"100ms\"",
+            &format!("max_batch_duration = \"{}ms\"", args.max_batch_ms),
+        )
+        .replace(
+            "rate_limit = 0 ",
+            &format!("rate_limit = {} ", args.rate_limit),
+        )
+        .replace("poll_interval = \"500ms\"", "poll_interval = \"10ms\"");
+    let config = std::sync::Arc::new(
+        Config::from_toml(&text).map_err(|e| BenchError::Config(e.to_string()))?,
+    );
+    let state = server.url("deprov");
+    let pools = Pools::new(&state, &server.url("saas"), &config.pools)?;
+    crate::db::migrate(&pools.queue)
+        .await
+        .map_err(|e| BenchError::Config(e.to_string()))?;
+    let request = NewRequest {
+        source: "billing".into(),
+        basis: DedupBasis::TenantId,
+        dedup_key: tenant.to_string(),
+        subject_kind: SubjectKind::Tenant,
+        subject: tenant.to_string(),
+        external_id: None,
+        reason: Some("deprov bench delete".into()),
+    };
+
+    let fg = workload::start(saas, args.clients, args.rate, keys.foreground.clone());
+    let writer = workload::start(saas, 1, args.rate, keys.tenant.clone());
+    let started = Instant::now();
+    let job_id = intake::record_tx(&pools.intake, &request, config.worker.max_attempts as i32)
+        .await
+        .map_err(|e| BenchError::Config(e.to_string()))?
+        .job_id;
+    let cancel = CancellationToken::new();
+    let worker = Worker::new(pools.clone(), config.clone(), "bench-worker".into());
+    let running = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { worker.run(cancel).await }
+    });
+    let job = loop {
+        let job = jobs::get(&pools.queue, job_id).await?;
+        if let Some(job) = job.filter(|j| matches!(j.state.as_str(), "completed" | "failed")) {
+            break job;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let elapsed = started.elapsed();
+    cancel.cancel();
+    let _ = running.await;
+    let (writer, fg) = (writer.stop().await, fg.stop().await);
+    if job.state != "completed" {
+        return Err(BenchError::Job {
+            state: job.state,
+            error: job.last_error.unwrap_or_default(),
+        });
+    }
+    let p = &job.progress;
+    let side = side(
+        p["rows_deleted"].as_i64().unwrap_or(0),
+        elapsed,
+        p["longest_batch_ms"].as_f64().unwrap_or(0.0),
+        p["batches"].as_i64().unwrap_or(0),
+        writer,
+        fg,
+    );
+    Ok((side, p["timeouts"].as_i64().unwrap_or(0)))
+}
+
+fn side(
+    rows: i64,
+    elapsed: Duration,
+    longest_ms: f64,
+    transactions: i64,
+    writer: Samples,
+    fg: Samples,
+) -> Side {
+    let secs = elapsed.as_secs_f64();
+    Side {
+        rows,
+        elapsed_s: secs,
+        rows_per_s: if secs > 0.0 { rows as f64 / secs } else { 0.0 },
+        longest_transaction_ms: longest_ms,
+        transactions,
+        tenant_writer_longest_wait_ms: writer.max_ms(),
+        foreground_p99_ms: fg.quantile_ms(0.99),
+        foreground_ops: fg.latencies.len(),
+        foreground_errors: fg.errors,
+    }
+}
+
+/// Row keys the workloads use, sampled before the copy (so both copies have them).
+#[derive(Debug, Clone)]
+struct Keys {
+    /// Other tenants: reads of an account's users, writes to single users.
+    foreground: Vec<(Op, i64)>,
+    /// The deleted tenant: its account row, its users and its projects.
+    tenant: Vec<(Op, i64)>,
+}
+
+impl Keys {
+    async fn sample(pool: &PgPool, tenant: i64, others: &[i64]) -> Result<Self, sqlx::Error> {
+        let other_users: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM app.users WHERE account_id <> $1 ORDER BY id LIMIT 2000",
+        )
+        .bind(tenant)
+        .fetch_all(pool)
+        .await?;
+        let foreground = other_users
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &user)| {
+                [
+                    (Op::ReadUsers, others[i % others.len().max(1)]),
+                    (Op::TouchUser, user),
+                ]
+            })
+            .collect();
+        let users: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM app.users WHERE account_id = $1 ORDER BY id LIMIT 500",
+        )
+        .bind(tenant)
+        .fetch_all(pool)
+        .await?;
+        let projects: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM app.projects WHERE account_id = $1 ORDER BY id LIMIT 500",
+        )
+        .bind(tenant)
+        .fetch_all(pool)
+        .await?;
+        let mut tenant_ops = vec![(Op::TouchAccount, tenant)];
+        for i in 0..users.len().max(projects.len()) {
+            if let Some(&u) = users.get(i) {
+                tenant_ops.push((Op::TouchUser, u));
+            }
+            if let Some(&p) = projects.get(i) {
+                tenant_ops.push((Op::TouchProject, p));
+            }
+        }
+        Ok(Self {
+            foreground,
+            tenant: tenant_ops,
+        })
+    }
+}
+
+/// Reads every table once (a sequential scan), so both copies start with the same warm caches.
+async fn warm(pool: &PgPool, tables: &[QualifiedName]) -> Result<(), sqlx::Error> {
+    for table in tables {
+        let mut b = SqlBuilder::new();
+        b.sql("SELECT count(*) FROM ").table(table);
+        sqlx::query(b.build().as_query()).execute(pool).await?;
+    }
+    Ok(())
+}
+
+async fn checkpoint(admin: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query("CHECKPOINT").execute(admin).await?;
+    Ok(())
+}
+
+impl BenchReport {
+    /// The report as the table `deprov bench delete` prints.
+    pub fn to_text(&self) -> String {
+        let (c, d) = (&self.cascade, &self.deprov);
+        let base = self.foreground_baseline_p99_ms;
+        let rel = |p: f64| if base > 0.0 { p / base } else { 0.0 };
+        let mut out = String::new();
+        let mut row = |name: &str, a: String, b: String| {
+            out.push_str(&format!("{name:<44} {a:>14} {b:>14}\n"));
+        };
+        row("", "cascade".into(), "deprov".into());
+        row("rows deleted", c.rows.to_string(), d.rows.to_string());
+        row(
+            "elapsed (s)",
+            format!("{:.2}", c.elapsed_s),
+            format!("{:.2}", d.elapsed_s),
+        );
+        row(
+            "rows/s",
+            format!("{:.0}", c.rows_per_s),
+            format!("{:.0}", d.rows_per_s),
+        );
+        row(
+            "transactions",
+            c.transactions.to_string(),
+            d.transactions.to_string(),
+        );
+        row(
+            "longest transaction (ms)",
+            format!("{:.1}", c.longest_transaction_ms),
+            format!("{:.1}", d.longest_transaction_ms),
+        );
+        row(
+            "tenant writer: longest wait (ms)",
+            format!("{:.1}", c.tenant_writer_longest_wait_ms),
+            format!("{:.1}", d.tenant_writer_longest_wait_ms),
+        );
+        row(
+            "foreground p99 (ms)",
+            format!("{:.2}", c.foreground_p99_ms),
+            format!("{:.2}", d.foreground_p99_ms),
+        );
+        row(
+            "foreground p99 ÷ baseline p99",
+            format!("{:.2}", rel(c.foreground_p99_ms)),
+            format!("{:.2}", rel(d.foreground_p99_ms)),
+        );
+        row(
+            "foreground ops (errors)",
+            format!("{} ({})", c.foreground_ops, c.foreground_errors),
+            format!("{} ({})", d.foreground_ops, d.foreground_errors),
+        );
+        out.push_str(&format!(
+            "foreground baseline p99: {base:.2} ms; deprov batches that hit a timeout: {}\n",
+            self.deprov_timeouts
+        ));
+        out.push_str(&format!(
+            "ratio deprov ÷ cascade rows/s: {:.2} (target ≥ 0.6: {})\n",
+            self.ratio,
+            met(self.ratio >= 0.6)
+        ));
+        out.push_str(&format!(
+            "deprov's longest transaction: {:.1} ms (target ≤ 100 ms: {})\n",
+            d.longest_transaction_ms,
+            met(d.longest_transaction_ms <= 100.0)
+        ));
+        out.push_str(&format!(
+            "foreground p99 under deprov: {:.2}× baseline (target ≤ 1.25×: {})\n",
+            rel(d.foreground_p99_ms),
+            met(rel(d.foreground_p99_ms) <= 1.25)
+        ));
+        out.push_str(&format!(
+            "database equals the cascade's copy ({} tables): {}\n",
+            self.tables,
+            if self.equals_cascade { "PASS" } else { "FAIL" }
+        ));
+        out
+    }
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok { "met" } else { "MISSED" }
+}

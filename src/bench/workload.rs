@@ -1,0 +1,151 @@
+//! The load that runs beside a deletion in `deprov bench delete`: other tenants' reads and writes (the
+//! foreground, whose p99 latency must stay near its baseline) and a writer touching the deleted
+//! tenant's own rows (whose longest wait is how long the deletion blocks the tenant's traffic).
+//!
+//! Both are open loops at a fixed rate (a missed tick is skipped, not queued), each operation timed
+//! from its start to its answer. Writes set a column to itself (`SET email = email`): a real row
+//! version, WAL and row lock, but no change in content, so the database still equals the cascade's
+//! copy afterwards.
+
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Timings of one workload over one run.
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    /// Latency of every completed operation.
+    pub latencies: Vec<Duration>,
+    /// Operations that failed (any database error).
+    pub errors: u64,
+}
+
+impl Samples {
+    /// The `q` quantile (0..=1) of the latencies by the nearest-rank method, in ms; 0 with no samples.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        if self.latencies.is_empty() {
+            return 0.0;
+        }
+        let mut sorted = self.latencies.clone();
+        sorted.sort_unstable();
+        let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+        sorted[rank - 1].as_secs_f64() * 1000.0
+    }
+
+    /// The longest latency, in ms.
+    pub fn max_ms(&self) -> f64 {
+        self.latencies
+            .iter()
+            .max()
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    }
+
+    fn merge(&mut self, other: Samples) {
+        self.latencies.extend(other.latencies);
+        self.errors += other.errors;
+    }
+}
+
+/// One kind of operation on one row key.
+#[derive(Debug, Clone, Copy)]
+pub enum Op {
+    /// `SELECT id, email FROM app.users WHERE account_id = $1` (key: an account id).
+    ReadUsers,
+    /// `UPDATE app.users SET email = email WHERE id = $1` (key: a user id).
+    TouchUser,
+    /// `UPDATE app.projects SET name = name WHERE id = $1` (key: a project id).
+    TouchProject,
+    /// `UPDATE app.accounts SET name = name WHERE id = $1` (key: an account id, the tenant root).
+    TouchAccount,
+}
+
+impl Op {
+    fn sql(self) -> &'static str {
+        match self {
+            Op::ReadUsers => "SELECT id, email FROM app.users WHERE account_id = $1",
+            Op::TouchUser => "UPDATE app.users SET email = email WHERE id = $1",
+            Op::TouchProject => "UPDATE app.projects SET name = name WHERE id = $1",
+            Op::TouchAccount => "UPDATE app.accounts SET name = name WHERE id = $1",
+        }
+    }
+}
+
+/// A running workload; [`Running::stop`] ends it and returns its samples.
+#[derive(Debug)]
+pub struct Running {
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<Samples>>,
+}
+
+impl Running {
+    /// Stops every client after its current operation and merges their samples.
+    pub async fn stop(self) -> Samples {
+        self.cancel.cancel();
+        let mut all = Samples::default();
+        for task in self.tasks {
+            if let Ok(samples) = task.await {
+                all.merge(samples);
+            }
+        }
+        all
+    }
+}
+
+/// Starts `clients` clients on `pool`, each running `rate` operations per second, cycling through
+/// `ops` (an operation with its key). Each client takes its own connection from `pool` for the whole
+/// run, so `pool` needs at least `clients` connections.
+pub fn start(pool: &PgPool, clients: usize, rate: u32, ops: Vec<(Op, i64)>) -> Running {
+    let cancel = CancellationToken::new();
+    let period = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+    let tasks = (0..clients)
+        .map(|client| {
+            let pool = pool.clone();
+            let cancel = cancel.clone();
+            let ops = ops.clone();
+            tokio::spawn(async move {
+                let mut samples = Samples::default();
+                let Ok(mut conn) = pool.acquire().await else {
+                    samples.errors += 1;
+                    return samples;
+                };
+                let mut tick = tokio::time::interval(period);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                let mut i = client;
+                while !ops.is_empty() {
+                    tokio::select! {
+                        () = cancel.cancelled() => break,
+                        _ = tick.tick() => {}
+                    }
+                    let (op, key) = ops[i % ops.len()];
+                    i += clients;
+                    let started = Instant::now();
+                    match sqlx::query(op.sql()).bind(key).execute(&mut *conn).await {
+                        Ok(_) => samples.latencies.push(started.elapsed()),
+                        Err(_) => samples.errors += 1,
+                    }
+                }
+                samples
+            })
+        })
+        .collect();
+    Running { cancel, tasks }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_quantiles() {
+        let s = Samples {
+            latencies: (1..=100).map(Duration::from_millis).collect(),
+            errors: 0,
+        };
+        assert!((s.quantile_ms(0.99) - 99.0).abs() < 1e-9);
+        assert!((s.quantile_ms(0.5) - 50.0).abs() < 1e-9);
+        assert!((s.max_ms() - 100.0).abs() < 1e-9);
+        assert!((Samples::default().quantile_ms(0.99)).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,200 @@
+//! Pacing of the hard delete (`[pacing]`, see [`crate::config::PacingConfig`]): a rows/s limit and
+//! pauses while the target shows distress.
+
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use sqlx::PgPool;
+
+use crate::config::PacingConfig;
+
+/// What the target showed at the last distress check.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TargetLoad {
+    /// Sessions waiting on a heavyweight lock.
+    pub lock_waiters: i64,
+    /// The largest standby `replay_lag`, in s (0 without standbys).
+    pub replication_lag_s: f64,
+}
+
+/// Reads [`TargetLoad`] from the target, in one bounded statement (statement_timeout 1 s).
+///
+/// # Errors
+/// Database errors.
+pub async fn target_load(target: &PgPool) -> Result<TargetLoad, sqlx::Error> {
+    let mut tx = target.begin().await?;
+    sqlx::query("SET LOCAL statement_timeout = 1000")
+        .execute(&mut *tx)
+        .await?;
+    let (lock_waiters, replication_lag_s): (i64, f64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'), \
+         coalesce((SELECT extract(epoch FROM max(replay_lag))::float8 FROM pg_stat_replication), 0)",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(TargetLoad {
+        lock_waiters,
+        replication_lag_s,
+    })
+}
+
+/// The pacer of one job run.
+#[derive(Debug)]
+pub struct Pacer {
+    config: PacingConfig,
+    limiter: Option<DefaultDirectRateLimiter>,
+    burst: u32,
+    max_pause: Duration,
+    max_batch: Duration,
+    last_check: Option<Instant>,
+    distressed_for: u32,
+}
+
+impl Pacer {
+    /// A pacer for `config`; pauses are capped at `lease / 3`; a batch longer than `max_batch` is
+    /// distress.
+    pub fn new(config: &PacingConfig, lease: Duration, max_batch: Duration) -> Self {
+        let limiter = NonZeroU32::new(config.rate_limit)
+            .map(|rate| RateLimiter::direct(Quota::per_second(rate).allow_burst(rate)));
+        Self {
+            config: config.clone(),
+            limiter,
+            burst: config.rate_limit.max(1),
+            max_pause: (lease / 3).min(config.backoff_max),
+            max_batch,
+            last_check: None,
+            distressed_for: 0,
+        }
+    }
+
+    /// Waits until `rows` more rows are within the rate limit (at once when unlimited).
+    pub async fn admit(&self, rows: i64) {
+        let Some(limiter) = &self.limiter else {
+            return;
+        };
+        let mut left = u32::try_from(rows.max(0)).unwrap_or(u32::MAX);
+        while left > 0 {
+            let n = left.min(self.burst);
+            if let Some(n) = NonZeroU32::new(n) {
+                // Cannot fail: n ≤ burst.
+                let _ = limiter.until_n_ready(n).await;
+            }
+            left -= n;
+        }
+    }
+
+    /// How long to pause before the next batch, given the last batch's duration: zero unless the
+    /// target is in distress (read at most once per `check_interval`; a failed read counts as no
+    /// distress — the batch's own timeouts still bound it). Returns the reason with the pause.
+    pub async fn pause(
+        &mut self,
+        target: &PgPool,
+        last_batch: Duration,
+    ) -> Option<(Duration, String)> {
+        let mut reason = None;
+        if last_batch > self.max_batch {
+            reason = Some(format!(
+                "last batch took {} ms (max_batch_duration {} ms)",
+                last_batch.as_millis(),
+                self.max_batch.as_millis()
+            ));
+        }
+        let due = self
+            .last_check
+            .is_none_or(|t| t.elapsed() >= self.config.check_interval);
+        if reason.is_none() && due {
+            self.last_check = Some(Instant::now());
+            if let Ok(load) = target_load(target).await {
+                reason = self.distress(load);
+            }
+        }
+        match reason {
+            None => {
+                self.distressed_for = 0;
+                None
+            }
+            Some(reason) => {
+                let pause = self
+                    .config
+                    .backoff
+                    .saturating_mul(1 << self.distressed_for.min(16))
+                    .min(self.max_pause);
+                self.distressed_for += 1;
+                // Re-read the target after the pause, not a check_interval later.
+                self.last_check = None;
+                Some((pause, reason))
+            }
+        }
+    }
+
+    fn distress(&self, load: TargetLoad) -> Option<String> {
+        let c = &self.config;
+        if c.max_lock_waiters > 0 && load.lock_waiters > i64::from(c.max_lock_waiters) {
+            return Some(format!(
+                "{} sessions wait on locks (max_lock_waiters {})",
+                load.lock_waiters, c.max_lock_waiters
+            ));
+        }
+        let lag = c.max_replication_lag.as_secs_f64();
+        if lag > 0.0 && load.replication_lag_s > lag {
+            return Some(format!(
+                "replication lag {:.1} s (max_replication_lag {lag:.1} s)",
+                load.replication_lag_s
+            ));
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pacer() -> Pacer {
+        Pacer::new(
+            &PacingConfig {
+                max_lock_waiters: 3,
+                ..PacingConfig::default()
+            },
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+        )
+    }
+
+    #[test]
+    fn distress_thresholds() {
+        let p = pacer();
+        assert_eq!(p.distress(TargetLoad::default()), None);
+        let waiters = TargetLoad {
+            lock_waiters: 4,
+            ..TargetLoad::default()
+        };
+        assert!(p.distress(waiters).unwrap().contains("4 sessions"));
+        let lag = TargetLoad {
+            replication_lag_s: 11.0,
+            ..TargetLoad::default()
+        };
+        assert!(p.distress(lag).unwrap().contains("replication lag"));
+    }
+
+    #[tokio::test]
+    async fn limiter_admits_one_second_of_burst_then_holds() {
+        let p = Pacer::new(
+            &PacingConfig {
+                rate_limit: 1000,
+                ..PacingConfig::default()
+            },
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+        );
+        p.admit(1000).await;
+        let limiter = p.limiter.as_ref().unwrap();
+        // The burst is spent: 500 more rows are half a second away, not available now.
+        let n = NonZeroU32::new(500).unwrap();
+        assert!(matches!(limiter.check_n(n), Ok(Err(_))));
+        // Unlimited admits anything at once.
+        pacer().admit(i64::MAX).await;
+    }
+}
