@@ -111,7 +111,8 @@ pub struct HardDeleteConfig {
     /// Time between the soft delete and the start of the hard delete (default `0s`).
     #[serde(with = "humantime_serde")]
     pub grace_period: Duration,
-    /// Rows of the first batch of a job, 1..=100000 (default 1000); later batches are sized by time.
+    /// Rows of the first batch of every step, 1..=100000 (default 50: small, because a table's cost
+    /// per row is unknown until measured); later batches are sized by time.
     pub batch_rows: u32,
     /// Upper bound on rows per batch, at least `batch_rows` (default 100000).
     pub max_batch_rows: u32,
@@ -125,17 +126,22 @@ pub struct HardDeleteConfig {
     /// `SET LOCAL statement_timeout` of every batch (default 5s).
     #[serde(with = "humantime_serde")]
     pub statement_timeout: Duration,
+    /// Estimated rows PostgreSQL's own cascade may delete per row a batch deletes (default 10000;
+    /// 0 = always delete leaves first). Tables whose rows have few descendants are then deleted by
+    /// their parents' batches through the cascade, visiting each row once (see `engine::absorb`).
+    pub cascade_rows: u32,
 }
 
 impl Default for HardDeleteConfig {
     fn default() -> Self {
         Self {
             grace_period: Duration::ZERO,
-            batch_rows: 1000,
+            batch_rows: 50,
             max_batch_rows: 100_000,
             max_batch_duration: Duration::from_millis(100),
             lock_timeout: Duration::from_millis(50),
             statement_timeout: Duration::from_secs(5),
+            cascade_rows: 10_000,
         }
     }
 }

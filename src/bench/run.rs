@@ -42,7 +42,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 60)]
     pub small_tenants: u32,
     /// `[hard_delete] batch_rows`: the first batch's rows (later batches are sized by time).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 50)]
     pub batch_rows: u32,
     /// `[hard_delete] max_batch_duration` in ms: the longest transaction the sizing aims under.
     #[arg(long, default_value_t = 100)]
@@ -83,6 +83,8 @@ pub struct Side {
     pub longest_transaction_ms: f64,
     /// Transactions (batches) it took.
     pub transactions: i64,
+    /// The longest transaction that rolled back on a timeout (deprov retries those smaller), in ms.
+    pub longest_rolled_back_ms: f64,
     /// The longest wait of one statement of the writer touching the tenant's rows, in ms.
     pub tenant_writer_longest_wait_ms: f64,
     /// Foreground p99 latency while the deletion ran, in ms.
@@ -110,6 +112,8 @@ pub struct BenchReport {
     pub equals_cascade: bool,
     /// Batches that hit the statement or lock timeout (each retried smaller).
     pub deprov_timeouts: i64,
+    /// deprov's per-table figures, in deletion order (the job's `progress.tables`).
+    pub deprov_tables: serde_json::Value,
 }
 
 /// Why the benchmark could not run.
@@ -217,7 +221,8 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
 
     say(args.json, "deprov: a deletion request and a worker");
     checkpoint(&admin).await?;
-    let (deprov_side, timeouts) = run_deprov(args, &server, &saas, &keys, tenants.large).await?;
+    let (deprov_side, timeouts, deprov_tables) =
+        run_deprov(args, &server, &saas, &keys, tenants.large).await?;
 
     let equals_cascade =
         database_digest(&saas, "app").await? == database_digest(&copy, "app").await?;
@@ -233,6 +238,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         foreground_baseline_p99_ms: baseline.quantile_ms(0.99),
         equals_cascade,
         deprov_timeouts: timeouts,
+        deprov_tables,
     })
 }
 
@@ -242,7 +248,7 @@ async fn run_deprov(
     saas: &PgPool,
     keys: &Keys,
     tenant: i64,
-) -> Result<(Side, i64), BenchError> {
+) -> Result<(Side, i64, serde_json::Value), BenchError> {
     let text = crate::demo::run::config_toml("bench-vercel-token-0000000000", args.batch_rows)
         .replace(
             "max_batch_duration = \"100ms\"",
@@ -302,7 +308,7 @@ async fn run_deprov(
         });
     }
     let p = &job.progress;
-    let side = side(
+    let mut side = side(
         p["rows_deleted"].as_i64().unwrap_or(0),
         elapsed,
         p["longest_batch_ms"].as_f64().unwrap_or(0.0),
@@ -310,7 +316,12 @@ async fn run_deprov(
         writer,
         fg,
     );
-    Ok((side, p["timeouts"].as_i64().unwrap_or(0)))
+    side.longest_rolled_back_ms = p["longest_rolled_back_ms"].as_f64().unwrap_or(0.0);
+    Ok((
+        side,
+        p["timeouts"].as_i64().unwrap_or(0),
+        p["tables"].clone(),
+    ))
 }
 
 fn side(
@@ -327,6 +338,7 @@ fn side(
         elapsed_s: secs,
         rows_per_s: if secs > 0.0 { rows as f64 / secs } else { 0.0 },
         longest_transaction_ms: longest_ms,
+        longest_rolled_back_ms: 0.0,
         transactions,
         tenant_writer_longest_wait_ms: writer.max_ms(),
         foreground_p99_ms: fg.quantile_ms(0.99),
@@ -438,6 +450,11 @@ impl BenchReport {
             format!("{:.1}", d.longest_transaction_ms),
         );
         row(
+            "longest rolled-back transaction (ms)",
+            "-".into(),
+            format!("{:.1}", d.longest_rolled_back_ms),
+        );
+        row(
             "tenant writer: longest wait (ms)",
             format!("{:.1}", c.tenant_writer_longest_wait_ms),
             format!("{:.1}", d.tenant_writer_longest_wait_ms),
@@ -458,7 +475,28 @@ impl BenchReport {
             format!("{} ({})", d.foreground_ops, d.foreground_errors),
         );
         out.push_str(&format!(
-            "foreground baseline p99: {base:.2} ms; deprov batches that hit a timeout: {}\n",
+            "\n{:<44} {:>10} {:>8} {:>10} {:>10} {:>12}\n",
+            "deprov per table", "rows", "batches", "total ms", "longest ms", "rows/s"
+        ));
+        for t in self.deprov_tables.as_array().into_iter().flatten() {
+            let rows = t["rows_deleted"].as_i64().unwrap_or(0);
+            let ms = t["batch_ms"].as_f64().unwrap_or(0.0);
+            out.push_str(&format!(
+                "{:<44} {:>10} {:>8} {:>10.0} {:>10.1} {:>12.0}\n",
+                t["table"].as_str().unwrap_or("?"),
+                rows,
+                t["batches"].as_i64().unwrap_or(0),
+                ms,
+                t["longest_batch_ms"].as_f64().unwrap_or(0.0),
+                if ms > 0.0 {
+                    rows as f64 * 1000.0 / ms
+                } else {
+                    0.0
+                }
+            ));
+        }
+        out.push_str(&format!(
+            "\nforeground baseline p99: {base:.2} ms; deprov batches that hit a timeout: {}\n",
             self.deprov_timeouts
         ));
         out.push_str(&format!(
@@ -467,9 +505,9 @@ impl BenchReport {
             met(self.ratio >= 0.6)
         ));
         out.push_str(&format!(
-            "deprov's longest transaction: {:.1} ms (target ≤ 100 ms: {})\n",
-            d.longest_transaction_ms,
-            met(d.longest_transaction_ms <= 100.0)
+            "deprov's longest transaction: {:.1} ms, rolled back included (target ≤ 100 ms: {})\n",
+            d.longest_transaction_ms.max(d.longest_rolled_back_ms),
+            met(d.longest_transaction_ms.max(d.longest_rolled_back_ms) <= 100.0)
         ));
         out.push_str(&format!(
             "foreground p99 under deprov: {:.2}× baseline (target ≤ 1.25×: {})\n",

@@ -34,7 +34,7 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 60)]
     pub small_tenants: u32,
     /// `[hard_delete] batch_rows` for the run.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 50)]
     pub batch_rows: u32,
     /// Retries of the deletion request sent after the first one.
     #[arg(long, default_value_t = 20)]
@@ -96,7 +96,7 @@ pub(crate) fn config_toml(token: &str, batch_rows: u32) -> String {
         "token_env = \"DEPROV_BILLING_TOKEN\"",
         "token = \"demo-billing-token-unused-0000\"",
     );
-    text.replace("batch_rows = 1000", &format!("batch_rows = {batch_rows}"))
+    text.replace("batch_rows = 50 ", &format!("batch_rows = {batch_rows} "))
 }
 
 async fn connect(url: &str) -> Result<PgPool, sqlx::Error> {

@@ -78,6 +78,10 @@ pub struct Table {
     pub columns: BTreeMap<String, SqlType>,
     /// A partitioned table (`relkind = 'p'`).
     pub partitioned: bool,
+    /// The planner's row estimate (`pg_class.reltuples`, set by VACUUM / ANALYZE; negative when the
+    /// table was never analyzed). Only used to decide what PostgreSQL's cascade may delete in a
+    /// batch (see [`super::absorb`]), never for correctness.
+    pub estimated_rows: f64,
 }
 
 impl Table {
@@ -158,12 +162,12 @@ impl Catalog {
     /// # Errors
     /// Database errors.
     pub async fn read(conn: &mut PgConnection) -> Result<Self, sqlx::Error> {
-        let tables: Vec<(i64, String, String, bool, Vec<String>)> = sqlx::query_as(
+        let tables: Vec<(i64, String, String, bool, Vec<String>, f64)> = sqlx::query_as(
             "SELECT c.oid::int8, n.nspname::text, c.relname::text, c.relkind = 'p', \
                coalesce((SELECT array_agg(a.attname::text ORDER BY k.ord) \
                  FROM pg_constraint pk CROSS JOIN LATERAL unnest(pk.conkey) WITH ORDINALITY k(attnum, ord) \
                  JOIN pg_attribute a ON a.attrelid = pk.conrelid AND a.attnum = k.attnum \
-                 WHERE pk.conrelid = c.oid AND pk.contype = 'p'), '{}') \
+                 WHERE pk.conrelid = c.oid AND pk.contype = 'p'), '{}'), c.reltuples::float8 \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
                AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'",
@@ -197,7 +201,7 @@ impl Catalog {
         .await?;
 
         let mut catalog = Catalog::default();
-        for (oid, schema, name, partitioned, pk) in tables {
+        for (oid, schema, name, partitioned, pk, estimated_rows) in tables {
             let key = if pk.is_empty() {
                 RowKey::Ctid
             } else {
@@ -216,6 +220,7 @@ impl Catalog {
                     key,
                     columns: BTreeMap::new(),
                     partitioned,
+                    estimated_rows,
                 },
             );
         }

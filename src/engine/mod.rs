@@ -6,6 +6,7 @@
 //! ends a stuck statement by itself and the connection survives (error 55P03 or 57014), rather than a
 //! client deadline abandoning a query on its connection.
 
+pub mod absorb;
 pub mod catalog;
 pub mod plan;
 pub mod queries;
@@ -112,6 +113,9 @@ pub struct BatchResult {
     pub parents_used: i64,
     /// Where the next batch of the step starts; `None` when the step is finished.
     pub next: Option<Cursor>,
+    /// Rows PostgreSQL's cascade deleted in absorbed tables (see [`absorb`]), per table oid, read
+    /// from `pg_stat_get_xact_tuples_deleted` before the commit. Empty when the step absorbs nothing.
+    pub cascaded: Vec<(u32, i64)>,
     /// Wall time of the whole transaction, BEGIN to COMMIT.
     pub elapsed: Duration,
 }
@@ -222,6 +226,11 @@ pub async fn run_batch(
     let started = Instant::now();
     let mut tx = target.begin().await?;
     set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
+    let before = if plan.absorbs_below(plan.steps[step].table) {
+        Some(deleted_so_far(&mut tx, plan).await?)
+    } else {
+        None
+    };
     let (selected, deleted, seen, used, last_parent, last_row) = sqlx::query_as::<
         _,
         (i64, i64, i64, i64, Option<Vec<String>>, Option<Vec<String>>),
@@ -232,6 +241,18 @@ pub async fn run_batch(
     .bind(parents.max(1))
     .fetch_one(&mut *tx)
     .await?;
+    let cascaded = match &before {
+        Some(before) => {
+            let after = deleted_so_far(&mut tx, plan).await?;
+            after
+                .into_iter()
+                .zip(before)
+                .map(|((oid, n), (_, m))| (oid, n - m))
+                .filter(|(_, n)| *n > 0)
+                .collect()
+        }
+        None => Vec::new(),
+    };
     tx.commit().await?;
     let split = plan.steps[step]
         .path
@@ -252,8 +273,26 @@ pub async fn run_batch(
         parents: seen,
         parents_used: used,
         next,
+        cascaded,
         elapsed: started.elapsed(),
     })
+}
+
+/// Rows deleted in each absorbed table by this backend and not yet reported to the statistics
+/// system (`pg_stat_get_xact_tuples_deleted`, PostgreSQL docs §28.2.25: it accumulates across
+/// transactions until the backend flushes its statistics, so a batch takes the difference).
+async fn deleted_so_far(
+    tx: &mut PgConnection,
+    plan: &Plan,
+) -> Result<Vec<(u32, i64)>, sqlx::Error> {
+    let oids: Vec<i64> = plan.absorbed.iter().map(|&t| i64::from(t)).collect();
+    let counts: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT o, pg_stat_get_xact_tuples_deleted(o::oid) FROM unnest($1::int8[]) WITH ORDINALITY u(o, i) ORDER BY i",
+    )
+    .bind(oids)
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(counts.into_iter().map(|(o, n)| (o as u32, n)).collect())
 }
 
 /// Binds the tenant key to a configured statement's `$1` with the type PostgreSQL infers for it:

@@ -73,6 +73,9 @@ pub struct Plan {
     pub unindexed: Vec<usize>,
     /// Shortest cascading path of each closure table to the root.
     pub tree_paths: BTreeMap<u32, Vec<usize>>,
+    /// Tables without steps: PostgreSQL's cascade deletes their rows under their parents' batches
+    /// (empty unless [`Plan::absorb`] was applied).
+    pub absorbed: BTreeSet<u32>,
 }
 
 impl Plan {
@@ -176,6 +179,7 @@ impl Plan {
             side_effects,
             unindexed,
             tree_paths,
+            absorbed: BTreeSet::new(),
             catalog,
         })
     }
@@ -212,6 +216,10 @@ impl Plan {
                 h.update(self.catalog.foreign_keys[p].name.as_bytes());
             }
             h.update(b"\n");
+        }
+        for &t in &self.absorbed {
+            h.update(b"absorbed ");
+            h.update(self.name(t).to_string().as_bytes());
         }
         hex::encode(&h.finalize()[..8])
     }

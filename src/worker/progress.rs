@@ -15,6 +15,12 @@ pub struct TableProgress {
     /// Longest batch transaction on this table, in milliseconds.
     #[serde(default)]
     pub longest_batch_ms: f64,
+    /// Batches on this table.
+    #[serde(default)]
+    pub batches: i64,
+    /// Time in this table's batch transactions, in milliseconds (rows/s = rows_deleted / this).
+    #[serde(default)]
+    pub batch_ms: f64,
 }
 
 /// Operator-facing progress (`deprov.jobs.progress`).
@@ -33,6 +39,8 @@ pub struct Progress {
     pub longest_batch_ms: f64,
     /// Batches that hit `statement_timeout` or `lock_timeout`, rolled back and were retried smaller.
     pub timeouts: i64,
+    /// Longest of those rolled-back batch transactions, in milliseconds (locks were held this long).
+    pub longest_rolled_back_ms: f64,
     /// Pauses for the target's sake (see [`crate::config::PacingConfig`]).
     pub pauses: i64,
     /// Time spent in those pauses, in milliseconds.
@@ -69,6 +77,14 @@ impl Progress {
         let t = self.table_mut(table);
         t.rows_deleted += deleted;
         t.longest_batch_ms = t.longest_batch_ms.max(elapsed_ms);
+        t.batches += 1;
+        t.batch_ms += elapsed_ms;
+    }
+
+    /// Adds rows PostgreSQL's cascade deleted in `table` under a batch of another table.
+    pub fn record_cascaded(&mut self, table: &str, deleted: i64) {
+        self.rows_deleted += deleted;
+        self.table_mut(table).rows_deleted += deleted;
     }
 
     /// The entry of `table`, created (in order of first appearance) when missing.
@@ -95,6 +111,10 @@ pub struct Checkpoint {
     pub cursor: crate::engine::Cursor,
     /// Parent rows per batch (adapted to the children's fan-out).
     pub parents: i64,
+    /// The `cascade_rows` of the plan in use (see `engine::absorb`), when lowered from the
+    /// configured value because one parent row's cascade outlasted its batch (0 = leaves first).
+    #[serde(default)]
+    pub cascade_rows: Option<u32>,
     /// Rows per batch (adapted to the measured batch time).
     pub rows: i64,
 }

@@ -246,31 +246,41 @@ impl JobRun {
         (due > now).then(|| Duration::try_from(due - now).unwrap_or_default())
     }
 
-    async fn hard_delete(&mut self, plan: &Plan, tenant: &str) -> Result<(), Stop> {
+    async fn hard_delete(&mut self, leaves_first: &Plan, tenant: &str) -> Result<(), Stop> {
         let w = self.worker.clone();
-        let hash = plan.hash();
-        let fresh = Checkpoint {
-            plan: hash.clone(),
+        let hd = &w.config.hard_delete;
+        let stored = Checkpoint::from_json(self.job.checkpoint.as_ref());
+        let mut cascade_rows = stored
+            .as_ref()
+            .and_then(|cp| cp.cascade_rows)
+            .unwrap_or(hd.cascade_rows);
+        let mut plan = leaves_first.clone().absorb(f64::from(cascade_rows));
+        let first_rows = self.limits.rows;
+        let lowered = |rows: u32| (rows != hd.cascade_rows).then_some(rows);
+        let fresh = |plan: &Plan, cascade_rows: u32| Checkpoint {
+            plan: plan.hash(),
             step: 0,
             cursor: Cursor::Start,
             parents: 1,
-            rows: self.limits.rows,
+            rows: first_rows,
+            cascade_rows: lowered(cascade_rows),
         };
-        let mut cp = match Checkpoint::from_json(self.job.checkpoint.as_ref()) {
-            Some(cp) if cp.plan == hash => cp,
+        let mut cp = match stored {
+            Some(cp) if cp.plan == plan.hash() => cp,
             Some(_) => {
                 // The schema changed since the checkpoint: start over (deletes are idempotent).
                 self.progress.note = Some(
                     "schema changed since the last checkpoint; restarted from the first step"
                         .into(),
                 );
-                fresh
+                fresh(&plan, cascade_rows)
             }
-            None => fresh,
+            None => fresh(&plan, cascade_rows),
         };
-        self.progress.plan_hash = Some(hash);
-        for step in &plan.steps {
-            self.progress.table_mut(&plan.name(step.table).to_string());
+        self.progress.plan_hash = Some(plan.hash());
+        for step in &leaves_first.steps {
+            self.progress
+                .table_mut(&leaves_first.name(step.table).to_string());
         }
         let mut timeouts = 0;
         let hd = &w.config.hard_delete;
@@ -283,13 +293,24 @@ impl JobRun {
             self.may_destroy().await?;
             let step = &plan.steps[cp.step];
             let table = plan.name(step.table).to_string();
+            let cascades = plan.absorbs_below(step.table);
             let limits = BatchLimits {
                 rows: cp.rows,
+                // A batch that lets PostgreSQL cascade is cut short early when a parent row has far
+                // more descendants than estimated: then the plan falls back to leaves first.
+                statement_timeout: if cascades {
+                    self.limits
+                        .statement_timeout
+                        .min(hd.max_batch_duration.max(hd.lock_timeout * 2))
+                } else {
+                    self.limits.statement_timeout
+                },
                 ..self.limits
             };
+            let started = std::time::Instant::now();
             let batch = match engine::run_batch(
                 &w.pools.target,
-                plan,
+                &plan,
                 cp.step,
                 &cp.cursor,
                 cp.parents,
@@ -299,14 +320,34 @@ impl JobRun {
             .await
             {
                 Ok(batch) => batch,
+                Err(e) if e.sqlstate().as_deref() == Some("57014") && cascades && cp.rows <= 1 => {
+                    // One parent row's cascade alone outlasts the budget: its subtree is larger
+                    // than estimated. Re-plan with an eighth of the cascade allowance (at the end,
+                    // leaves first: every row by its own batch) and start the steps over; what is
+                    // deleted stays deleted.
+                    self.note_rollback(started);
+                    cascade_rows = if cascade_rows >= 64 {
+                        cascade_rows / 8
+                    } else {
+                        0
+                    };
+                    self.progress.note = Some(format!(
+                        "a single row of {table} cascaded for longer than {} ms; re-planned with cascade_rows = {cascade_rows}",
+                        limits.statement_timeout.as_millis()
+                    ));
+                    plan = leaves_first.clone().absorb(f64::from(cascade_rows));
+                    cp = fresh(&plan, cascade_rows);
+                    self.progress.plan_hash = Some(plan.hash());
+                    continue;
+                }
                 Err(e)
                     if matches!(e.sqlstate().as_deref(), Some("57014" | "55P03"))
                         && timeouts < MAX_LOCAL_TIMEOUTS =>
                 {
                     // The batch hit statement_timeout or lock_timeout and rolled back: retry
                     // smaller; after a lock timeout first give the lock holder a moment.
+                    self.note_rollback(started);
                     timeouts += 1;
-                    self.progress.timeouts += 1;
                     cp.rows = self.sizing.after_timeout(cp.rows);
                     cp.parents = cp.parents.min(cp.rows);
                     if e.sqlstate().as_deref() == Some("55P03") {
@@ -325,6 +366,10 @@ impl JobRun {
             timeouts = 0;
             self.progress
                 .record_batch(&table, batch.deleted, batch.elapsed.as_secs_f64() * 1000.0);
+            for &(oid, rows) in &batch.cascaded {
+                self.progress
+                    .record_cascaded(&plan.name(oid).to_string(), rows);
+            }
             let rows = self
                 .sizing
                 .next_rows(cp.rows, batch.selected, batch.elapsed);
@@ -351,6 +396,13 @@ impl JobRun {
             }
         }
         Ok(())
+    }
+
+    /// Records a batch transaction that rolled back on a timeout after running since `started`.
+    fn note_rollback(&mut self, started: std::time::Instant) {
+        self.progress.timeouts += 1;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.progress.longest_rolled_back_ms = self.progress.longest_rolled_back_ms.max(ms);
     }
 
     /// Pauses between batches (pacing), recorded in the progress; a stop request (SIGTERM) ends the

@@ -2,7 +2,7 @@
 //!
 //! The controller aims each batch transaction at half of `[hard_delete] max_batch_duration`, so that
 //! normal variation stays below the maximum: after every batch the next size is
-//! `rows · (target / elapsed)`, changed by at most ×2 up or ÷4 down per batch, within
+//! `rows · (target / elapsed)`, changed by at most ×4 up or ÷4 down per batch, within
 //! `1..=max_batch_rows`. A statement timeout (57014) shrinks the size ÷4 at once.
 
 use std::time::Duration;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::engine::BatchResult;
 
 /// Largest growth factor per batch.
-const MAX_GROWTH: f64 = 2.0;
+const MAX_GROWTH: f64 = 4.0;
 /// Largest shrink factor per batch.
 const MAX_SHRINK: f64 = 0.25;
 
@@ -76,6 +76,7 @@ mod tests {
             parents,
             parents_used,
             next: None,
+            cascaded: Vec::new(),
             elapsed: Duration::ZERO,
         }
     }
@@ -83,7 +84,7 @@ mod tests {
     #[test]
     fn grows_at_most_double_and_shrinks_toward_the_target() {
         let s = Sizing::new(Duration::from_millis(100), 50_000);
-        assert_eq!(s.next_rows(1000, 1000, Duration::from_millis(5)), 2000);
+        assert_eq!(s.next_rows(1000, 1000, Duration::from_millis(5)), 4000);
         assert_eq!(s.next_rows(1000, 1000, Duration::from_millis(100)), 500);
         assert_eq!(s.next_rows(1000, 1000, Duration::from_secs(2)), 250);
         assert_eq!(

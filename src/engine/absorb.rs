@@ -1,0 +1,123 @@
+//! Letting PostgreSQL's own cascade delete the small subtrees.
+//!
+//! Leaves-first deletion touches every row twice: once when deprov's batch deletes it, and again
+//! when its parent's batch deletes the parent and PostgreSQL's referential trigger probes the child
+//! table for rows to cascade to — finding the dead tuples the first pass left (they are not vacuumed
+//! yet). For a table whose rows have only a few descendants each, it is cheaper to delete the parent
+//! rows in batches and let the cascade remove the descendants in the same short transaction: every
+//! row is then visited once, by the same code path the naive cascade uses.
+//!
+//! A table is *absorbed* (it gets no steps; its parents' batches cascade to it) when all of this holds:
+//! - it is not the root and not partitioned, references no root row directly (one root row may own millions of rows, so
+//!   an estimate per root row means nothing), has no reference to itself and is on no reference cycle
+//!   within the closure;
+//! - every foreign key into it is `ON DELETE CASCADE`, or a SET NULL that cannot fail (no NOT NULL
+//!   column): no RESTRICT / NO ACTION / SET DEFAULT whose outcome could depend on deletion order;
+//! - its row estimate is known (`pg_class.reltuples` ≥ 0, i.e. it was analyzed), and so is each
+//!   parent's;
+//! - for each parent, the estimated rows one parent row cascades to — the child's own subtree times
+//!   the fan-out `reltuples(child) / reltuples(parent)`, summed over all absorbed children — stays
+//!   within `max_rows` (`[hard_delete] cascade_rows`).
+//!
+//! The estimate is an average: a parent row with far more descendants than average makes its batch
+//! slow. Batches are sized by time, so the next batch takes fewer parents; a single parent row whose
+//! cascade alone exceeds the absorbing step's statement timeout makes the worker fall back to the
+//! plain leaves-first plan for the rest of the job (see `worker::run`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::catalog::OnDelete;
+use super::plan::Plan;
+
+impl Plan {
+    /// This plan with the tables that PostgreSQL's cascade may delete under their parents' batches
+    /// removed from the steps (see the module docs). `max_rows` ≤ 0 returns the plan unchanged.
+    pub fn absorb(mut self, max_rows: f64) -> Plan {
+        if max_rows <= 0.0 {
+            return self;
+        }
+        let fks = &self.catalog.foreign_keys;
+        let rows = |t: u32| self.catalog.tables[&t].estimated_rows;
+        let in_cycle = |t: u32| reaches(&self, t, t);
+        let mut cost: BTreeMap<u32, f64> = self.closure.iter().map(|&t| (t, 1.0)).collect();
+        let mut absorbed = BTreeSet::new();
+        let mut seen = BTreeSet::new();
+        let order: Vec<u32> = self
+            .steps
+            .iter()
+            .map(|s| s.table)
+            .filter(|t| seen.insert(*t))
+            .collect();
+        for table in order {
+            // A partitioned table's deletions are counted per partition: keep it a step of its own.
+            if table == self.root
+                || rows(table) < 0.0
+                || self.catalog.tables[&table].partitioned
+                || in_cycle(table)
+            {
+                continue;
+            }
+            let safe_refs = fks.iter().filter(|fk| fk.to == table).all(|fk| {
+                fk.from != table
+                    && match fk.on_delete {
+                        OnDelete::Cascade => true,
+                        OnDelete::SetNull => !fk.blocks(),
+                        _ => false,
+                    }
+            });
+            let parents: Vec<u32> = fks
+                .iter()
+                .filter(|fk| {
+                    fk.from == table
+                        && fk.on_delete == OnDelete::Cascade
+                        && self.closure.contains(&fk.to)
+                })
+                .map(|fk| fk.to)
+                .collect();
+            if !safe_refs
+                || parents.is_empty()
+                || parents.iter().any(|&p| p == self.root || rows(p) < 0.0)
+            {
+                continue;
+            }
+            let own = cost[&table];
+            let share = |p: u32| rows(table) / rows(p).max(1.0) * own;
+            if parents.iter().all(|&p| cost[&p] + share(p) <= max_rows) {
+                for &p in &parents {
+                    *cost.get_mut(&p).expect("closure table") += share(p);
+                }
+                absorbed.insert(table);
+            }
+        }
+        self.steps.retain(|s| !absorbed.contains(&s.table));
+        self.absorbed = absorbed;
+        self
+    }
+
+    /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows.
+    pub fn absorbs_below(&self, table: u32) -> bool {
+        self.catalog
+            .foreign_keys
+            .iter()
+            .any(|fk| fk.to == table && self.absorbed.contains(&fk.from))
+    }
+}
+
+/// Whether `to` is reachable from `from` over "is referenced by" edges inside the closure (any action).
+fn reaches(plan: &Plan, from: u32, to: u32) -> bool {
+    let mut stack = vec![from];
+    let mut visited = BTreeSet::new();
+    while let Some(t) = stack.pop() {
+        for fk in &plan.catalog.foreign_keys {
+            if fk.to == t && plan.closure.contains(&fk.from) {
+                if fk.from == to {
+                    return true;
+                }
+                if visited.insert(fk.from) {
+                    stack.push(fk.from);
+                }
+            }
+        }
+    }
+    false
+}
