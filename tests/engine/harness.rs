@@ -32,10 +32,23 @@ pub fn config_text(extra: &str) -> String {
 }
 
 /// A test configuration: the fixture's and the demo's soft delete, fixed-size batches of
-/// `batch_rows` (no growth; shrinking only past 400 ms: tests count batches), a 1 s lease with a
-/// 900 ms statement timeout (a batch always ends before its lease), and a Vercel lookup by
+/// `batch_rows` (no growth; shrinking only past 400 ms: tests count batches), leaves first only
+/// (`cascade_rows = 0`: whether autovacuum analyzed a table must not change a test), a 1 s lease with
+/// a 900 ms statement timeout (a batch always ends before its lease), and a Vercel lookup by
 /// `lookup_column` of `app.accounts`.
 pub fn config_for(batch_rows: u32, lookup_column: &str, extra: &str) -> String {
+    config_hard(
+        &format!(
+            "batch_rows = {batch_rows}\nmax_batch_rows = {batch_rows}\nmax_batch_duration = \"800ms\"\n\
+             lock_timeout = \"100ms\"\ncascade_rows = 0"
+        ),
+        lookup_column,
+        extra,
+    )
+}
+
+/// [`config_for`] with the given `[hard_delete]` keys (besides `statement_timeout = "900ms"`).
+pub fn config_hard(hard_delete: &str, lookup_column: &str, extra: &str) -> String {
     format!(
         r#"
 [sources.billing]
@@ -46,10 +59,7 @@ key_column = "id"
 [soft_delete]
 statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL"]
 [hard_delete]
-batch_rows = {batch_rows}
-max_batch_rows = {batch_rows}
-max_batch_duration = "800ms"
-lock_timeout = "100ms"
+{hard_delete}
 statement_timeout = "900ms"
 [worker]
 lease = "1s"
