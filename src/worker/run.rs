@@ -8,6 +8,7 @@ use time::format_description::well_known::Rfc3339;
 use super::progress::{Checkpoint, Progress};
 use super::sizing::{self, Sizing};
 use super::{Worker, backoff};
+use crate::engine::simulate::{self, SimError, Verdict};
 use crate::engine::{self, BatchLimits, Cursor, EngineError, Plan};
 
 /// Statement timeouts in a row a run absorbs by shrinking before it hands the job back for a retry.
@@ -141,27 +142,46 @@ impl JobRun {
                 .iter()
                 .map(|b| format!("{} rows of {} ({})", b.rows, b.table, b.constraint))
                 .collect();
-            let done = if self.progress.rows_deleted == 0 && self.progress.soft_deleted_at.is_none()
-            {
-                "nothing was deleted".to_owned()
-            } else {
-                format!(
-                    "deletion stopped here: {} rows were deleted before this run{}",
-                    self.progress.rows_deleted,
-                    if self.progress.soft_deleted_at.is_some() {
-                        " and the tenant is soft-deleted"
-                    } else {
-                        ""
-                    }
-                )
-            };
             return Ok(Outcome::Failed(format!(
                 "blocked: rows of {} outside the tenant reference its rows in {} (RESTRICT / NO ACTION, or SET NULL \
-                 into a NOT NULL column), so the cascade would fail; {done}. All blockers: {}",
+                 into a NOT NULL column), so the cascade would fail; {}. All blockers: {}",
                 b.table,
                 b.references,
+                self.done_so_far(),
                 all.join("; ")
             )));
+        }
+        // Outside rows aside, the cascade can still fail through the order PostgreSQL fires its
+        // referential triggers in, or a SET DEFAULT naming a missing row: simulate it.
+        if simulate::needs_simulation(&plan) {
+            let verdict = simulate::simulate(
+                &w.pools.target,
+                &plan,
+                &tenant,
+                &self.limits,
+                config.hard_delete.max_simulated_rows,
+            )
+            .await;
+            let why = match verdict {
+                Ok(Verdict::Succeeds { .. }) => None,
+                Ok(Verdict::Fails(f)) => Some(format!(
+                    "the cascading DELETE of the tenant would fail on constraint {:?} of {}: {f}",
+                    f.constraint, f.table
+                )),
+                Ok(Verdict::OrderDependent(f)) => Some(format!(
+                    "whether the cascading DELETE of the tenant fails depends on the order PostgreSQL \
+                     meets rows in; in one order it fails on constraint {:?} of {}: {f}",
+                    f.constraint, f.table
+                )),
+                Err(SimError::Db(e)) => return Err(EngineError::Db(e).into()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(why) = why {
+                return Ok(Outcome::Failed(format!(
+                    "refused: {why}; {}",
+                    self.done_so_far()
+                )));
+            }
         }
 
         // The checks above may have taken a while: renew the lease (or learn it was lost) before
@@ -193,6 +213,23 @@ impl JobRun {
         self.hard_delete(&plan, &tenant).await?;
         self.progress.note = None;
         Ok(Outcome::Completed)
+    }
+
+    /// What a refusal leaves behind: "nothing was deleted", or how far an earlier run got.
+    fn done_so_far(&self) -> String {
+        if self.progress.rows_deleted == 0 && self.progress.soft_deleted_at.is_none() {
+            "nothing was deleted".to_owned()
+        } else {
+            format!(
+                "deletion stopped here: {} rows were deleted before this run{}",
+                self.progress.rows_deleted,
+                if self.progress.soft_deleted_at.is_some() {
+                    " and the tenant is soft-deleted"
+                } else {
+                    ""
+                }
+            )
+        }
     }
 
     /// Resolves a Vercel installation to a tenant key; `None` = no such tenant (nothing to delete).
