@@ -167,6 +167,10 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
         b.col(1, c).sql(" AS p").int(i as i64);
     });
     from_path(&mut b, plan, fk.to, rest, 1);
+    // A parent key with a NULL is referenced by nothing (MATCH SIMPLE), and a NULL cannot be a cursor.
+    for c in &fk.to_cols {
+        b.sql(" AND ").col(1, c).sql(" IS NOT NULL");
+    }
     if !matches!(cursor, Cursor::Start) {
         b.sql(" AND (");
         cols(&mut b, 1, &fk.to_cols);

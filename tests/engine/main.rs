@@ -1,6 +1,7 @@
 //! The engine and worker against real PostgreSQL: equality with the cascade, blockers, the kill
 //! switch, retries, and resume after the worker is killed.
 
+mod cascade_check;
 mod crash_resume;
 mod demo_env;
 mod demo_equivalence;

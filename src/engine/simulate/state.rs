@@ -375,7 +375,7 @@ impl Run {
                 let refs = self.matches(store, probe, &key);
                 self.multi |= refs.len() > 1;
                 match kind {
-                    _ if refs.is_empty() && kind != Kind::NoAction => Ok(()),
+                    _ if refs.is_empty() => Ok(()),
                     Kind::Cascade => {
                         self.delete(store, facts, plan, &refs);
                         Ok(())
@@ -383,7 +383,6 @@ impl Run {
                     Kind::Restrict => Err(CascadeFailure::referenced(plan, fk, refs.len(), false)),
                     // Deferred NO ACTION triggers went to `at_commit` when queued; there the key is
                     // checked again after every cascade.
-                    Kind::NoAction if refs.is_empty() => Ok(()),
                     Kind::NoAction => Err(CascadeFailure::referenced(plan, fk, refs.len(), false)),
                     Kind::SetNull | Kind::SetDefault => {
                         let tracked = &store.tracked[&f.from];
