@@ -41,7 +41,17 @@ const REGRESSION_SEEDS: &[u64] = &[
     // table in one statement, deprov's batches deleted parents first and set their children to the
     // default. Now a batch skips rows still referenced through a non-CASCADE self-reference.
     104,
+    // A parent whose referenced unique key is NULL was read as a batch parent; its NULL cursor
+    // value failed to decode. Such parents have no children (MATCH SIMPLE) and are skipped now.
+    1004,
 ];
+
+// Still failing, outside the default range (found with DEPROV_DIFF_BASE=1000 DEPROV_DIFF_CASES=600):
+// - 1069: a non-CASCADE self-reference (NO ACTION DEFERRED) whose kept-back rows a later step's
+//   cascade deletes while rows referencing them are still present (deferred check at batch commit).
+// - 1140: a SET NULL on a column shared with a CASCADE key fires first in the cascade and detaches
+//   rows from the later CASCADE; deprov deletes them through the CASCADE path (a different result,
+//   not a failure, so the pre-check does not see it).
 
 /// Cases run at once (the machine has 2 cores; a case is mostly round trips).
 const PARALLEL: usize = 3;

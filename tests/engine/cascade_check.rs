@@ -44,7 +44,7 @@ CREATE TABLE app.tasks (id bigint PRIMARY KEY,
 async fn a_restrict_check_fired_before_the_cascade_reaches_its_row_fails_the_job_up_front() {
     let env = env_with_schema(&config_text(""), &schema(true)).await;
     let cascade = env.try_cascade_copy(1).await;
-    let error = cascade.err().expect("the cascade fails in this order");
+    let error = cascade.expect_err("the cascade fails in this order");
     assert!(
         error.to_string().contains("tasks_project_id_fkey"),
         "{error}"
@@ -102,8 +102,7 @@ INSERT INTO app.notes VALUES (40, 1, 10), (41, 2, 10);",
     let error = env
         .try_cascade_copy(1)
         .await
-        .err()
-        .expect("the cascade fails");
+        .expect_err("the cascade fails");
     assert!(
         error.to_string().contains("notes_project_id_fkey"),
         "{error}"

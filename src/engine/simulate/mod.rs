@@ -38,6 +38,7 @@
 
 mod load;
 mod state;
+mod store;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -48,7 +49,8 @@ use super::catalog::OnDelete;
 use super::{BatchLimits, EngineError, Plan};
 use crate::sql::QualifiedName;
 use load::Facts;
-use state::{Event, Run, Store};
+use state::{Event, Run};
+use store::Store;
 
 /// Why the cascading DELETE would fail: the error PostgreSQL would raise.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -216,7 +218,7 @@ pub async fn simulate(
     if !multi {
         return Ok(match forward {
             Ok(()) => Verdict::Succeeds { rows_read },
-            Err(f) => Verdict::Fails(f),
+            Err(f) => Verdict::Fails(*f),
         });
     }
     let (reverse, _) = ctx.run(&mut store, &roots, true).await?;
@@ -224,8 +226,8 @@ pub async fn simulate(
         (Ok(()), Ok(())) => Verdict::Succeeds {
             rows_read: store.rows.len(),
         },
-        (Err(f), Err(_)) => Verdict::Fails(f),
-        (Err(f), Ok(())) | (Ok(()), Err(f)) => Verdict::OrderDependent(f),
+        (Err(f), Err(_)) => Verdict::Fails(*f),
+        (Err(f), Ok(())) | (Ok(()), Err(f)) => Verdict::OrderDependent(*f),
     })
 }
 
@@ -278,7 +280,7 @@ impl Ctx<'_> {
         store: &mut Store,
         roots: &[usize],
         reverse: bool,
-    ) -> Result<(Result<(), CascadeFailure>, bool), SimError> {
+    ) -> Result<(Result<(), Box<CascadeFailure>>, bool), SimError> {
         let mut run = Run::new(reverse);
         run.delete(store, self.facts, self.plan, roots);
         let mut fired: u64 = 0;
