@@ -130,6 +130,10 @@ pub struct HardDeleteConfig {
     /// 0 = always delete leaves first). Tables whose rows have few descendants are then deleted by
     /// their parents' batches through the cascade, visiting each row once (see `engine::absorb`).
     pub cascade_rows: u32,
+    /// Most rows the cascade pre-check ([`crate::engine::simulate`]) may hold in memory, 1..=100000000
+    /// (default 5000000): the rows the cascade would delete or update, plus those it looks up. Above
+    /// it the job fails rather than guess whether the cascade would succeed.
+    pub max_simulated_rows: u64,
 }
 
 impl Default for HardDeleteConfig {
@@ -142,6 +146,7 @@ impl Default for HardDeleteConfig {
             lock_timeout: Duration::from_millis(50),
             statement_timeout: Duration::from_secs(5),
             cascade_rows: 10_000,
+            max_simulated_rows: 5_000_000,
         }
     }
 }
@@ -368,6 +373,12 @@ impl Config {
                 "must be between hard_delete.batch_rows and 1000000",
             ));
         }
+        if !(1..=100_000_000).contains(&hd.max_simulated_rows) {
+            return Err(invalid(
+                "hard_delete.max_simulated_rows",
+                "must be between 1 and 100000000",
+            ));
+        }
         if hd.max_batch_duration < Duration::from_millis(1)
             || hd.max_batch_duration >= hd.statement_timeout
         {
@@ -540,6 +551,10 @@ mod tests {
                 "hard_delete.lock_timeout",
             ),
             ("[hard_delete]\nbatch_rows = 0", "hard_delete.batch_rows"),
+            (
+                "[hard_delete]\nmax_simulated_rows = 0",
+                "hard_delete.max_simulated_rows",
+            ),
             ("[hard_delete]\nlock_timeout = \"fast\"", "lock_timeout"),
             (
                 "[pools.target]\nmax_connections = 0\nacquire_timeout = \"1s\"",

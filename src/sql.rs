@@ -3,7 +3,7 @@
 //! Table and column names come from the configuration file and from `pg_catalog`; they are always
 //! double-quoted here (PostgreSQL docs §4.1.1 "Identifiers and Key Words": inside a quoted identifier a
 //! `"` is written `""`). [`SqlBuilder`] accepts only `&'static str` fragments, quoted identifiers,
-//! catalog type names, numbered parameters and integers, so no request data can reach the SQL text:
+//! catalog type names and default expressions, numbered parameters and integers, so no request data can reach the SQL text:
 //! values always travel as bind parameters. Every other module builds dynamic SQL through this one.
 
 use std::fmt;
@@ -115,6 +115,24 @@ impl SqlType {
     }
 }
 
+/// A column default expression as printed by `pg_get_expr(pg_attrdef.adbin, adrelid)`: SQL text that
+/// PostgreSQL itself produced (as `pg_dump` uses it). Only catalog output may be wrapped here, and only
+/// an expression without volatile functions should be evaluated (see `engine::simulate`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct CatalogExpr(String);
+
+impl CatalogExpr {
+    /// Wraps the output of `pg_get_expr()`. Only catalog output may be passed here.
+    pub fn from_catalog(printed: String) -> Self {
+        Self(printed)
+    }
+
+    /// The expression as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// A finished statement, to be run with `sqlx::query(stmt.as_query())`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Statement(String);
@@ -169,6 +187,14 @@ impl SqlBuilder {
     /// Appends a catalog type name.
     pub fn ty(&mut self, ty: &SqlType) -> &mut Self {
         self.buf.push_str(ty.as_str());
+        self
+    }
+
+    /// Appends a parenthesized catalog expression: `(<expr>)`.
+    pub fn expr(&mut self, expr: &CatalogExpr) -> &mut Self {
+        self.buf.push('(');
+        self.buf.push_str(expr.as_str());
+        self.buf.push(')');
         self
     }
 

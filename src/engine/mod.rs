@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod plan;
 pub mod queries;
 pub mod report;
+pub mod simulate;
 
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,9 @@ pub enum EngineError {
     /// A configured statement cannot be used as written.
     #[error("{0}")]
     Statement(String),
+    /// The cascade pre-check could not decide (too many rows, an unsupported schema feature).
+    #[error("{0}")]
+    Simulation(String),
 }
 
 impl EngineError {
@@ -46,7 +50,7 @@ impl EngineError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Db(e) => is_retryable(e),
-            Self::Plan(_) | Self::Statement(_) => false,
+            Self::Plan(_) | Self::Statement(_) | Self::Simulation(_) => false,
         }
     }
 

@@ -197,6 +197,24 @@ impl Plan {
             .any(|fk| fk.from == table && fk.to == table && fk.on_delete == OnDelete::Cascade)
     }
 
+    /// `table`'s foreign keys to itself whose action is not CASCADE (indexes into
+    /// `catalog.foreign_keys`). The cascade deletes a tenant's rows of such a table together, so the
+    /// action never touches them; deleting a referenced row in an earlier batch than its referencing
+    /// row would apply it (set a default that may not exist, a NULL into NOT NULL, or fail a
+    /// RESTRICT). A batch therefore keeps back rows still referenced through them (see
+    /// [`super::queries::batch`]); the root's cascade removes what is kept back.
+    pub fn held_self_refs(&self, table: u32) -> Vec<usize> {
+        self.catalog
+            .foreign_keys
+            .iter()
+            .enumerate()
+            .filter(|(_, fk)| {
+                fk.from == table && fk.to == table && fk.on_delete != OnDelete::Cascade
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
     /// Human-readable path of a step: `app.deployments → app.environments → app.accounts`.
     pub fn describe_path(&self, step: &Step) -> String {
         let mut parts = vec![self.name(step.table).to_string()];

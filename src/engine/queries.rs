@@ -10,6 +10,7 @@ use crate::sql::{SqlBuilder, Statement};
 const STEP_BASE: usize = 0;
 const REF_BASE: usize = 1000;
 const MEMBER_BASE: usize = 2000;
+const HELD_BASE: usize = 3000;
 
 /// `FROM <table> tB JOIN <parent> tB+1 ON ... WHERE <root predicate>` for a table and its path.
 ///
@@ -148,7 +149,10 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     let pnames: Vec<String> = (0..np).map(|i| format!("p{i}")).collect();
     let knames: Vec<String> = (0..key.len()).map(|i| format!("k{i}")).collect();
     let order: Vec<&String> = pnames.iter().chain(knames.iter()).collect();
-    let desc = plan.is_tree(step.table);
+    // Trees go leaves first: descending keys (see above); so do tables referencing themselves
+    // through other actions, whose referenced rows a batch keeps back.
+    let held = plan.held_self_refs(step.table);
+    let desc = plan.is_tree(step.table) || !held.is_empty();
     // (name, descending) of the batch's order: parents ascending, children in the step's direction.
     let directed: Vec<(&String, bool)> = pnames
         .iter()
@@ -163,6 +167,10 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
         b.col(1, c).sql(" AS p").int(i as i64);
     });
     from_path(&mut b, plan, fk.to, rest, 1);
+    // A parent key with a NULL is referenced by nothing (MATCH SIMPLE), and a NULL cannot be a cursor.
+    for c in &fk.to_cols {
+        b.sql(" AND ").col(1, c).sql(" IS NOT NULL");
+    }
     if !matches!(cursor, Cursor::Start) {
         b.sql(" AND (");
         cols(&mut b, 1, &fk.to_cols);
@@ -219,6 +227,24 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
         b.sql("USING batch WHERE d.tableoid = batch.toid AND d.ctid = batch.tid");
     } else {
         b.sql("WHERE d.ctid = ANY (ARRAY(SELECT tid FROM batch))");
+    }
+    for &h in &held {
+        // Keep back rows that rows outside this batch still reference through a non-CASCADE
+        // self-reference (the root's cascade deletes them, as the cascade would).
+        let fk = &plan.catalog.foreign_keys[h];
+        b.sql(" AND NOT EXISTS (SELECT 1 FROM ")
+            .table(plan.name(step.table))
+            .sql(" ")
+            .alias(HELD_BASE)
+            .sql(" WHERE ");
+        b.join(&fk.from_cols, " AND ", |b, j, from| {
+            b.col(HELD_BASE, from).sql(" = d.").ident(&fk.to_cols[j]);
+        });
+        b.sql(" AND NOT EXISTS (SELECT 1 FROM batch b2 WHERE b2.tid = ")
+            .alias(HELD_BASE)
+            .sql(".ctid AND b2.toid = ")
+            .alias(HELD_BASE)
+            .sql(".tableoid))");
     }
     b.sql(" RETURNING 1) SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM del), (SELECT count(*) FROM par), ");
     b.sql("(SELECT count(*) FROM (SELECT DISTINCT ");

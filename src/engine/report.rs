@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::simulate::{self, SimError, Verdict};
 use super::{BatchLimits, BlockerHit, EngineError, Plan};
 use crate::config::Config;
 
@@ -20,6 +21,82 @@ pub struct TableReport {
     pub rows: i64,
 }
 
+/// The cascade pre-check's answer ([`simulate::simulate`]).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CascadeCheck {
+    /// Whether the simulation ran: only when a RESTRICT / NO ACTION / SET NULL / SET DEFAULT key
+    /// references the tenant's tables ([`simulate::needs_simulation`]).
+    pub simulated: bool,
+    /// Whether the cascading DELETE would fail (or may, depending on row order), or the check could
+    /// not decide: deprov will refuse.
+    pub would_fail: bool,
+    /// The simulation's verdict.
+    pub verdict: Option<Verdict>,
+    /// Why the simulation could not decide (too many rows, an unsupported default).
+    pub error: Option<String>,
+}
+
+impl CascadeCheck {
+    /// Runs the pre-check for `tenant` (read-only).
+    ///
+    /// # Errors
+    /// Database errors (a simulation that cannot decide is reported in [`CascadeCheck::error`]).
+    pub async fn run(
+        target: &sqlx::PgPool,
+        plan: &Plan,
+        tenant: &str,
+        limits: &BatchLimits,
+        max_rows: u64,
+    ) -> Result<Self, EngineError> {
+        if !simulate::needs_simulation(plan) {
+            return Ok(Self::default());
+        }
+        Ok(
+            match simulate::simulate(target, plan, tenant, limits, max_rows).await {
+                Ok(v) => Self {
+                    simulated: true,
+                    would_fail: !matches!(v, Verdict::Succeeds { .. }),
+                    verdict: Some(v),
+                    error: None,
+                },
+                Err(SimError::Db(e)) => return Err(e.into()),
+                Err(e) => Self {
+                    simulated: true,
+                    would_fail: true,
+                    verdict: None,
+                    error: Some(e.to_string()),
+                },
+            },
+        )
+    }
+
+    /// One line for the text report.
+    pub fn to_text(&self) -> String {
+        match (&self.verdict, &self.error) {
+            _ if !self.simulated => {
+                "cascade pre-check: not needed (only ON DELETE CASCADE keys reach the tenant)"
+                    .into()
+            }
+            (_, Some(e)) => format!("cascade pre-check: CANNOT DECIDE, deprov will refuse: {e}"),
+            (Some(Verdict::Succeeds { rows_read }), _) => {
+                format!(
+                    "cascade pre-check: the cascading DELETE would succeed ({rows_read} rows read)"
+                )
+            }
+            (Some(Verdict::Fails(f)), _) => format!(
+                "cascade pre-check: the cascading DELETE WOULD FAIL on constraint {:?} of {}; deprov will \
+                 refuse: {f}",
+                f.constraint, f.table
+            ),
+            (Some(Verdict::OrderDependent(f)), _) => format!(
+                "cascade pre-check: whether the cascading DELETE fails DEPENDS ON ROW ORDER; deprov will \
+                 refuse. In one order: {f}"
+            ),
+            (None, None) => "cascade pre-check: no answer".into(),
+        }
+    }
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanReport {
@@ -29,8 +106,11 @@ pub struct PlanReport {
     pub plan_hash: String,
     /// Tables, leaves first.
     pub tables: Vec<TableReport>,
-    /// Rows that would make the cascade (and deprov) fail.
+    /// Rows outside the tenant referencing its rows through RESTRICT / NO ACTION (or SET NULL into
+    /// NOT NULL): normally each makes the cascade fail; [`PlanReport::cascade`] decides.
     pub blockers: Vec<BlockerHit>,
+    /// Whether the cascading DELETE would fail, by simulation of PostgreSQL's referential triggers.
+    pub cascade: CascadeCheck,
     /// SET NULL / SET DEFAULT references PostgreSQL applies as tenant rows go.
     pub side_effects: Vec<String>,
     /// Foreign keys into the tenant's tables whose referencing columns lack an index.
@@ -38,7 +118,8 @@ pub struct PlanReport {
 }
 
 impl PlanReport {
-    /// Builds the report: reads the catalog, counts the tenant's rows, finds blockers. Read-only.
+    /// Builds the report: reads the catalog, counts the tenant's rows, finds blockers, simulates the
+    /// cascade. Read-only.
     ///
     /// # Errors
     /// Database and planning errors.
@@ -52,7 +133,15 @@ impl PlanReport {
         let limits = BatchLimits::from(&config.hard_delete);
         let counts = super::count_rows(target, &plan, tenant, &limits).await?;
         let blockers = super::find_blockers(target, &plan, tenant, &limits).await?;
-        Ok(Self::from_parts(&plan, tenant, &counts, blockers))
+        let cascade = CascadeCheck::run(
+            target,
+            &plan,
+            tenant,
+            &limits,
+            config.hard_delete.max_simulated_rows,
+        )
+        .await?;
+        Ok(Self::from_parts(&plan, tenant, &counts, blockers, cascade))
     }
 
     /// Assembles a report from a plan and measured counts.
@@ -61,6 +150,7 @@ impl PlanReport {
         tenant: &str,
         counts: &[(u32, i64)],
         blockers: Vec<BlockerHit>,
+        cascade: CascadeCheck,
     ) -> Self {
         let fk_text = |i: usize| {
             let fk = &plan.catalog.foreign_keys[i];
@@ -94,6 +184,7 @@ impl PlanReport {
             plan_hash: plan.hash(),
             tables,
             blockers,
+            cascade,
             side_effects: plan.side_effects.iter().map(|&i| fk_text(i)).collect(),
             unindexed_foreign_keys: plan.unindexed.iter().map(|&i| fk_text(i)).collect(),
         }
@@ -122,7 +213,7 @@ impl PlanReport {
         } else {
             let _ = writeln!(
                 out,
-                "BLOCKERS (the cascade would fail; deprov will refuse):"
+                "BLOCKERS (rows outside the tenant referencing its rows; the cascade pre-check decides):"
             );
             for b in &self.blockers {
                 let _ = writeln!(
@@ -132,6 +223,7 @@ impl PlanReport {
                 );
             }
         }
+        let _ = writeln!(out, "{}", self.cascade.to_text());
         for (title, items) in [
             (
                 "side effects (applied by PostgreSQL as rows go)",

@@ -8,6 +8,7 @@ use time::format_description::well_known::Rfc3339;
 use super::progress::{Checkpoint, Progress};
 use super::sizing::{self, Sizing};
 use super::{Worker, backoff};
+use crate::engine::simulate::{self, SimError, Verdict};
 use crate::engine::{self, BatchLimits, Cursor, EngineError, Plan};
 
 use super::pacing::Pacer;
@@ -138,33 +139,56 @@ impl JobRun {
             &config.tenant.key_column,
         )
         .await?;
-        let blockers = engine::find_blockers(&w.pools.target, &plan, &tenant, &self.limits).await?;
-        if let Some(b) = blockers.first() {
-            let all: Vec<String> = blockers
-                .iter()
-                .map(|b| format!("{} rows of {} ({})", b.rows, b.table, b.constraint))
-                .collect();
-            let done = if self.progress.rows_deleted == 0 && self.progress.soft_deleted_at.is_none()
-            {
-                "nothing was deleted".to_owned()
-            } else {
-                format!(
-                    "deletion stopped here: {} rows were deleted before this run{}",
-                    self.progress.rows_deleted,
-                    if self.progress.soft_deleted_at.is_some() {
-                        " and the tenant is soft-deleted"
-                    } else {
-                        ""
-                    }
-                )
+        // Whether the cascading DELETE would fail: decided by simulating PostgreSQL's referential
+        // triggers over the rows (engine::simulate). Only needed when a non-CASCADE key references
+        // the closure; every blocker is one. find_blockers, a per-table count of referencing rows
+        // outside the tenant, only names them in the message: its tenant test follows simple table
+        // paths, so it can count a row the cascade reaches deeper in a tree (a false blocker).
+        if simulate::needs_simulation(&plan) {
+            let verdict = simulate::simulate(
+                &w.pools.target,
+                &plan,
+                &tenant,
+                &self.limits,
+                config.hard_delete.max_simulated_rows,
+            )
+            .await;
+            let why = match verdict {
+                Ok(Verdict::Succeeds { .. }) => None,
+                Ok(Verdict::Fails(f)) => Some(format!(
+                    "the cascading DELETE of the tenant would fail on constraint {:?} of {} \
+                     (referencing {}): {f}",
+                    f.constraint, f.table, f.references
+                )),
+                Ok(Verdict::OrderDependent(f)) => Some(format!(
+                    "whether the cascading DELETE of the tenant fails depends on the order PostgreSQL \
+                     meets rows in; in one order it fails on constraint {:?} of {} (referencing {}): {f}",
+                    f.constraint, f.table, f.references
+                )),
+                Err(SimError::Db(e)) => return Err(EngineError::Db(e).into()),
+                Err(e) => Some(e.to_string()),
             };
-            return Ok(Outcome::Failed(format!(
-                "blocked: rows of {} outside the tenant reference its rows in {} (RESTRICT / NO ACTION, or SET NULL \
-                 into a NOT NULL column), so the cascade would fail; {done}. All blockers: {}",
-                b.table,
-                b.references,
-                all.join("; ")
-            )));
+            if let Some(why) = why {
+                let blockers =
+                    engine::find_blockers(&w.pools.target, &plan, &tenant, &self.limits).await?;
+                let all: Vec<String> = blockers
+                    .iter()
+                    .map(|b| format!("{} rows of {} ({})", b.rows, b.table, b.constraint))
+                    .collect();
+                let listed = if all.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ". Rows outside the tenant referencing it (RESTRICT / NO ACTION, or SET NULL into \
+                         a NOT NULL column): {}",
+                        all.join("; ")
+                    )
+                };
+                return Ok(Outcome::Failed(format!(
+                    "refused: {why}; {}{listed}",
+                    self.done_so_far()
+                )));
+            }
         }
 
         // The checks above may have taken a while: renew the lease (or learn it was lost) before
@@ -196,6 +220,23 @@ impl JobRun {
         self.hard_delete(&plan, &tenant).await?;
         self.progress.note = None;
         Ok(Outcome::Completed)
+    }
+
+    /// What a refusal leaves behind: "nothing was deleted", or how far an earlier run got.
+    fn done_so_far(&self) -> String {
+        if self.progress.rows_deleted == 0 && self.progress.soft_deleted_at.is_none() {
+            "nothing was deleted".to_owned()
+        } else {
+            format!(
+                "deletion stopped here: {} rows were deleted before this run{}",
+                self.progress.rows_deleted,
+                if self.progress.soft_deleted_at.is_some() {
+                    " and the tenant is soft-deleted"
+                } else {
+                    ""
+                }
+            )
+        }
     }
 
     /// Resolves a Vercel installation to a tenant key; `None` = no such tenant (nothing to delete).

@@ -95,6 +95,12 @@ pub async fn env(extra_config: &str) -> Env {
 
 /// [`env`] with a whole configuration text.
 pub async fn env_with_config(config: &str) -> Env {
+    env_with_schema(config, FIXTURE).await
+}
+
+/// [`env_with_config`] with another schema and data than the fixture's (`schema` must create
+/// `app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz, ...)`).
+pub async fn env_with_schema(config: &str, schema: &str) -> Env {
     let server = Throwaway::start(&ThrowawayOptions {
         unsafe_fast: true,
         ..Default::default()
@@ -106,7 +112,10 @@ pub async fn env_with_config(config: &str) -> Env {
         .await
         .unwrap();
     let db = connect(&server, "target", 4).await;
-    sqlx::raw_sql(FIXTURE).execute(&db).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(schema.to_owned()))
+        .execute(&db)
+        .await
+        .unwrap();
     db.close().await;
     // An untouched copy: the cascade runs on clones of it, never while deprov holds connections.
     sqlx::query("CREATE DATABASE pristine TEMPLATE target")
@@ -133,6 +142,11 @@ impl Env {
 
     /// A copy of the fixture as loaded, in which the naive cascade deleted `tenant`.
     pub async fn cascade_copy(&self, tenant: i64) -> PgPool {
+        self.try_cascade_copy(tenant).await.unwrap()
+    }
+
+    /// [`Env::cascade_copy`], or the error of the cascade (the copy then is as loaded).
+    pub async fn try_cascade_copy(&self, tenant: i64) -> Result<PgPool, sqlx::Error> {
         let admin = admin(&self.server).await;
         let mut b = SqlBuilder::new();
         b.sql("CREATE DATABASE ")
@@ -151,9 +165,8 @@ impl Env {
         sqlx::query("DELETE FROM app.accounts WHERE id = $1")
             .bind(tenant)
             .execute(&copy)
-            .await
-            .unwrap();
-        copy
+            .await?;
+        Ok(copy)
     }
 
     pub async fn request(&self, tenant: &str) -> Uuid {

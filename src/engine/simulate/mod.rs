@@ -1,0 +1,317 @@
+//! The cascade pre-check: decides, read-only and before anything is deleted, whether
+//! `DELETE FROM root WHERE key = $1` would fail, and why — by simulating PostgreSQL's referential
+//! triggers over the rows the cascade would reach.
+//!
+//! deprov deletes leaves first, so its own statements never meet the situations below; the cascade
+//! does, and deprov must refuse exactly when the cascade fails (PostgreSQL docs §5.4.5 "Foreign Keys",
+//! and CREATE TABLE, "ON DELETE"). How PostgreSQL 15 runs a cascading delete
+//! (`src/backend/utils/adt/ri_triggers.c`, `src/backend/commands/trigger.c`):
+//!
+//! - Every foreign key has AFTER ROW triggers on the referenced table (one per delete action:
+//!   `RI_FKey_cascade_del`, `_restrict_del`, `_noaction_del`, `_setnull_del`, `_setdefault_del`) and a
+//!   check trigger on the referencing table (`RI_FKey_check_upd`). A deleted or updated row queues its
+//!   triggers in name order (`RI_ConstraintTrigger_a_<oid>`: creation order), read here from
+//!   `pg_trigger`, per table or leaf partition.
+//! - The actions run their statements through SPI without a query level of their own, so the events
+//!   those statements queue are appended to the same list and fired after the ones before them:
+//!   first in, first out (`AfterTriggerEndQuery` loops until the list is empty).
+//! - CASCADE deletes the referencing rows still present. RESTRICT, and NO ACTION unless
+//!   `INITIALLY DEFERRED`, fail (23503) if a referencing row is still present when they fire — also
+//!   one the cascade would delete a moment later. A deferred NO ACTION is checked at commit.
+//! - SET NULL / SET DEFAULT update the still-present referencing rows (the columns of
+//!   `confdelsetcols`, else all); a NULL into a NOT NULL column fails at once (23502). The update
+//!   queues the check of every foreign key of the row whose values changed to non-NULL ones; it fails
+//!   (23503) if the referenced key is missing when it fires (at commit when deferred), unless the row
+//!   is gone by then. SET DEFAULT then re-checks like NO ACTION: a row still holding the deleted key
+//!   (its default is that key) fails at once.
+//! - MATCH SIMPLE: a key with a NULL references nothing.
+//!
+//! The rows of one statement are met in scan order, which depends on the plan PostgreSQL picks. The
+//! simulation runs in physical (`ctid`) order and, if a statement met several rows, again in the
+//! reverse order; when the two disagree the outcome depends on row order ([`Verdict::OrderDependent`]).
+//!
+//! Limits: keys are compared by their text form (`numeric` 1.0 ≠ 1); user triggers, rules, row-level
+//! security and ON UPDATE actions (a SET NULL / SET DEFAULT writing a column that other tables
+//! reference) are not simulated; rows written concurrently between the simulation's queries may be
+//! missed. Rows are read in bulk, one query per foreign key and trigger generation, at most
+//! `hard_delete.max_simulated_rows` of them.
+
+mod load;
+mod state;
+mod store;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use sqlx::PgPool;
+
+use super::catalog::OnDelete;
+use super::{BatchLimits, EngineError, Plan};
+use crate::sql::QualifiedName;
+use load::Facts;
+use state::{Event, Run};
+use store::Store;
+
+/// Why the cascading DELETE would fail: the error PostgreSQL would raise.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CascadeFailure {
+    /// `23503` (foreign_key_violation) or `23502` (not_null_violation).
+    pub sqlstate: &'static str,
+    /// The foreign key constraint whose trigger raises it.
+    pub constraint: String,
+    /// The referencing table of that constraint.
+    pub table: QualifiedName,
+    /// The referenced table.
+    pub references: QualifiedName,
+    /// PostgreSQL's message, approximately.
+    pub message: String,
+}
+
+impl CascadeFailure {
+    fn referenced(plan: &Plan, fk: usize, rows: usize, at_commit: bool) -> Self {
+        let f = &plan.catalog.foreign_keys[fk];
+        Self {
+            sqlstate: "23503",
+            constraint: f.name.clone(),
+            table: plan.name(f.from).clone(),
+            references: plan.name(f.to).clone(),
+            message: format!(
+                "update or delete on table {} violates foreign key constraint {:?} on table {}: {rows} \
+                 row(s) still reference a deleted row{}",
+                plan.name(f.to),
+                f.name,
+                plan.name(f.from),
+                if at_commit {
+                    " at commit"
+                } else {
+                    " when the check fires"
+                }
+            ),
+        }
+    }
+
+    fn missing_parent(plan: &Plan, fk: usize, key: &[String]) -> Self {
+        let f = &plan.catalog.foreign_keys[fk];
+        Self {
+            sqlstate: "23503",
+            constraint: f.name.clone(),
+            table: plan.name(f.from).clone(),
+            references: plan.name(f.to).clone(),
+            message: format!(
+                "insert or update on table {} violates foreign key constraint {:?}: key ({})=({}) is \
+                 not present in table {}",
+                plan.name(f.from),
+                f.name,
+                f.from_cols.join(", "),
+                key.join(", "),
+                plan.name(f.to)
+            ),
+        }
+    }
+
+    fn not_null(plan: &Plan, fk: usize, column: &str) -> Self {
+        let f = &plan.catalog.foreign_keys[fk];
+        Self {
+            sqlstate: "23502",
+            constraint: f.name.clone(),
+            table: plan.name(f.from).clone(),
+            references: plan.name(f.to).clone(),
+            message: format!(
+                "null value in column {column:?} of relation {} violates not-null constraint (ON DELETE {} \
+                 of {:?})",
+                plan.name(f.from),
+                f.on_delete.as_sql(),
+                f.name
+            ),
+        }
+    }
+}
+
+impl fmt::Display for CascadeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (SQLSTATE {})", self.message, self.sqlstate)
+    }
+}
+
+/// The simulation's answer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Verdict {
+    /// The cascade would succeed.
+    Succeeds {
+        /// Rows the simulation read.
+        rows_read: usize,
+    },
+    /// The cascade would fail with this error, whatever the row order.
+    Fails(CascadeFailure),
+    /// The cascade fails in one row order and succeeds in another (the order is the plan's scan
+    /// order): the failure found.
+    OrderDependent(CascadeFailure),
+}
+
+/// Why the simulation gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A database error.
+    #[error("{0}")]
+    Db(#[from] sqlx::Error),
+    /// More rows than `hard_delete.max_simulated_rows`.
+    #[error(
+        "the cascade pre-check needs more than hard_delete.max_simulated_rows = {limit} rows; \
+         raise it to delete this tenant"
+    )]
+    TooLarge {
+        /// The configured limit.
+        limit: u64,
+    },
+    /// A schema feature the simulation cannot decide on.
+    #[error("the cascade pre-check cannot decide: {0}")]
+    Unsupported(String),
+}
+
+impl From<SimError> for EngineError {
+    fn from(e: SimError) -> Self {
+        match e {
+            SimError::Db(e) => Self::Db(e),
+            other => Self::Simulation(other.to_string()),
+        }
+    }
+}
+
+/// Whether the plan has a *conditional* foreign key: one into the closure whose action is not
+/// CASCADE (RESTRICT, NO ACTION, SET NULL, SET DEFAULT). Only then can the cascade fail, so only
+/// then is [`simulate`] needed; a schema of CASCADE keys alone pays nothing.
+pub fn needs_simulation(plan: &Plan) -> bool {
+    plan.catalog
+        .foreign_keys
+        .iter()
+        .any(|fk| plan.closure.contains(&fk.to) && fk.on_delete != OnDelete::Cascade)
+}
+
+/// Simulates `DELETE FROM root WHERE key = tenant` (see the module docs). Read-only: every query is
+/// its own transaction under `limits`' timeouts; at most `max_rows` rows are held.
+///
+/// # Errors
+/// [`SimError`]: database errors, too many rows, or a schema it cannot simulate.
+pub async fn simulate(
+    target: &PgPool,
+    plan: &Plan,
+    tenant: &str,
+    limits: &BatchLimits,
+    max_rows: u64,
+) -> Result<Verdict, SimError> {
+    let facts = load::facts(target, plan, limits).await?;
+    let mut store = Store::new(plan);
+    let root = store.probe(plan.root, std::slice::from_ref(&plan.key_column));
+    let ctx = Ctx {
+        target,
+        plan,
+        limits,
+        facts: &facts,
+        max_rows,
+    };
+    ctx.fetch(&mut store, vec![(root, vec![tenant.to_owned()])])
+        .await?;
+    let roots: Vec<usize> = (0..store.rows.len()).collect();
+    let (forward, multi) = ctx.run(&mut store, &roots, false).await?;
+    let rows_read = store.rows.len();
+    if !multi {
+        return Ok(match forward {
+            Ok(()) => Verdict::Succeeds { rows_read },
+            Err(f) => Verdict::Fails(*f),
+        });
+    }
+    let (reverse, _) = ctx.run(&mut store, &roots, true).await?;
+    Ok(match (forward, reverse) {
+        (Ok(()), Ok(())) => Verdict::Succeeds {
+            rows_read: store.rows.len(),
+        },
+        (Err(f), Err(_)) => Verdict::Fails(*f),
+        (Err(f), Ok(())) | (Ok(()), Err(f)) => Verdict::OrderDependent(*f),
+    })
+}
+
+struct Ctx<'a> {
+    target: &'a PgPool,
+    plan: &'a Plan,
+    limits: &'a BatchLimits,
+    facts: &'a Facts,
+    max_rows: u64,
+}
+
+impl Ctx<'_> {
+    /// Reads the rows of the given `(probe, key)` lookups, one query per probe.
+    async fn fetch(
+        &self,
+        store: &mut Store,
+        needs: Vec<(usize, Vec<String>)>,
+    ) -> Result<(), SimError> {
+        let mut by_probe: BTreeMap<usize, Vec<Vec<String>>> = BTreeMap::new();
+        for (p, k) in needs {
+            by_probe.entry(p).or_default().push(k);
+        }
+        for (p, keys) in by_probe {
+            let (table, cols) = (store.probes[p].table, store.probes[p].cols.clone());
+            let rows = load::rows(
+                self.target,
+                self.plan,
+                self.limits,
+                table,
+                &cols,
+                &keys,
+                &store.tracked[&table],
+            )
+            .await?;
+            store.add(p, keys, rows);
+            if store.rows.len() as u64 > self.max_rows {
+                return Err(SimError::TooLarge {
+                    limit: self.max_rows,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// One run: deletes the root rows, fires the queue generation by generation (each generation's
+    /// rows read first, in bulk), then the events deferred to commit. Returns the outcome and whether
+    /// a statement met several rows.
+    async fn run(
+        &self,
+        store: &mut Store,
+        roots: &[usize],
+        reverse: bool,
+    ) -> Result<(Result<(), Box<CascadeFailure>>, bool), SimError> {
+        let mut run = Run::new(reverse);
+        run.delete(store, self.facts, self.plan, roots);
+        let mut fired: u64 = 0;
+        let mut commit_phase = false;
+        loop {
+            let generation: Vec<Event> = if run.queue.is_empty() && !commit_phase {
+                commit_phase = true;
+                std::mem::take(&mut run.at_commit)
+            } else {
+                run.queue.drain(..).collect()
+            };
+            if generation.is_empty() {
+                if commit_phase && run.queue.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            let needs = run.needs(store, self.plan, &generation);
+            self.fetch(store, needs).await?;
+            fired += generation.len() as u64;
+            if fired > self.max_rows.saturating_mul(4) {
+                return Err(SimError::TooLarge {
+                    limit: self.max_rows,
+                });
+            }
+            for ev in generation {
+                if let Err(f) = run.fire(store, self.facts, self.plan, ev) {
+                    return Ok((Err(f), run.multi));
+                }
+            }
+        }
+        Ok((Ok(()), run.multi))
+    }
+}

@@ -1,0 +1,289 @@
+//! One simulated run of PostgreSQL's after-trigger queue ([`Run`]) over the rows read so far
+//! ([`Store`]).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use super::CascadeFailure;
+use super::load::{Facts, Kind};
+use super::store::Store;
+use crate::engine::Plan;
+
+/// A queued after-trigger event.
+#[derive(Debug, Clone)]
+pub(super) enum Event {
+    /// A delete action of foreign key `fk` for the deleted referenced row `row`.
+    Action { fk: usize, kind: Kind, row: usize },
+    /// The check of foreign key `fk` on referencing row `row` updated to version `version`.
+    Check { fk: usize, row: usize, version: u32 },
+    /// A deferred NO ACTION check of `fk` for a deleted key (fired at commit).
+    NoActionAtCommit { fk: usize, key: Vec<String> },
+}
+
+/// One simulated run of the cascade: what it deleted and updated, and its trigger queues.
+pub(super) struct Run {
+    /// Multi-row statements meet rows in descending physical order instead of ascending.
+    reverse: bool,
+    deleted: HashSet<usize>,
+    over: HashMap<usize, Vec<Option<String>>>,
+    version: HashMap<usize, u32>,
+    over_index: HashMap<(usize, Vec<String>), Vec<usize>>,
+    /// The query's event list, fired first in first out: events queued while firing are appended and
+    /// fired in later passes (`AfterTriggerEndQuery` in `src/backend/commands/trigger.c`).
+    pub queue: VecDeque<Event>,
+    /// Events deferred to commit, in queue order.
+    pub at_commit: Vec<Event>,
+    /// Whether a statement met more than one row (then their order may matter).
+    pub multi: bool,
+}
+
+impl Run {
+    pub fn new(reverse: bool) -> Self {
+        Self {
+            reverse,
+            deleted: HashSet::new(),
+            over: HashMap::new(),
+            version: HashMap::new(),
+            over_index: HashMap::new(),
+            queue: VecDeque::new(),
+            at_commit: Vec::new(),
+            multi: false,
+        }
+    }
+
+    fn vals<'a>(&'a self, store: &'a Store, row: usize) -> &'a [Option<String>] {
+        self.over.get(&row).unwrap_or(&store.rows[row].vals)
+    }
+
+    /// The live rows whose `probe` columns now equal `key`, in the run's scan order.
+    fn matches(&self, store: &Store, probe: usize, key: &[String]) -> Vec<usize> {
+        let extra = self
+            .over_index
+            .get(&(probe, key.to_vec()))
+            .map_or(&[][..], Vec::as_slice);
+        let mut out: Vec<usize> = store
+            .indexed(probe, key)
+            .iter()
+            .chain(extra)
+            .copied()
+            .filter(|r| !self.deleted.contains(r))
+            .filter(|&r| store.key(probe, self.vals(store, r)).as_deref() == Some(key))
+            .collect();
+        out.sort_unstable_by_key(|&r| (store.rows[r].rel, store.rows[r].tid));
+        out.dedup();
+        if self.reverse {
+            out.reverse();
+        }
+        out
+    }
+
+    /// The `(probe, key)` lookups `events` will make that were not read yet.
+    pub fn needs(&self, store: &Store, plan: &Plan, events: &[Event]) -> Vec<(usize, Vec<String>)> {
+        let fks = &plan.catalog.foreign_keys;
+        let mut out = Vec::new();
+        for ev in events {
+            let (probe, key) = match ev {
+                Event::Action { fk, row, .. } => {
+                    let fk = &fks[*fk];
+                    let key = store.key(store.probe(fk.to, &fk.to_cols), self.vals(store, *row));
+                    (store.probe(fk.from, &fk.from_cols), key)
+                }
+                Event::Check { fk, row, .. } => {
+                    let fk = &fks[*fk];
+                    let key =
+                        store.key(store.probe(fk.from, &fk.from_cols), self.vals(store, *row));
+                    (store.probe(fk.to, &fk.to_cols), key)
+                }
+                Event::NoActionAtCommit { fk, key } => {
+                    let fk = &fks[*fk];
+                    (store.probe(fk.from, &fk.from_cols), Some(key.clone()))
+                }
+            };
+            if let Some(key) = key
+                && !store.is_loaded(probe, &key)
+            {
+                out.push((probe, key));
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Deletes `rows` (one statement) and queues their delete triggers, row by row in name order.
+    pub fn delete(&mut self, store: &Store, facts: &Facts, plan: &Plan, rows: &[usize]) {
+        self.deleted.extend(rows.iter().copied());
+        for &r in rows {
+            for t in facts.triggers.get(&store.rows[r].rel).into_iter().flatten() {
+                if t.kind == Kind::Check {
+                    continue;
+                }
+                if t.deferred {
+                    // Only NO ACTION triggers can be deferred: the key is checked at commit.
+                    let fk = &plan.catalog.foreign_keys[t.fk];
+                    let key = store.key(store.probe(fk.to, &fk.to_cols), self.vals(store, r));
+                    if let Some(key) = key {
+                        self.at_commit
+                            .push(Event::NoActionAtCommit { fk: t.fk, key });
+                    }
+                } else {
+                    self.queue.push_back(Event::Action {
+                        fk: t.fk,
+                        kind: t.kind,
+                        row: r,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Sets `row`'s columns and queues the checks of the foreign keys whose (non-NULL) values
+    /// changed (`RI_FKey_fk_upd_check_required`).
+    fn update(
+        &mut self,
+        store: &Store,
+        facts: &Facts,
+        plan: &Plan,
+        row: usize,
+        new: Vec<Option<String>>,
+    ) {
+        let old = self.vals(store, row).to_vec();
+        let table = store.rows[row].table;
+        for (p, probe) in store.probes.iter().enumerate() {
+            if probe.table == table
+                && let Some(k) = store.key(p, &new)
+            {
+                self.over_index.entry((p, k)).or_default().push(row);
+            }
+        }
+        let version = {
+            let v = self.version.entry(row).or_insert(0);
+            *v += 1;
+            *v
+        };
+        self.over.insert(row, new.clone());
+        for t in facts
+            .triggers
+            .get(&store.rows[row].rel)
+            .into_iter()
+            .flatten()
+        {
+            if t.kind != Kind::Check {
+                continue;
+            }
+            let fk = &plan.catalog.foreign_keys[t.fk];
+            let p = store.probe(fk.from, &fk.from_cols);
+            let (before, after) = (store.key(p, &old), store.key(p, &new));
+            if after.is_none() || after == before {
+                continue;
+            }
+            let ev = Event::Check {
+                fk: t.fk,
+                row,
+                version,
+            };
+            if t.deferred {
+                self.at_commit.push(ev);
+            } else {
+                self.queue.push_back(ev);
+            }
+        }
+    }
+
+    /// Fires one event as PostgreSQL's referential trigger would (`ri_triggers.c`); `Err` is the
+    /// error the cascade would raise.
+    pub fn fire(
+        &mut self,
+        store: &Store,
+        facts: &Facts,
+        plan: &Plan,
+        ev: Event,
+    ) -> Result<(), Box<CascadeFailure>> {
+        let fks = &plan.catalog.foreign_keys;
+        match ev {
+            Event::Check { fk, row, version } => {
+                let f = &fks[fk];
+                if self.deleted.contains(&row) || self.version.get(&row) != Some(&version) {
+                    return Ok(()); // that row version is gone: nothing to check
+                }
+                let key = store.key(store.probe(f.from, &f.from_cols), self.vals(store, row));
+                let Some(key) = key else { return Ok(()) };
+                if self
+                    .matches(store, store.probe(f.to, &f.to_cols), &key)
+                    .is_empty()
+                {
+                    return Err(Box::new(CascadeFailure::missing_parent(plan, fk, &key)));
+                }
+                Ok(())
+            }
+            Event::NoActionAtCommit { fk, key } => {
+                let f = &fks[fk];
+                let refs = self.matches(store, store.probe(f.from, &f.from_cols), &key);
+                if refs.is_empty() {
+                    Ok(())
+                } else {
+                    Err(Box::new(CascadeFailure::referenced(
+                        plan,
+                        fk,
+                        refs.len(),
+                        true,
+                    )))
+                }
+            }
+            Event::Action { fk, kind, row } => {
+                let f = &fks[fk];
+                let Some(key) = store.key(store.probe(f.to, &f.to_cols), self.vals(store, row))
+                else {
+                    return Ok(());
+                };
+                let probe = store.probe(f.from, &f.from_cols);
+                let refs = self.matches(store, probe, &key);
+                self.multi |= refs.len() > 1;
+                match kind {
+                    _ if refs.is_empty() => Ok(()),
+                    Kind::Cascade => {
+                        self.delete(store, facts, plan, &refs);
+                        Ok(())
+                    }
+                    Kind::Restrict => Err(Box::new(CascadeFailure::referenced(
+                        plan,
+                        fk,
+                        refs.len(),
+                        false,
+                    ))),
+                    // Deferred NO ACTION triggers went to `at_commit` when queued; there the key is
+                    // checked again after every cascade.
+                    Kind::NoAction => Err(Box::new(CascadeFailure::referenced(
+                        plan,
+                        fk,
+                        refs.len(),
+                        false,
+                    ))),
+                    Kind::SetNull | Kind::SetDefault => {
+                        let tracked = &store.tracked[&f.from];
+                        for &r in &refs {
+                            let mut new = self.vals(store, r).to_vec();
+                            for c in &facts.set_cols[fk] {
+                                if c.not_null && c.value.is_none() {
+                                    return Err(Box::new(CascadeFailure::not_null(
+                                        plan, fk, &c.column,
+                                    )));
+                                }
+                                if let Some(i) = tracked.iter().position(|x| *x == c.column) {
+                                    new[i] = c.value.clone();
+                                }
+                            }
+                            self.update(store, facts, plan, r, new);
+                        }
+                        // SET DEFAULT re-checks like NO ACTION: a row set to the deleted key fails.
+                        if kind == Kind::SetDefault && !self.matches(store, probe, &key).is_empty()
+                        {
+                            return Err(Box::new(CascadeFailure::referenced(plan, fk, 1, false)));
+                        }
+                        Ok(())
+                    }
+                    Kind::Check => Ok(()),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The rows read so far ([`Store`]), indexed by every foreign key's columns on both ends.
+//!
+//! Values are compared by their text form (`::text`), the way rows are read: equal keys whose text
+//! differs (`numeric` 1.0 and 1, `citext`, a `float8` -0) are not recognized as equal.
+
+use std::collections::{HashMap, HashSet};
+
+use super::load::Loaded;
+use crate::engine::Plan;
+
+/// Rows of `table` looked up by the values of `cols` (at `pos` among the table's tracked columns).
+pub(super) struct Probe {
+    pub table: u32,
+    pub cols: Vec<String>,
+    pub(super) pos: Vec<usize>,
+}
+
+/// One row read from the database, with its values as read.
+pub(super) struct Row {
+    pub table: u32,
+    /// `tableoid`: the table or its leaf partition, whose triggers fire.
+    pub rel: u32,
+    /// `ctid` as (block, offset): the physical order a sequential scan meets rows in.
+    pub tid: (u32, u32),
+    pub vals: Vec<Option<String>>,
+}
+
+/// Every row read, indexed by each probe's key. The database is never written, so a key once read is
+/// complete for the whole simulation (both runs).
+pub(super) struct Store {
+    /// Per table: the columns read (referencing and referenced columns of its foreign keys).
+    pub tracked: HashMap<u32, Vec<String>>,
+    pub probes: Vec<Probe>,
+    probe_of: HashMap<(u32, Vec<String>), usize>,
+    table_probes: HashMap<u32, Vec<usize>>,
+    pub rows: Vec<Row>,
+    by_id: HashMap<(u32, (u32, u32)), usize>,
+    index: HashMap<(usize, Vec<String>), Vec<usize>>,
+    loaded: HashSet<(usize, Vec<String>)>,
+}
+
+fn parse_tid(text: &str) -> (u32, u32) {
+    let inner = text.trim_matches(|c| c == '(' || c == ')');
+    let mut it = inner.split(',').map(|p| p.trim().parse().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+impl Store {
+    /// Probes for both ends of every foreign key, and the root's key.
+    pub fn new(plan: &Plan) -> Self {
+        let mut tracked: HashMap<u32, Vec<String>> = HashMap::new();
+        let mut wanted: Vec<(u32, Vec<String>)> = vec![(plan.root, vec![plan.key_column.clone()])];
+        for fk in &plan.catalog.foreign_keys {
+            wanted.push((fk.from, fk.from_cols.clone()));
+            wanted.push((fk.to, fk.to_cols.clone()));
+        }
+        for (table, cols) in &wanted {
+            let t = tracked.entry(*table).or_default();
+            for c in cols {
+                if !t.contains(c) {
+                    t.push(c.clone());
+                }
+            }
+        }
+        let mut store = Self {
+            tracked,
+            probes: Vec::new(),
+            probe_of: HashMap::new(),
+            table_probes: HashMap::new(),
+            rows: Vec::new(),
+            by_id: HashMap::new(),
+            index: HashMap::new(),
+            loaded: HashSet::new(),
+        };
+        for (table, cols) in wanted {
+            if store.probe_of.contains_key(&(table, cols.clone())) {
+                continue;
+            }
+            let t = &store.tracked[&table];
+            let pos = cols
+                .iter()
+                .map(|c| t.iter().position(|x| x == c).expect("tracked"))
+                .collect();
+            store
+                .probe_of
+                .insert((table, cols.clone()), store.probes.len());
+            store
+                .table_probes
+                .entry(table)
+                .or_default()
+                .push(store.probes.len());
+            store.probes.push(Probe { table, cols, pos });
+        }
+        store
+    }
+
+    /// The probe of `cols` of `table` (every foreign key's ends exist).
+    pub fn probe(&self, table: u32, cols: &[String]) -> usize {
+        self.probe_of[&(table, cols.to_vec())]
+    }
+
+    /// The probe's key in `vals` (values of the probe's table); `None` when a value is NULL (MATCH
+    /// SIMPLE: such a row references nothing, and nothing references it).
+    pub fn key(&self, probe: usize, vals: &[Option<String>]) -> Option<Vec<String>> {
+        self.probes[probe]
+            .pos
+            .iter()
+            .map(|&i| vals[i].clone())
+            .collect()
+    }
+
+    pub fn is_loaded(&self, probe: usize, key: &[String]) -> bool {
+        self.loaded.contains(&(probe, key.to_vec()))
+    }
+
+    /// Records rows read for `keys` of `probe`; rows already known keep their first copy.
+    pub fn add(&mut self, probe: usize, keys: Vec<Vec<String>>, rows: Vec<Loaded>) {
+        let table = self.probes[probe].table;
+        for (rel, tid, vals) in rows {
+            let id = (rel as u32, parse_tid(&tid));
+            if self.by_id.contains_key(&id) {
+                continue;
+            }
+            let n = self.rows.len();
+            self.by_id.insert(id, n);
+            for &p in &self.table_probes[&table] {
+                if let Some(k) = self.key(p, &vals) {
+                    self.index.entry((p, k)).or_default().push(n);
+                }
+            }
+            self.rows.push(Row {
+                table,
+                rel: id.0,
+                tid: id.1,
+                vals,
+            });
+        }
+        for k in keys {
+            self.loaded.insert((probe, k));
+        }
+    }
+
+    pub(super) fn indexed(&self, probe: usize, key: &[String]) -> &[usize] {
+        self.index
+            .get(&(probe, key.to_vec()))
+            .map_or(&[], Vec::as_slice)
+    }
+}
