@@ -49,6 +49,8 @@ pub struct Failure {
 pub struct Passed {
     /// The cascade failed and deprov refused.
     pub refused: bool,
+    /// PostgreSQL's cascade deleted some table's rows under deprov's batches (`engine::absorb`).
+    pub cascaded: bool,
     pub rows: usize,
 }
 
@@ -86,6 +88,13 @@ async fn drop_db(admin: &PgPool, db: &str) {
     admin_sql(admin, &["DROP DATABASE IF EXISTS ", " WITH (FORCE)"], &[db]).await;
 }
 
+/// Odd seeds are analyzed and let PostgreSQL cascade small subtrees under deprov's batches
+/// (`engine::absorb`, the default); even seeds delete leaves first (`cascade_rows = 0`). Both paths
+/// must equal the cascade.
+fn cascade_rows(seed: u64) -> u32 {
+    if seed % 2 == 1 { 10_000 } else { 0 }
+}
+
 /// deprov's configuration for the case (built as TOML data: every name is quoted by `quote_ident`).
 fn config(case: &Case) -> Config {
     let root = ddl::name(case, case.root());
@@ -106,6 +115,7 @@ fn config(case: &Case) -> Config {
         "hard_delete": {
             "batch_rows": case.batch_rows, "max_batch_rows": case.batch_rows,
             "max_batch_duration": "800ms", "statement_timeout": "900ms", "lock_timeout": "100ms",
+            "cascade_rows": cascade_rows(case.seed),
         },
         "worker": { "lease": "1s", "backoff_base": "1ms", "backoff_max": "2ms", "max_attempts": 3 },
     }))
@@ -144,7 +154,14 @@ pub async fn run(server: &Throwaway, admin: &PgPool, seed: u64) -> Result<Passed
     drop_db(admin, &exp).await;
     admin_sql(admin, &["CREATE DATABASE "], &[&orig]).await;
     let db = connect(server, &orig).await;
-    let loaded = ddl::load(&db, &case).await;
+    let mut loaded = ddl::load(&db, &case).await;
+    if loaded.is_ok() && cascade_rows(case.seed) > 0 {
+        loaded = sqlx::query("ANALYZE")
+            .execute(&db)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+    }
     db.close().await;
     let header = || {
         format!(
@@ -260,9 +277,15 @@ pub async fn run(server: &Throwaway, admin: &PgPool, seed: u64) -> Result<Passed
     }
     drop_db(admin, &orig).await;
     drop_db(admin, &exp).await;
+    let progress = deprov::worker::Progress::from_json(&job.progress);
+    let cascaded = progress
+        .tables
+        .iter()
+        .any(|t| t.batches == 0 && t.rows_deleted > 0);
     verdict
         .map(|refused| Passed {
             refused,
+            cascaded,
             rows: case.total_rows(),
         })
         .map_err(|(kind, e)| Failure {

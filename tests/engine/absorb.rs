@@ -25,7 +25,11 @@ async fn analyzed_small_subtrees_go_with_their_parents_and_the_result_still_equa
     let job = env.job(job_id).await;
     assert_eq!(job.state(), JobState::Completed, "{job:?}");
     let after = digest(&env.db).await;
-    assert_eq!(after, digest(&expected).await, "deprov's result differs from the cascade's");
+    assert_eq!(
+        after,
+        digest(&expected).await,
+        "deprov's result differs from the cascade's"
+    );
 
     let progress = Progress::from_json(&job.progress);
     let tenant_rows: i64 =
@@ -34,7 +38,10 @@ async fn analyzed_small_subtrees_go_with_their_parents_and_the_result_still_equa
     assert_eq!(progress.rows_deleted, tenant_rows, "{progress:?}");
     for name in ABSORBABLE {
         let t = progress.tables.iter().find(|t| t.table == name).unwrap();
-        assert_eq!(t.batches, 0, "{name} should have no batches of its own: {progress:?}");
+        assert_eq!(
+            t.batches, 0,
+            "{name} should have no batches of its own: {progress:?}"
+        );
         assert!(t.rows_deleted > 0, "{name}: {progress:?}");
     }
     // The folder tree and the root's direct children keep steps of their own.
@@ -45,7 +52,8 @@ async fn analyzed_small_subtrees_go_with_their_parents_and_the_result_still_equa
 }
 
 #[tokio::test]
-async fn a_parent_with_far_more_rows_than_estimated_makes_the_job_replan_and_still_equal_the_cascade() {
+async fn a_parent_with_far_more_rows_than_estimated_makes_the_job_replan_and_still_equal_the_cascade()
+ {
     // Cascading batches may run for max(max_batch_duration, 2 × lock_timeout) = 2 ms.
     let env = env_with_config(&config_hard(
         "batch_rows = 7\nmax_batch_rows = 100000\nmax_batch_duration = \"1ms\"\nlock_timeout = \"1ms\"",
@@ -80,12 +88,23 @@ async fn a_parent_with_far_more_rows_than_estimated_makes_the_job_replan_and_sti
     let job_id = env.request("1").await;
     env.drain(&env.worker("w1")).await;
 
-    let job = deprov::queue::jobs::get(&db, job_id).await.unwrap().unwrap();
+    let job = deprov::queue::jobs::get(&db, job_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(job.state(), JobState::Completed, "{job:?}");
-    assert_eq!(digest(&db).await, digest(&expected).await, "deprov's result differs from the cascade's");
+    assert_eq!(
+        digest(&db).await,
+        digest(&expected).await,
+        "deprov's result differs from the cascade's"
+    );
     let progress = Progress::from_json(&job.progress);
     assert!(
-        progress.note.as_deref().unwrap_or("").contains("re-planned with cascade_rows"),
+        progress
+            .note
+            .as_deref()
+            .unwrap_or("")
+            .contains("re-planned with cascade_rows"),
         "{progress:?}"
     );
     assert!(progress.longest_rolled_back_ms > 0.0, "{progress:?}");
