@@ -512,7 +512,10 @@ mod tests {
     #[test]
     fn minimal_file_gets_defaults() {
         let c = Config::from_toml(MINIMAL).unwrap();
-        assert_eq!(c.hard_delete.batch_rows, 1000);
+        assert_eq!(c.hard_delete.batch_rows, 50);
+        assert_eq!(c.hard_delete.cascade_rows, 10_000);
+        assert_eq!(c.pacing.rate_limit, 0);
+        assert_eq!(c.pacing.backoff, Duration::from_millis(200));
         assert_eq!(c.hard_delete.lock_timeout, Duration::from_millis(50));
         assert_eq!(c.pools.target.max_connections, 2);
         assert_eq!(c.root_table(), QualifiedName::new("app", "accounts"));

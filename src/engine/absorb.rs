@@ -91,7 +91,24 @@ impl Plan {
         }
         self.steps.retain(|s| !absorbed.contains(&s.table));
         self.absorbed = absorbed;
+        self.cascade_estimate = cost.into_iter().filter(|(_, c)| *c > 1.0).collect();
         self
+    }
+
+    /// Rows for the first batch of a step on `table`: `batch_rows` rows' worth of work by estimate —
+    /// `batch_rows` divided by the rows one of its rows cascades to — and a single row when a foreign
+    /// key referencing the table has no index (each deleted row then scans the referencing table).
+    pub fn first_batch_rows(&self, table: u32, batch_rows: i64) -> i64 {
+        let unindexed = self
+            .catalog
+            .foreign_keys
+            .iter()
+            .any(|fk| fk.to == table && !fk.indexed);
+        if unindexed {
+            return 1;
+        }
+        let per_row = self.cascade_estimate.get(&table).copied().unwrap_or(1.0);
+        ((batch_rows as f64 / per_row).floor() as i64).max(1)
     }
 
     /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows.

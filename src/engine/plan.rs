@@ -76,6 +76,9 @@ pub struct Plan {
     /// Tables without steps: PostgreSQL's cascade deletes their rows under their parents' batches
     /// (empty unless [`Plan::absorb`] was applied).
     pub absorbed: BTreeSet<u32>,
+    /// Estimated rows one row of a table deletes with the cascade to its absorbed descendants, for
+    /// tables that have some (itself included; see [`Plan::first_batch_rows`]).
+    pub cascade_estimate: BTreeMap<u32, f64>,
 }
 
 impl Plan {
@@ -180,6 +183,7 @@ impl Plan {
             unindexed,
             tree_paths,
             absorbed: BTreeSet::new(),
+            cascade_estimate: BTreeMap::new(),
             catalog,
         })
     }

@@ -39,6 +39,11 @@ pub struct Progress {
     pub longest_batch_ms: f64,
     /// Batches that hit `statement_timeout` or `lock_timeout`, rolled back and were retried smaller.
     pub timeouts: i64,
+    /// Times the job re-planned with a lower `cascade_rows` because one parent row's cascade
+    /// outlasted its batch (see `engine::absorb`).
+    pub replans: i64,
+    /// The `cascade_rows` in use after the last re-plan.
+    pub cascade_rows: Option<u32>,
     /// Longest of those rolled-back batch transactions, in milliseconds (locks were held this long).
     pub longest_rolled_back_ms: f64,
     /// Pauses for the target's sake (see [`crate::config::PacingConfig`]).

@@ -296,14 +296,17 @@ impl JobRun {
             .and_then(|cp| cp.cascade_rows)
             .unwrap_or(hd.cascade_rows);
         let mut plan = leaves_first.clone().absorb(f64::from(cascade_rows));
-        let first_rows = self.limits.rows;
+        let batch_rows = self.limits.rows;
         let lowered = |rows: u32| (rows != hd.cascade_rows).then_some(rows);
         let fresh = |plan: &Plan, cascade_rows: u32| Checkpoint {
             plan: plan.hash(),
             step: 0,
             cursor: Cursor::Start,
             parents: 1,
-            rows: first_rows,
+            rows: plan
+                .steps
+                .first()
+                .map_or(batch_rows, |s| plan.first_batch_rows(s.table, batch_rows)),
             cascade_rows: lowered(cascade_rows),
         };
         let mut cp = match stored {
@@ -340,9 +343,10 @@ impl JobRun {
                 // A batch that lets PostgreSQL cascade is cut short early when a parent row has far
                 // more descendants than estimated: then the plan falls back to leaves first.
                 statement_timeout: if cascades {
-                    self.limits
-                        .statement_timeout
-                        .min(hd.max_batch_duration.max(hd.lock_timeout * 2))
+                    self.limits.statement_timeout.min(
+                        (hd.max_batch_duration * 4 / 5)
+                            .max(hd.lock_timeout + Duration::from_millis(1)),
+                    )
                 } else {
                     self.limits.statement_timeout
                 },
@@ -376,6 +380,8 @@ impl JobRun {
                         "a single row of {table} cascaded for longer than {} ms; re-planned with cascade_rows = {cascade_rows}",
                         limits.statement_timeout.as_millis()
                     ));
+                    self.progress.replans += 1;
+                    self.progress.cascade_rows = Some(cascade_rows);
                     plan = leaves_first.clone().absorb(f64::from(cascade_rows));
                     cp = fresh(&plan, cascade_rows);
                     self.progress.plan_hash = Some(plan.hash());
@@ -424,7 +430,9 @@ impl JobRun {
                     cp.parents = 1;
                     // Cost per row differs per table (a parent's delete checks every child table):
                     // each step starts small again and grows by measurement.
-                    cp.rows = self.limits.rows;
+                    cp.rows = plan.steps.get(cp.step).map_or(self.limits.rows, |s| {
+                        plan.first_batch_rows(s.table, self.limits.rows)
+                    });
                     if !plan.steps[cp.step..].iter().any(|s| s.table == step.table) {
                         self.progress.table_mut(&table).done = true;
                     }
