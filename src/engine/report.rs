@@ -19,6 +19,10 @@ pub struct TableReport {
     pub paths: Vec<String>,
     /// The tenant's rows in it now.
     pub rows: i64,
+    /// With `[hard_delete] cascade_rows` > 0: the tables whose batches delete this table's rows
+    /// through PostgreSQL's own cascade (empty = the table has batches of its own; see
+    /// [`super::absorb`]).
+    pub cascaded_by: Vec<String>,
 }
 
 /// The cascade pre-check's answer ([`simulate::simulate`]).
@@ -74,7 +78,7 @@ impl CascadeCheck {
     pub fn to_text(&self) -> String {
         match (&self.verdict, &self.error) {
             _ if !self.simulated => {
-                "cascade pre-check: not needed (only ON DELETE CASCADE keys reach the tenant)"
+                "cascade pre-check: not needed (only CASCADE keys and SET NULL into nullable columns reach the tenant)"
                     .into()
             }
             (_, Some(e)) => format!("cascade pre-check: CANNOT DECIDE, deprov will refuse: {e}"),
@@ -141,7 +145,23 @@ impl PlanReport {
             config.hard_delete.max_simulated_rows,
         )
         .await?;
-        Ok(Self::from_parts(&plan, tenant, &counts, blockers, cascade))
+        let absorbing = plan
+            .clone()
+            .absorb(f64::from(config.hard_delete.cascade_rows));
+        let mut report = Self::from_parts(&plan, tenant, &counts, blockers, cascade);
+        // `tables` follows `counts`, one entry per table.
+        for (t, &(oid, _)) in report.tables.iter_mut().zip(&counts) {
+            if absorbing.absorbed.contains(&oid) {
+                t.cascaded_by = plan
+                    .catalog
+                    .foreign_keys
+                    .iter()
+                    .filter(|fk| fk.from == oid && fk.to != oid && plan.closure.contains(&fk.to))
+                    .map(|fk| plan.name(fk.to).to_string())
+                    .collect();
+            }
+        }
+        Ok(report)
     }
 
     /// Assembles a report from a plan and measured counts.
@@ -177,6 +197,7 @@ impl PlanReport {
                     .map(|s| plan.describe_path(s))
                     .collect(),
                 rows: *rows,
+                cascaded_by: Vec::new(),
             })
             .collect();
         Self {
@@ -206,6 +227,13 @@ impl PlanReport {
             let _ = writeln!(out, "  {:>3}. {:<50} {:>12} rows", t.order, t.table, t.rows);
             for p in &t.paths {
                 let _ = writeln!(out, "       via {p}");
+            }
+            if !t.cascaded_by.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "       no batches of its own: PostgreSQL's cascade deletes its rows under the batches of {}",
+                    t.cascaded_by.join(", ")
+                );
             }
         }
         if self.blockers.is_empty() {

@@ -178,14 +178,20 @@ impl From<SimError> for EngineError {
     }
 }
 
-/// Whether the plan has a *conditional* foreign key: one into the closure whose action is not
-/// CASCADE (RESTRICT, NO ACTION, SET NULL, SET DEFAULT). Only then can the cascade fail, so only
-/// then is [`simulate`] needed; a schema of CASCADE keys alone pays nothing.
+/// Whether the plan has a *conditional* foreign key: one into the closure whose action can make the
+/// cascade fail — RESTRICT, NO ACTION, SET DEFAULT, or SET NULL into a NOT NULL column. Only then is
+/// [`simulate`] needed. CASCADE and SET NULL into nullable columns never fail by themselves (a CHECK
+/// constraint or user trigger on the updated row is outside what the simulation models anyway), so a
+/// schema of those alone — like most — pays nothing.
 pub fn needs_simulation(plan: &Plan) -> bool {
-    plan.catalog
-        .foreign_keys
-        .iter()
-        .any(|fk| plan.closure.contains(&fk.to) && fk.on_delete != OnDelete::Cascade)
+    plan.catalog.foreign_keys.iter().any(|fk| {
+        plan.closure.contains(&fk.to)
+            && match fk.on_delete {
+                OnDelete::Cascade => false,
+                OnDelete::SetNull => fk.blocks(),
+                _ => true,
+            }
+    })
 }
 
 /// Simulates `DELETE FROM root WHERE key = tenant` (see the module docs). Read-only: every query is
