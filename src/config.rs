@@ -126,7 +126,7 @@ pub struct HardDeleteConfig {
     /// `SET LOCAL statement_timeout` of every batch (default 5s).
     #[serde(with = "humantime_serde")]
     pub statement_timeout: Duration,
-    /// Estimated rows PostgreSQL's own cascade may delete per row a batch deletes (default 10000;
+    /// Estimated rows PostgreSQL's own cascade may delete per row a batch deletes (default 2000;
     /// 0 = always delete leaves first). Tables whose rows have few descendants are then deleted by
     /// their parents' batches through the cascade, visiting each row once (see `engine::absorb`).
     pub cascade_rows: u32,
@@ -145,7 +145,7 @@ impl Default for HardDeleteConfig {
             max_batch_duration: Duration::from_millis(100),
             lock_timeout: Duration::from_millis(50),
             statement_timeout: Duration::from_secs(5),
-            cascade_rows: 10_000,
+            cascade_rows: 2_000,
             max_simulated_rows: 5_000_000,
         }
     }
@@ -513,7 +513,7 @@ mod tests {
     fn minimal_file_gets_defaults() {
         let c = Config::from_toml(MINIMAL).unwrap();
         assert_eq!(c.hard_delete.batch_rows, 50);
-        assert_eq!(c.hard_delete.cascade_rows, 10_000);
+        assert_eq!(c.hard_delete.cascade_rows, 2_000);
         assert_eq!(c.pacing.rate_limit, 0);
         assert_eq!(c.pacing.backoff, Duration::from_millis(200));
         assert_eq!(c.hard_delete.lock_timeout, Duration::from_millis(50));
