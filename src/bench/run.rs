@@ -5,7 +5,8 @@
 //!    `--rows` rows and `--small-tenants` others; `ANALYZE`d.
 //! 2. A copy (`CREATE DATABASE … TEMPLATE`). Both copies are read once (every table scanned) and a
 //!    `CHECKPOINT` runs before each measured phase, so neither side starts colder than the other.
-//! 3. Baseline: the foreground workload ([`super::workload`]) alone for `--baseline-secs`.
+//! 3. Baseline: the foreground workload ([`super::workload`]) for `--baseline-secs`, with the tenant
+//!    writer running too (the same traffic as in the measured phases, minus the deletion).
 //! 4. Cascade: `DELETE FROM app.accounts WHERE id = $1` on the copy, one transaction, with the
 //!    foreground and the tenant writer running.
 //! 5. deprov: a deletion request recorded as intake records it, and a worker (the service's own
@@ -56,7 +57,7 @@ pub struct BenchArgs {
     /// Operations per second of each foreground client and of the tenant writer.
     #[arg(long, default_value_t = 100)]
     pub rate: u32,
-    /// Seconds of foreground alone, for its baseline p99.
+    /// Seconds of foreground (and tenant writer) with no deletion, for the foreground's baseline p99.
     #[arg(long, default_value_t = 5)]
     pub baseline_secs: u64,
     /// The server's `shared_buffers`.
@@ -199,10 +200,15 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         warm(pool, &tables).await?;
     }
 
-    say(args.json, "baseline: foreground alone");
+    say(
+        args.json,
+        "baseline: foreground and tenant writer, no deletion",
+    );
     let running = workload::start(&saas, args.clients, args.rate, keys.foreground.clone());
+    let writer = workload::start(&saas, 1, args.rate, keys.tenant.clone());
     tokio::time::sleep(Duration::from_secs(args.baseline_secs)).await;
     let baseline = running.stop().await;
+    writer.stop().await;
 
     say(args.json, "cascade: one DELETE on the copy");
     checkpoint(&admin).await?;

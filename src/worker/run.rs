@@ -439,7 +439,8 @@ impl JobRun {
                 }
             }
             self.heartbeat("hard_delete", Some(&cp)).await?;
-            pacer.admit(batch.deleted).await;
+            let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
+            pacer.admit(batch.deleted + cascaded).await;
             if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {
                 self.pause(pause, reason).await?;
             }
