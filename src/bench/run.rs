@@ -434,52 +434,29 @@ impl BenchReport {
             out.push_str(&format!("{name:<44} {a:>14} {b:>14}\n"));
         };
         row("", "cascade".into(), "deprov".into());
-        row("rows deleted", c.rows.to_string(), d.rows.to_string());
-        row(
-            "elapsed (s)",
-            format!("{:.2}", c.elapsed_s),
-            format!("{:.2}", d.elapsed_s),
-        );
-        row(
-            "rows/s",
-            format!("{:.0}", c.rows_per_s),
-            format!("{:.0}", d.rows_per_s),
-        );
-        row(
-            "transactions",
-            c.transactions.to_string(),
-            d.transactions.to_string(),
-        );
-        row(
-            "longest transaction (ms)",
-            format!("{:.1}", c.longest_transaction_ms),
-            format!("{:.1}", d.longest_transaction_ms),
-        );
-        row(
-            "longest rolled-back transaction (ms)",
-            "-".into(),
-            format!("{:.1}", d.longest_rolled_back_ms),
-        );
-        row(
-            "tenant writer: longest wait (ms)",
-            format!("{:.1}", c.tenant_writer_longest_wait_ms),
-            format!("{:.1}", d.tenant_writer_longest_wait_ms),
-        );
-        row(
-            "foreground p99 (ms)",
-            format!("{:.2}", c.foreground_p99_ms),
-            format!("{:.2}", d.foreground_p99_ms),
-        );
-        row(
-            "foreground p99 ÷ baseline p99",
-            format!("{:.2}", rel(c.foreground_p99_ms)),
-            format!("{:.2}", rel(d.foreground_p99_ms)),
-        );
-        row(
-            "foreground ops (errors)",
-            format!("{} ({})", c.foreground_ops, c.foreground_errors),
-            format!("{} ({})", d.foreground_ops, d.foreground_errors),
-        );
+        let mut both = |name: &str, f: &dyn Fn(&Side) -> String| row(name, f(c), f(d));
+        both("rows deleted", &|s| s.rows.to_string());
+        both("elapsed (s)", &|s| format!("{:.2}", s.elapsed_s));
+        both("rows/s", &|s| format!("{:.0}", s.rows_per_s));
+        both("transactions", &|s| s.transactions.to_string());
+        both("longest transaction (ms)", &|s| {
+            format!("{:.1}", s.longest_transaction_ms)
+        });
+        both("longest rolled-back transaction (ms)", &|s| {
+            format!("{:.1}", s.longest_rolled_back_ms)
+        });
+        both("tenant writer: longest wait (ms)", &|s| {
+            format!("{:.1}", s.tenant_writer_longest_wait_ms)
+        });
+        both("foreground p99 (ms)", &|s| {
+            format!("{:.2}", s.foreground_p99_ms)
+        });
+        both("foreground p99 ÷ baseline p99", &|s| {
+            format!("{:.2}", rel(s.foreground_p99_ms))
+        });
+        both("foreground ops (errors)", &|s| {
+            format!("{} ({})", s.foreground_ops, s.foreground_errors)
+        });
         out.push_str(&format!(
             "\n{:<44} {:>10} {:>8} {:>10} {:>10} {:>12}\n",
             "deprov per table", "rows", "batches", "total ms", "longest ms", "rows/s"

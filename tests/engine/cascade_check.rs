@@ -6,6 +6,25 @@ use deprov::queue::JobState;
 
 use crate::harness::{config_text, digest, env_with_schema};
 
+/// Requests tenant 1's deletion and asserts the job failed naming `constraint`, saying nothing was
+/// deleted, and changed nothing; returns its error message.
+async fn refused(env: &crate::harness::Env, constraint: &str) -> String {
+    let before = digest(&env.db).await;
+    let job_id = env.request("1").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(job_id).await;
+    assert_eq!(job.state(), JobState::Failed);
+    let message = job.last_error.unwrap();
+    assert!(message.contains(constraint), "{message}");
+    assert!(message.contains("nothing was deleted"), "{message}");
+    assert_eq!(
+        digest(&env.db).await,
+        before,
+        "a refused job changes nothing"
+    );
+    message
+}
+
 /// Account 1 has a project, a list and a task in both; account 2 the same, unrelated.
 const DATA: &str = "
 INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
@@ -50,19 +69,7 @@ async fn a_restrict_check_fired_before_the_cascade_reaches_its_row_fails_the_job
         "{error}"
     );
 
-    let before = digest(&env.db).await;
-    let job_id = env.request("1").await;
-    env.drain(&env.worker("w1")).await;
-    let job = env.job(job_id).await;
-    assert_eq!(job.state(), JobState::Failed);
-    let message = job.last_error.unwrap();
-    assert!(message.contains("tasks_project_id_fkey"), "{message}");
-    assert!(message.contains("nothing was deleted"), "{message}");
-    assert_eq!(
-        digest(&env.db).await,
-        before,
-        "a refused job changes nothing"
-    );
+    refused(&env, "tasks_project_id_fkey").await;
 
     let report = PlanReport::build(&env.pools.target, &env.config, "1")
         .await
@@ -108,20 +115,8 @@ INSERT INTO app.notes VALUES (40, 1, 10), (41, 2, 10);",
         "{error}"
     );
 
-    let before = digest(&env.db).await;
-    let job_id = env.request("1").await;
-    env.drain(&env.worker("w1")).await;
-    let job = env.job(job_id).await;
-    assert_eq!(job.state(), JobState::Failed);
-    let message = job.last_error.unwrap();
-    assert!(message.contains("notes_project_id_fkey"), "{message}");
+    let message = refused(&env, "notes_project_id_fkey").await;
     assert!(message.contains("(project_id)=(-1)"), "{message}");
-    assert!(message.contains("nothing was deleted"), "{message}");
-    assert_eq!(
-        digest(&env.db).await,
-        before,
-        "a refused job changes nothing"
-    );
 
     // Tenant 2 can go: its project is referenced by nobody else.
     let job_id = env.request("2").await;
