@@ -403,10 +403,13 @@ impl Config {
         if p.check_interval.is_zero() {
             return Err(invalid("pacing.check_interval", "must be above 0"));
         }
-        if p.backoff.is_zero() || p.backoff_max < p.backoff {
+        if p.backoff.is_zero() {
+            return Err(invalid("pacing.backoff", "must be above 0"));
+        }
+        if p.backoff_max < p.backoff {
             return Err(invalid(
                 "pacing.backoff_max",
-                "must be at least pacing.backoff, which must be above 0",
+                "must be at least pacing.backoff",
             ));
         }
         let w = &self.worker;
@@ -558,6 +561,12 @@ mod tests {
                 "[hard_delete]\nmax_simulated_rows = 0",
                 "hard_delete.max_simulated_rows",
             ),
+            ("[pacing]\nbackoff = \"0s\"", "pacing.backoff"),
+            (
+                "[pacing]\nbackoff = \"1s\"\nbackoff_max = \"100ms\"",
+                "pacing.backoff_max",
+            ),
+            ("[pacing]\ncheck_interval = \"0s\"", "pacing.check_interval"),
             ("[hard_delete]\nlock_timeout = \"fast\"", "lock_timeout"),
             (
                 "[pools.target]\nmax_connections = 0\nacquire_timeout = \"1s\"",

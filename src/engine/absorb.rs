@@ -11,6 +11,8 @@
 //! - it is not the root and not partitioned, references no root row directly (one root row may own millions of rows, so
 //!   an estimate per root row means nothing), has no reference to itself and is on no reference cycle
 //!   within the closure;
+//! - every cascading foreign key from it to its parents has an index (else each parent row's cascade
+//!   scans the whole table, whatever the estimate says);
 //! - every foreign key into it is `ON DELETE CASCADE`, or a SET NULL that cannot fail (no NOT NULL
 //!   column): no RESTRICT / NO ACTION / SET DEFAULT whose outcome could depend on deletion order;
 //! - its row estimate is known (`pg_class.reltuples` ≥ 0, i.e. it was analyzed), and so is each
@@ -65,15 +67,20 @@ impl Plan {
                         _ => false,
                     }
             });
-            let parents: Vec<u32> = fks
+            let cascading: Vec<_> = fks
                 .iter()
                 .filter(|fk| {
                     fk.from == table
                         && fk.on_delete == OnDelete::Cascade
                         && self.closure.contains(&fk.to)
                 })
-                .map(|fk| fk.to)
                 .collect();
+            // Without an index, each parent row's cascade scans the whole table: its cost follows
+            // the table's size, not the estimate, so such a table keeps batches of its own.
+            if cascading.iter().any(|fk| !fk.indexed) {
+                continue;
+            }
+            let parents: Vec<u32> = cascading.iter().map(|fk| fk.to).collect();
             if !safe_refs
                 || parents.is_empty()
                 || parents.iter().any(|&p| p == self.root || rows(p) < 0.0)

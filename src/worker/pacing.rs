@@ -69,20 +69,26 @@ impl Pacer {
         }
     }
 
-    /// Waits until `rows` more rows are within the rate limit (at once when unlimited).
-    pub async fn admit(&self, rows: i64) {
+    /// Waits until `rows` more rows are within the rate limit (at once when unlimited), or until
+    /// `stop` fires. Returns the time waited.
+    pub async fn admit(&self, rows: i64, stop: &tokio_util::sync::CancellationToken) -> Duration {
         let Some(limiter) = &self.limiter else {
-            return;
+            return Duration::ZERO;
         };
+        let started = Instant::now();
         let mut left = u32::try_from(rows.max(0)).unwrap_or(u32::MAX);
-        while left > 0 {
+        while left > 0 && !stop.is_cancelled() {
             let n = left.min(self.burst);
             if let Some(n) = NonZeroU32::new(n) {
-                // Cannot fail: n ≤ burst.
-                let _ = limiter.until_n_ready(n).await;
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    // Cannot fail: n ≤ burst.
+                    _ = limiter.until_n_ready(n) => {}
+                }
             }
             left -= n;
         }
+        started.elapsed()
     }
 
     /// How long to pause before the next batch, given the last batch's duration: zero unless the
@@ -189,12 +195,16 @@ mod tests {
             Duration::from_secs(30),
             Duration::from_millis(100),
         );
-        p.admit(1000).await;
+        let stop = tokio_util::sync::CancellationToken::new();
+        p.admit(1000, &stop).await;
         let limiter = p.limiter.as_ref().unwrap();
         // The burst is spent: 500 more rows are half a second away, not available now.
         let n = NonZeroU32::new(500).unwrap();
         assert!(matches!(limiter.check_n(n), Ok(Err(_))));
-        // Unlimited admits anything at once.
-        pacer().admit(i64::MAX).await;
+        // Unlimited admits anything at once; a stop ends a wait at once.
+        assert_eq!(pacer().admit(i64::MAX, &stop).await, Duration::ZERO);
+        stop.cancel();
+        let waited = p.admit(1_000_000, &stop).await;
+        assert!(waited < Duration::from_millis(100), "{waited:?}");
     }
 }

@@ -50,6 +50,8 @@ pub struct Progress {
     pub pauses: i64,
     /// Time spent in those pauses, in milliseconds.
     pub paused_ms: f64,
+    /// Time spent waiting for the `[pacing] rate_limit`, in milliseconds (not counted in `pauses`).
+    pub rate_limited_ms: f64,
     /// Why the last pause was taken.
     pub last_pause_reason: Option<String>,
     /// Rows the soft-delete statements affected.

@@ -219,6 +219,10 @@ impl JobRun {
         }
         self.hard_delete(&plan, &tenant).await?;
         self.progress.note = None;
+        // Tables PostgreSQL's cascade emptied under other tables' batches have no steps to mark them.
+        for t in &mut self.progress.tables {
+            t.done = true;
+        }
         Ok(Outcome::Completed)
     }
 
@@ -440,7 +444,8 @@ impl JobRun {
             }
             self.heartbeat("hard_delete", Some(&cp)).await?;
             let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
-            pacer.admit(batch.deleted + cascaded).await;
+            let waited = pacer.admit(batch.deleted + cascaded, &w.stop).await;
+            self.progress.rate_limited_ms += waited.as_secs_f64() * 1000.0;
             if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {
                 self.pause(pause, reason).await?;
             }

@@ -6,7 +6,7 @@ use deprov::worker::Progress;
 use crate::harness::{config_hard, digest, env_with_config};
 
 /// Tables of the fixture that only a cascade under their parents' batches can have emptied.
-const ABSORBABLE: [&str; 2] = ["\"app\".\"events\"", "\"app\".\"log_lines\""];
+const ABSORBABLE: [&str; 1] = ["\"app\".\"events\""];
 
 #[tokio::test]
 async fn analyzed_small_subtrees_go_with_their_parents_and_the_result_still_equals_the_cascade() {
@@ -42,10 +42,15 @@ async fn analyzed_small_subtrees_go_with_their_parents_and_the_result_still_equa
             t.batches, 0,
             "{name} should have no batches of its own: {progress:?}"
         );
-        assert!(t.rows_deleted > 0, "{name}: {progress:?}");
+        assert!(t.rows_deleted > 0 && t.done, "{name}: {progress:?}");
     }
-    // The folder tree and the root's direct children keep steps of their own.
-    for name in ["\"app\".\"folders\"", "\"app\".\"projects\""] {
+    // The folder tree, the root's direct children and a table behind an unindexed foreign key keep
+    // steps of their own.
+    for name in [
+        "\"app\".\"folders\"",
+        "\"app\".\"projects\"",
+        "\"app\".\"log_lines\"",
+    ] {
         let t = progress.tables.iter().find(|t| t.table == name).unwrap();
         assert!(t.batches > 0, "{name}: {progress:?}");
     }
