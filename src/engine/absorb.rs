@@ -11,8 +11,8 @@
 //! - it is not the root and not partitioned, references no root row directly (one root row may own millions of rows, so
 //!   an estimate per root row means nothing), has no reference to itself and is on no reference cycle
 //!   within the closure;
-//! - every cascading foreign key from it to its parents has an index (else each parent row's cascade
-//!   scans the whole table, whatever the estimate says);
+//! - no foreign key without an index references it (deleting one of its rows would scan that whole
+//!   referencing table, whatever the row estimate says);
 //! - every foreign key into it is `ON DELETE CASCADE`, or a SET NULL that cannot fail (no NOT NULL
 //!   column): no RESTRICT / NO ACTION / SET DEFAULT whose outcome could depend on deletion order;
 //! - its row estimate is known (`pg_class.reltuples` ≥ 0, i.e. it was analyzed), and so is each
@@ -75,9 +75,10 @@ impl Plan {
                         && self.closure.contains(&fk.to)
                 })
                 .collect();
-            // Without an index, each parent row's cascade scans the whole table: its cost follows
-            // the table's size, not the estimate, so such a table keeps batches of its own.
-            if cascading.iter().any(|fk| !fk.indexed) {
+            // A row whose delete makes PostgreSQL scan a referencing table without an index costs
+            // that table's size, not the estimate: such a table keeps batches of its own (which start
+            // at one row and grow by time), and nothing above it cascades through it.
+            if fks.iter().any(|fk| fk.to == table && !fk.indexed) {
                 continue;
             }
             let parents: Vec<u32> = cascading.iter().map(|fk| fk.to).collect();
