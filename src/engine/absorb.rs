@@ -78,7 +78,7 @@ impl Plan {
             // A row whose delete makes PostgreSQL scan a referencing table without an index costs
             // that table's size, not the estimate: such a table keeps batches of its own (which start
             // at one row and grow by time), and nothing above it cascades through it.
-            if fks.iter().any(|fk| fk.to == table && !fk.indexed) {
+            if self.delete_scans(table) {
                 continue;
             }
             let parents: Vec<u32> = cascading.iter().map(|fk| fk.to).collect();
@@ -107,16 +107,20 @@ impl Plan {
     /// `batch_rows` divided by the rows one of its rows cascades to — and a single row when a foreign
     /// key referencing the table has no index (each deleted row then scans the referencing table).
     pub fn first_batch_rows(&self, table: u32, batch_rows: i64) -> i64 {
-        let unindexed = self
-            .catalog
-            .foreign_keys
-            .iter()
-            .any(|fk| fk.to == table && !fk.indexed);
-        if unindexed {
+        if self.delete_scans(table) {
             return 1;
         }
         let per_row = self.cascade_estimate.get(&table).copied().unwrap_or(1.0);
         ((batch_rows as f64 / per_row).floor() as i64).max(1)
+    }
+
+    /// Whether deleting a row of `table` makes PostgreSQL scan a whole referencing table: a foreign
+    /// key into it has no index on its referencing columns.
+    fn delete_scans(&self, table: u32) -> bool {
+        self.catalog
+            .foreign_keys
+            .iter()
+            .any(|fk| fk.to == table && !fk.indexed)
     }
 
     /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows.

@@ -68,62 +68,59 @@ pub struct CascadeFailure {
 }
 
 impl CascadeFailure {
-    fn referenced(plan: &Plan, fk: usize, rows: usize, at_commit: bool) -> Self {
+    /// The failure PostgreSQL raises with `sqlstate` from the trigger of foreign key `fk`.
+    fn of(plan: &Plan, fk: usize, sqlstate: &'static str, message: String) -> Self {
         let f = &plan.catalog.foreign_keys[fk];
         Self {
-            sqlstate: "23503",
+            sqlstate,
             constraint: f.name.clone(),
             table: plan.name(f.from).clone(),
             references: plan.name(f.to).clone(),
-            message: format!(
-                "update or delete on table {} violates foreign key constraint {:?} on table {}: {rows} \
-                 row(s) still reference a deleted row{}",
-                plan.name(f.to),
-                f.name,
-                plan.name(f.from),
-                if at_commit {
-                    " at commit"
-                } else {
-                    " when the check fires"
-                }
-            ),
+            message,
         }
+    }
+
+    fn referenced(plan: &Plan, fk: usize, rows: usize, at_commit: bool) -> Self {
+        let f = &plan.catalog.foreign_keys[fk];
+        let message = format!(
+            "update or delete on table {} violates foreign key constraint {:?} on table {}: {rows} \
+             row(s) still reference a deleted row{}",
+            plan.name(f.to),
+            f.name,
+            plan.name(f.from),
+            if at_commit {
+                " at commit"
+            } else {
+                " when the check fires"
+            }
+        );
+        Self::of(plan, fk, "23503", message)
     }
 
     fn missing_parent(plan: &Plan, fk: usize, key: &[String]) -> Self {
         let f = &plan.catalog.foreign_keys[fk];
-        Self {
-            sqlstate: "23503",
-            constraint: f.name.clone(),
-            table: plan.name(f.from).clone(),
-            references: plan.name(f.to).clone(),
-            message: format!(
-                "insert or update on table {} violates foreign key constraint {:?}: key ({})=({}) is \
-                 not present in table {}",
-                plan.name(f.from),
-                f.name,
-                f.from_cols.join(", "),
-                key.join(", "),
-                plan.name(f.to)
-            ),
-        }
+        let message = format!(
+            "insert or update on table {} violates foreign key constraint {:?}: key ({})=({}) is \
+             not present in table {}",
+            plan.name(f.from),
+            f.name,
+            f.from_cols.join(", "),
+            key.join(", "),
+            plan.name(f.to)
+        );
+        Self::of(plan, fk, "23503", message)
     }
 
     fn not_null(plan: &Plan, fk: usize, column: &str) -> Self {
         let f = &plan.catalog.foreign_keys[fk];
-        Self {
-            sqlstate: "23502",
-            constraint: f.name.clone(),
-            table: plan.name(f.from).clone(),
-            references: plan.name(f.to).clone(),
-            message: format!(
-                "null value in column {column:?} of relation {} violates not-null constraint (ON DELETE {} \
-                 of {:?})",
-                plan.name(f.from),
-                f.on_delete.as_sql(),
-                f.name
-            ),
-        }
+        let message = format!(
+            "null value in column {column:?} of relation {} violates not-null constraint (ON DELETE {} \
+             of {:?})",
+            plan.name(f.from),
+            f.on_delete.as_sql(),
+            f.name
+        );
+        Self::of(plan, fk, "23502", message)
     }
 }
 
