@@ -282,6 +282,29 @@ pub async fn run_batch(
     })
 }
 
+/// Deletes the tenant rows of `table` that its batches kept back, all in one short transaction
+/// ([`queries::sweep`]) under `limits`' lock and statement timeouts. Returns the rows deleted.
+///
+/// # Errors
+/// [`EngineError::Db`], including 57014 / 55P03 when the rows take longer than the timeouts.
+pub async fn run_sweep(
+    target: &PgPool,
+    plan: &Plan,
+    table: u32,
+    tenant: &str,
+    limits: &BatchLimits,
+) -> Result<i64, EngineError> {
+    let stmt = queries::sweep(plan, table);
+    let mut tx = target.begin().await?;
+    set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
+    let deleted: i64 = sqlx::query_scalar(stmt.as_query())
+        .bind(tenant)
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(deleted)
+}
+
 /// Rows deleted in each absorbed table by this backend and not yet reported to the statistics
 /// system (`pg_stat_get_xact_tuples_deleted`, PostgreSQL docs §28.2.25: it accumulates across
 /// transactions until the backend flushes its statistics, so a batch takes the difference).
