@@ -100,6 +100,7 @@ pub enum KillSwitchAction {
 }
 
 /// `deprov plan`: reads the target's catalog and prints the plan, row counts and blockers. Read-only.
+/// Fails (exit status 1) when deprov would refuse the tenant: the cascading DELETE would fail.
 async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::Result<()> {
     let config = crate::config::Config::load(&settings.config.to_string_lossy())?;
     let target_url = settings
@@ -116,6 +117,12 @@ async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.to_text());
+    }
+    if report.cascade.would_fail {
+        // The worker refuses such a tenant before its soft delete; scripts see it in the status.
+        anyhow::bail!(
+            "deprov would refuse to delete tenant {tenant}: the cascading DELETE would fail (see the cascade check)"
+        );
     }
     Ok(())
 }
