@@ -184,10 +184,15 @@ pub fn describe(switch: &KillSwitch, moved: Option<u64>) -> String {
 async fn kill_switch_command(args: KillSwitchArgs) -> anyhow::Result<()> {
     let pool = cli_pool(&args.db.database_url)?;
     let (switch, moved) = match &args.action {
-        KillSwitchAction::Status => (kill_switch::get(&pool).await?, None),
+        KillSwitchAction::Status => {
+            let mut tx = db::begin(&pool, db::Bounds::STATE).await?;
+            let switch = kill_switch::get(&mut *tx).await?;
+            tx.commit().await?;
+            (switch, None)
+        }
         KillSwitchAction::On { reason } | KillSwitchAction::Off { reason } => {
             let engage = matches!(args.action, KillSwitchAction::On { .. });
-            let mut tx = pool.begin().await?;
+            let mut tx = db::begin(&pool, db::Bounds::STATE).await?;
             let (switch, moved) = kill_switch::set(&mut tx, engage, reason, "cli").await?;
             tx.commit().await?;
             (switch, Some(moved))

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::db::Pools;
+use crate::db::{self, Bounds, Pools};
 use crate::queue::jobs::{self, Outcome};
 
 pub use progress::{Checkpoint, Progress, TableProgress};
@@ -86,8 +86,10 @@ impl Worker {
     /// # Errors
     /// [`WorkerError`] when the state database cannot be reached.
     pub async fn step(&self) -> Result<StepOutcome, WorkerError> {
-        let Some(job) = jobs::claim(&self.pools.queue, &self.id, self.config.worker.lease).await?
-        else {
+        let mut tx = db::begin(&self.pools.queue, Bounds::STATE).await?;
+        let claimed = jobs::claim(&mut *tx, &self.id, self.config.worker.lease).await?;
+        tx.commit().await?;
+        let Some(job) = claimed else {
             return Ok(StepOutcome::Idle);
         };
         let job_id = job.id;
@@ -134,14 +136,9 @@ impl Worker {
         if let Outcome::Failed(e) | Outcome::RetryAfter(e, _) = &outcome {
             tracing::warn!(%job_id, error = %e, "job handed back with an error");
         }
-        let owned = jobs::finish(
-            &self.pools.queue,
-            job_id,
-            &self.id,
-            &outcome,
-            &progress.to_json(),
-        )
-        .await?;
+        let mut tx = db::begin(&self.pools.queue, Bounds::STATE).await?;
+        let owned = jobs::finish(&mut *tx, job_id, &self.id, &outcome, &progress.to_json()).await?;
+        tx.commit().await?;
         let state = if !owned {
             "lost"
         } else {

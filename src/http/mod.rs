@@ -161,9 +161,18 @@ async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
+/// Answers 503 after [`REQUEST_TIMEOUT`]. The handler runs in its own task, so neither this deadline
+/// nor a client hanging up drops it mid-statement: it finishes (its transaction bounded on the server,
+/// see [`crate::db`]) and its answer is discarded. A handler's panic is passed on to `CatchPanicLayer`.
 async fn request_timeout(request: Request, next: Next) -> Response {
-    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
-        Ok(response) => response,
+    use tracing::Instrument as _;
+    let handler = tokio::spawn(next.run(request).in_current_span());
+    match tokio::time::timeout(REQUEST_TIMEOUT, handler).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(join)) => match join.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => ApiError::Internal("handler task cancelled".into()).into_response(),
+        },
         Err(_) => ApiError::Unavailable {
             detail: format!("request not answered within {REQUEST_TIMEOUT:?}"),
             retry_after: 1,
