@@ -301,3 +301,141 @@ async fn named_statements_and_session_settings_break_behind_transaction_pooling(
         .unwrap();
     assert_eq!(after, "0", "SET LOCAL ended with its transaction");
 }
+
+/// A caller that gives up ends only its own wait: the handler's transaction, blocked on a lock when
+/// the client hangs up, still completes once the lock is free (well within its 1 s `lock_timeout`),
+/// and PgBouncer closes no server connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_hanging_up_does_not_abandon_its_transaction() {
+    let s = setup(BouncerOptions {
+        pool_mode: PoolMode::Transaction,
+        default_pool_size: SERVERS_PER_DB as u32,
+        ..BouncerOptions::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("deprov.toml");
+    std::fs::write(&config_path, config()).unwrap();
+    let settings = Settings {
+        database_url: s.bouncer.url("deprov"),
+        target_url: Some(s.bouncer.url("saas")),
+        config: config_path,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        operator_token: Some(OPERATOR_TOKEN.into()),
+        migrate: false,
+        no_worker: true,
+        pooler_mode: PoolerMode::Transaction,
+    };
+    let app = Application::build(settings).await.expect("build");
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let cancel = CancellationToken::new();
+    let server = tokio::spawn(app.run_until_stopped(cancel.clone()));
+
+    let state = PgPool::connect(&s.pg.url("deprov")).await.unwrap();
+    let mut holder = state.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM deprov.kill_switch FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let gave_up = impatient
+        .put(format!("{base}/v1/kill-switch"))
+        .bearer_auth(OPERATOR_TOKEN)
+        .json(&json!({"engaged": true, "reason": "hang-up test"}))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(gave_up.is_timeout(), "{gave_up}");
+    // Release the lock once the handler's UPDATE has waited 700 ms: long after the hang-up, before
+    // its lock_timeout (1 s).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let waited: Option<f64> = sqlx::query_scalar(
+            "SELECT max(extract(epoch FROM now() - query_start))::float8 FROM pg_stat_activity \
+             WHERE datname = 'deprov' AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&state)
+        .await
+        .unwrap();
+        if waited.is_some_and(|w| w >= 0.7) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the handler's UPDATE never waited on the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    holder.commit().await.unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (engaged, reason): (bool, Option<String>) =
+            sqlx::query_as("SELECT engaged, reason FROM deprov.kill_switch")
+                .fetch_one(&state)
+                .await
+                .unwrap();
+        if engaged {
+            assert_eq!(reason.as_deref(), Some("hang-up test"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the abandoned request's transaction did not complete"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(s.bouncer.server_closes(), 0, "{}", s.bouncer.log());
+    assert!(s.bouncer.server_logins() <= 2 * SERVERS_PER_DB);
+    cancel.cancel();
+    server.await.unwrap().unwrap();
+}
+
+/// Every socket of a deprov pool carries TCP keepalives (set in `after_connect`), read back from the
+/// kernel; a plain sqlx connection to the same server has none.
+#[tokio::test]
+async fn pool_connections_carry_tcp_keepalives() {
+    use deprov::db::keepalive::{Keepalive, inspect};
+    let pg = tokio::task::spawn_blocking(|| {
+        Throwaway::start(&ThrowawayOptions {
+            unsafe_fast: true,
+            ..Default::default()
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let peer: std::net::SocketAddr = ([127, 0, 0, 1], pg.port()).into();
+    let mut plain = PgConnection::connect(&pg.url("postgres")).await.unwrap();
+    sqlx::raw_sql("SELECT 1").execute(&mut plain).await.unwrap();
+    let sockets = inspect(peer).unwrap();
+    assert_eq!(sockets.len(), 1);
+    assert!(!sockets[0].enabled, "sqlx sets no keepalive by itself");
+    plain.close().await.unwrap();
+
+    let bounds = deprov::config::PoolConfig {
+        max_connections: 3,
+        acquire_timeout: Duration::from_secs(5),
+    };
+    let pool = db::pool(
+        &db::connect_options(&pg.url("postgres")).unwrap(),
+        db::PoolRole::Queue,
+        &bounds,
+    );
+    let held = futures::future::join_all((0..3).map(|_| db::begin(&pool, Bounds::STATE))).await;
+    let sockets = inspect(peer).unwrap();
+    assert_eq!(sockets.len(), 3, "{sockets:?}");
+    let k = Keepalive::DEFAULT;
+    for s in &sockets {
+        assert!(s.enabled, "{s:?}");
+        assert_eq!(s.idle_s as u64, k.idle.as_secs());
+        assert_eq!(s.interval_s as u64, k.interval.as_secs());
+        assert_eq!(s.retries as u32, k.retries);
+        assert_eq!(s.user_timeout_ms as u128, k.detect_within().as_millis());
+    }
+    drop(held);
+    pool.close().await;
+}
