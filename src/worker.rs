@@ -4,7 +4,10 @@
 //!
 //! Before every destructive statement the worker re-reads the kill switch; engaged, it records its
 //! checkpoint and hands the job back `held`. After every batch it heartbeats: the lease is extended and
-//! the checkpoint and progress are saved in one guarded `UPDATE` (see [`crate::queue::jobs`]). A worker
+//! the checkpoint and progress are saved in one guarded `UPDATE` (see [`crate::queue::jobs`]). Queue
+//! statements run in transactions bounded by [`crate::db::Bounds::STATE`], the engine's by
+//! `[hard_delete]`; the worker awaits every statement to its end (a stop takes effect between them).
+//! A worker
 //! that has lost its lease stops without touching the job. A panic in a job is caught and ends the job
 //! `failed`: no job is ever left `running` by a live worker; a dead worker's lease expires.
 

@@ -10,6 +10,8 @@
 //! Every error is RFC 9457 problem+json ([`error::ApiError`]). Middleware, outermost first: request ID
 //! (`x-request-id`, generated when absent, echoed back), tracing span per request, panic → 500 problem,
 //! request timeout ([`REQUEST_TIMEOUT`]) → 503 problem, body limit (`[intake] max_body_bytes`) → 413.
+//! Handlers run in their own task: the request timeout and a client hanging up end only the wait,
+//! never a statement mid-flight (statements are bounded on the server instead, see [`crate::db`]).
 
 pub mod auth;
 pub mod error;
