@@ -49,8 +49,8 @@ pub struct Settings {
     #[arg(long, env = "DEPROV_NO_WORKER")]
     pub no_worker: bool,
     /// `transaction` when the database URLs point at a transaction pooler (PgBouncer
-    /// `pool_mode = transaction`): then URLs with `options` and migrating at start are refused (see
-    /// [`crate::db`]). deprov's statements are pooler-safe in both modes.
+    /// `pool_mode = transaction`): statements become unnamed ([`PoolerMode::apply`]), and URLs with
+    /// `options` and migrating at start are refused (see [`crate::db`]).
     #[arg(long, env = "DEPROV_POOLER_MODE", value_enum, default_value_t = PoolerMode::Session)]
     pub pooler_mode: PoolerMode,
 }
@@ -113,6 +113,7 @@ async fn prepare(settings: &Settings) -> Result<(Arc<Config>, Pools), AppError> 
                 .into(),
         });
     }
+    settings.pooler_mode.apply();
     let pools = Pools::new(&settings.database_url, target, &config.pools).map_err(AppError::Url)?;
     if settings.migrate {
         db::migrate(&pools.queue).await?;

@@ -33,14 +33,18 @@
 //! - no named prepared statements: sqlx names them (`sqlx_s_N`, per client, so two clients sharing a
 //!   server collide with `prepared statement "sqlx_s_1" already exists`) even with a statement cache
 //!   of 0. deprov's statements go through [`query`], [`query_as`] and [`query_scalar`], which make
-//!   them unnamed (`persistent(false)`); a test keeps `sqlx::query*` out of the service modules;
+//!   them unnamed (`persistent(false)`) once [`PoolerMode::apply`] has seen transaction mode in this
+//!   process; a test keeps `sqlx::query*` out of the service modules. Directly, statements stay
+//!   named and cached: an unnamed statement costs a second round trip and a parse every time, which
+//!   cost 15–55 % of intake's throughput in runs on a 2-core machine;
 //! - sqlx sends an unnamed statement as Parse/Describe/Sync, then Bind/Execute/Sync: outside a
 //!   transaction PgBouncer may run the two halves on different servers. Inside [`begin`]'s
 //!   transaction the server stays this client's until COMMIT or ROLLBACK.
 //!
 //! The one exception is sqlx's migrator (a session advisory lock and named statements), so under
 //! `DEPROV_POOLER_MODE=transaction` deprov refuses to migrate through the pooler
-//! ([`PoolerMode::allows_migrations`]). The rules hold in both modes; the mode only adds those checks.
+//! ([`PoolerMode::allows_migrations`]). Transactions and `SET LOCAL` are the same in both modes; the
+//! mode switches statements to unnamed and adds those checks.
 //!
 //! ## TCP keepalives
 //! See [`keepalive`]: set on every new connection's socket in `after_connect`.
@@ -48,6 +52,7 @@
 pub mod keepalive;
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -67,7 +72,25 @@ pub enum PoolerMode {
     Transaction,
 }
 
+/// Whether [`query`] and friends make unnamed statements; set for good by [`PoolerMode::apply`].
+static UNNAMED_STATEMENTS: AtomicBool = AtomicBool::new(false);
+
 impl PoolerMode {
+    /// Makes this process's statements ([`query`], [`query_as`], [`query_scalar`]) unnamed from now
+    /// on when `self` is `Transaction`; `Session` changes nothing. Process-wide and one-way on
+    /// purpose: unnamed statements are correct everywhere, named ones only while no connection of
+    /// this process goes through a transaction pooler. Call it before building such pools.
+    pub fn apply(self) {
+        if self == Self::Transaction {
+            UNNAMED_STATEMENTS.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether statements are unnamed in this process (see [`Self::apply`]).
+    pub fn unnamed_statements() -> bool {
+        UNNAMED_STATEMENTS.load(Ordering::Relaxed)
+    }
+
     /// Refuses what cannot pass the pooler: in transaction mode a URL with `options` (startup
     /// parameters other than a few tracked ones make PgBouncer 1.18 refuse the login; use `SET LOCAL`
     /// or `ALTER ROLE … SET` instead).
@@ -167,25 +190,25 @@ pub async fn begin_on(
     .await
 }
 
-/// `sqlx::query`, as an unnamed statement (safe behind a transaction pooler; see the module docs).
+/// `sqlx::query`, unnamed in transaction pooler mode (see [`PoolerMode::apply`] and the module docs).
 pub fn query<'q>(sql: impl SqlSafeStr) -> Query<'q, Postgres, PgArguments> {
-    sqlx::query(sql).persistent(false)
+    sqlx::query(sql).persistent(!PoolerMode::unnamed_statements())
 }
 
-/// `sqlx::query_as`, as an unnamed statement.
+/// `sqlx::query_as`, unnamed in transaction pooler mode.
 pub fn query_as<'q, O>(sql: impl SqlSafeStr) -> QueryAs<'q, Postgres, O, PgArguments>
 where
     O: for<'r> FromRow<'r, PgRow>,
 {
-    sqlx::query_as(sql).persistent(false)
+    sqlx::query_as(sql).persistent(!PoolerMode::unnamed_statements())
 }
 
-/// `sqlx::query_scalar`, as an unnamed statement.
+/// `sqlx::query_scalar`, unnamed in transaction pooler mode.
 pub fn query_scalar<'q, O>(sql: impl SqlSafeStr) -> QueryScalar<'q, Postgres, O, PgArguments>
 where
     (O,): for<'r> FromRow<'r, PgRow>,
 {
-    sqlx::query_scalar(sql).persistent(false)
+    sqlx::query_scalar(sql).persistent(!PoolerMode::unnamed_statements())
 }
 
 /// Which pool a connection belongs to; also its `application_name` suffix.

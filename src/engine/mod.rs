@@ -4,10 +4,8 @@
 //! Every statement here runs inside its own transaction opened by [`crate::db::begin`] with
 //! `SET LOCAL lock_timeout` and `SET LOCAL statement_timeout` from `[hard_delete]` ([`BatchLimits`]),
 //! so the server ends a stuck statement by itself and the connection survives (error 55P03 or 57014),
-//! rather than a client deadline abandoning a query on its connection. Statements are unnamed
-//! ([`crate::db::query`]): each batch is planned for its own parameters (a generic plan, chosen after
-//! five executions of a named statement, would assume an average tenant), and the engine works behind
-//! PgBouncer in transaction mode.
+//! rather than a client deadline abandoning a query on its connection. Statements go through
+//! [`crate::db::query`], so they are unnamed behind a transaction pooler.
 
 pub mod absorb;
 pub mod catalog;

@@ -276,6 +276,8 @@ async fn named_statements_and_session_settings_break_behind_transaction_pooling(
         .unwrap();
 
     // deprov's way, interleaved on the same server: unnamed statements in bounded transactions.
+    PoolerMode::Transaction.apply();
+    assert!(PoolerMode::unnamed_statements());
     for i in 0..20 {
         for conn in [&mut a, &mut b] {
             let mut tx = db::begin_on(
