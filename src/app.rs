@@ -169,6 +169,7 @@ pub struct Application {
     address: SocketAddr,
     router: Router,
     worker: Option<Worker>,
+    pools: Pools,
 }
 
 impl Application {
@@ -200,12 +201,13 @@ impl Application {
         })?;
         let worker =
             (!settings.no_worker).then(|| Worker::new(pools.clone(), config.clone(), worker_id()));
-        let router = http::router(AppState::new(pools, config, operator));
+        let router = http::router(AppState::new(pools.clone(), config, operator));
         Ok(Self {
             listener,
             address,
             router,
             worker,
+            pools,
         })
     }
 
@@ -220,7 +222,8 @@ impl Application {
     }
 
     /// Serves HTTP and runs the worker (unless `--no-worker`) until `cancel` fires, then stops
-    /// accepting, lets in-flight requests finish, stops the worker at its next boundary and returns.
+    /// accepting, lets in-flight requests finish, stops the worker at its next boundary, closes the
+    /// pools (after handlers still running in their own tasks are done) and returns.
     ///
     /// # Errors
     /// [`AppError::Io`] when serving fails.
@@ -239,6 +242,8 @@ impl Application {
         {
             tracing::error!(error = %e, "worker task ended abnormally");
         }
+        // Waits for handlers still running in their own tasks, then ends every connection cleanly.
+        self.pools.close().await;
         tracing::info!("deprov stopped");
         served.map_err(|source| AppError::Io {
             addr: self.address,
@@ -254,9 +259,10 @@ impl Application {
 /// [`AppError`] from loading the configuration, building pools or migrating.
 pub async fn run_worker(settings: Settings, cancel: CancellationToken) -> Result<(), AppError> {
     let (config, pools) = prepare(&settings).await?;
-    let worker = Worker::new(pools, config, worker_id());
+    let worker = Worker::new(pools.clone(), config, worker_id());
     tracing::info!(worker = %worker.id, "deprov worker running");
     worker.run(cancel).await;
+    pools.close().await;
     Ok(())
 }
 

@@ -316,6 +316,16 @@ impl Pools {
     }
 }
 
+impl Pools {
+    /// Closes all three pools: waits until every connection is back, then ends each gracefully
+    /// (Terminate). Call before the process exits: a connection dropped while sqlx's release ping is
+    /// in flight makes PgBouncer close its server connection ("client disconnect while server was
+    /// not ready").
+    pub async fn close(&self) {
+        tokio::join!(self.intake.close(), self.queue.close(), self.target.close());
+    }
+}
+
 /// Applies deprov's migrations (`migrations/`, embedded at build time) to the state database.
 ///
 /// # Errors

@@ -441,3 +441,66 @@ async fn pool_connections_carry_tcp_keepalives() {
     drop(held);
     pool.close().await;
 }
+
+/// `deprov kill-switch` through PgBouncer (one server connection), each call a new process: without
+/// the pooler mode the second call fails on the named statement the first left on the server
+/// (42P05); with `DEPROV_POOLER_MODE=transaction` every call works, and `deprov migrate` refuses to
+/// run through the pooler. In transaction mode every process closes its pool cleanly before
+/// exiting, so PgBouncer closes no server connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_needs_the_pooler_mode_behind_transaction_pooling() {
+    let s = setup(BouncerOptions {
+        pool_mode: PoolMode::Transaction,
+        default_pool_size: 1,
+        ..BouncerOptions::default()
+    })
+    .await;
+    let url = s.bouncer.url("deprov");
+    let deprov = |mode: &str, args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
+            .args(args)
+            .env("DEPROV_DATABASE_URL", &url)
+            .env("DEPROV_POOLER_MODE", mode)
+            .env("RUST_LOG", "error")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = deprov("session", &["kill-switch", "status"]);
+    assert!(ok, "{text}");
+    let (ok, text) = deprov("session", &["kill-switch", "status"]);
+    assert!(
+        !ok && text.contains("already exists"),
+        "{text}\n{}",
+        s.bouncer.log()
+    );
+    let (logins, closes) = (s.bouncer.server_logins(), s.bouncer.server_closes());
+
+    for args in [
+        &["kill-switch", "status"][..],
+        &["kill-switch", "on", "--reason", "pooler test"],
+        &["kill-switch", "status", "--json"],
+    ] {
+        let (ok, text) = deprov("transaction", args);
+        assert!(ok, "{args:?}: {text}");
+    }
+    let (_, text) = deprov("transaction", &["kill-switch", "status", "--json"]);
+    let status: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(status["engaged"], true, "{status}");
+    assert_eq!(status["reason"], "pooler test");
+    let (ok, text) = deprov("transaction", &["migrate"]);
+    assert!(!ok && text.contains("direct DEPROV_DATABASE_URL"), "{text}");
+    // Each process closed its pool before exiting: in transaction mode PgBouncer kept its one server
+    // connection (opened again at most once: the failed session-mode call's exit may have closed it).
+    assert_eq!(s.bouncer.server_closes(), closes, "{}", s.bouncer.log());
+    assert!(
+        s.bouncer.server_logins() <= logins + 1,
+        "{}",
+        s.bouncer.log()
+    );
+}
