@@ -2,8 +2,9 @@
 
 use std::path::Path;
 
-/// The service's modules name no statement and open no unbounded transaction: every query goes
-/// through `db::query*` (unnamed) and every transaction through `db::begin` (bounded). The demo and
+/// The service's modules open no unbounded transaction and bypass no pooler rule: every query goes
+/// through `db::query*` (unnamed in transaction pooler mode) and every transaction through
+/// `db::begin` (bounded). The demo and
 /// the benchmarks run on their own throwaway servers and are not checked.
 #[test]
 fn service_statements_are_unnamed_and_bounded() {
