@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ConfigError};
-use crate::db::{self, Pools};
+use crate::db::{self, PoolerMode, Pools};
 use crate::http::{self, AppState};
 use crate::worker::Worker;
 
@@ -48,6 +48,11 @@ pub struct Settings {
     /// Serve HTTP only; do not run the worker in this process.
     #[arg(long, env = "DEPROV_NO_WORKER")]
     pub no_worker: bool,
+    /// `transaction` when the database URLs point at a transaction pooler (PgBouncer
+    /// `pool_mode = transaction`): statements become unnamed ([`PoolerMode::apply`]), and URLs with
+    /// `options` and migrating at start are refused (see [`crate::db`]).
+    #[arg(long, env = "DEPROV_POOLER_MODE", value_enum, default_value_t = PoolerMode::Session)]
+    pub pooler_mode: PoolerMode,
 }
 
 /// Why the service could not start or stopped with an error.
@@ -90,6 +95,25 @@ async fn prepare(settings: &Settings) -> Result<(Arc<Config>, Pools), AppError> 
         .target_url
         .as_deref()
         .unwrap_or(&settings.database_url);
+    for (name, url) in [
+        ("DEPROV_DATABASE_URL", &settings.database_url[..]),
+        ("DEPROV_TARGET_URL", target),
+    ] {
+        let options = db::connect_options(url).map_err(AppError::Url)?;
+        settings
+            .pooler_mode
+            .check_url(&options)
+            .map_err(|reason| AppError::Setting { name, reason })?;
+    }
+    if settings.migrate && !settings.pooler_mode.allows_migrations() {
+        return Err(AppError::Setting {
+            name: "DEPROV_MIGRATE",
+            reason: "migrations cannot run through a transaction pooler (DEPROV_POOLER_MODE=transaction): \
+                     run `deprov migrate` with a direct DEPROV_DATABASE_URL, then start with DEPROV_MIGRATE=false"
+                .into(),
+        });
+    }
+    settings.pooler_mode.apply();
     let pools = Pools::new(&settings.database_url, target, &config.pools).map_err(AppError::Url)?;
     if settings.migrate {
         db::migrate(&pools.queue).await?;
@@ -99,8 +123,9 @@ async fn prepare(settings: &Settings) -> Result<(Arc<Config>, Pools), AppError> 
 }
 
 /// Refuses to start when `[tenant] root_table` / `key_column` do not exist in the target database.
-/// A target that cannot be reached within 5 s is not an error (deprov must start while the
-/// database is down); the plan is checked again when a job runs.
+/// A target that cannot be reached is not an error (deprov must start while the database is down);
+/// the plan is checked again when a job runs. The wait is bounded by the pool's 5 s acquire timeout
+/// and, on the server, by [`db::Bounds::STATE`]; no client deadline abandons the catalog query.
 /// It uses a connection of its own (`deprov-cli`), closed afterwards, so the target pool starts empty.
 async fn check_tenant_root(config: &Config, target_url: &str) -> Result<(), AppError> {
     let root = config.root_table();
@@ -110,18 +135,11 @@ async fn check_tenant_root(config: &Config, target_url: &str) -> Result<(), AppE
         acquire_timeout: std::time::Duration::from_secs(5),
     };
     let pool = db::pool(&options, db::PoolRole::Cli, &bounds);
-    let check = crate::engine::load_plan(&pool, &root, &config.tenant.key_column);
-    let result = match tokio::time::timeout(std::time::Duration::from_secs(6), check).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(crate::engine::EngineError::Plan(e))) => Err(AppError::Tenant(e)),
-        Ok(Err(e)) => {
+    let result = match crate::engine::load_plan(&pool, &root, &config.tenant.key_column).await {
+        Ok(_) => Ok(()),
+        Err(crate::engine::EngineError::Plan(e)) => Err(AppError::Tenant(e)),
+        Err(e) => {
             tracing::warn!(error = %e, "target database not reachable at start; [tenant] is checked when a job runs");
-            Ok(())
-        }
-        Err(_) => {
-            tracing::warn!(
-                "target database did not answer within 5 s; [tenant] is checked when a job runs"
-            );
             Ok(())
         }
     };
@@ -151,6 +169,7 @@ pub struct Application {
     address: SocketAddr,
     router: Router,
     worker: Option<Worker>,
+    pools: Pools,
 }
 
 impl Application {
@@ -182,12 +201,13 @@ impl Application {
         })?;
         let worker =
             (!settings.no_worker).then(|| Worker::new(pools.clone(), config.clone(), worker_id()));
-        let router = http::router(AppState::new(pools, config, operator));
+        let router = http::router(AppState::new(pools.clone(), config, operator));
         Ok(Self {
             listener,
             address,
             router,
             worker,
+            pools,
         })
     }
 
@@ -202,7 +222,8 @@ impl Application {
     }
 
     /// Serves HTTP and runs the worker (unless `--no-worker`) until `cancel` fires, then stops
-    /// accepting, lets in-flight requests finish, stops the worker at its next boundary and returns.
+    /// accepting, lets in-flight requests finish, stops the worker at its next boundary, closes the
+    /// pools (after handlers still running in their own tasks are done) and returns.
     ///
     /// # Errors
     /// [`AppError::Io`] when serving fails.
@@ -221,6 +242,8 @@ impl Application {
         {
             tracing::error!(error = %e, "worker task ended abnormally");
         }
+        // Waits for handlers still running in their own tasks, then ends every connection cleanly.
+        self.pools.close().await;
         tracing::info!("deprov stopped");
         served.map_err(|source| AppError::Io {
             addr: self.address,
@@ -236,9 +259,10 @@ impl Application {
 /// [`AppError`] from loading the configuration, building pools or migrating.
 pub async fn run_worker(settings: Settings, cancel: CancellationToken) -> Result<(), AppError> {
     let (config, pools) = prepare(&settings).await?;
-    let worker = Worker::new(pools, config, worker_id());
+    let worker = Worker::new(pools.clone(), config, worker_id());
     tracing::info!(worker = %worker.id, "deprov worker running");
     worker.run(cancel).await;
+    pools.close().await;
     Ok(())
 }
 

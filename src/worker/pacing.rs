@@ -23,11 +23,9 @@ pub struct TargetLoad {
 /// # Errors
 /// Database errors.
 pub async fn target_load(target: &PgPool) -> Result<TargetLoad, sqlx::Error> {
-    let mut tx = target.begin().await?;
-    sqlx::query("SET LOCAL statement_timeout = 1000")
-        .execute(&mut *tx)
-        .await?;
-    let (lock_waiters, replication_lag_s): (i64, f64) = sqlx::query_as(
+    let bounds = crate::db::Bounds::new(Duration::from_millis(500), Duration::from_secs(1));
+    let mut tx = crate::db::begin(target, bounds).await?;
+    let (lock_waiters, replication_lag_s): (i64, f64) = crate::db::query_as(
         "SELECT (SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'), \
          coalesce((SELECT extract(epoch FROM max(replay_lag))::float8 FROM pg_stat_replication), 0)",
     )

@@ -12,6 +12,7 @@ use crate::engine::simulate::{self, SimError, Verdict};
 use crate::engine::{self, BatchLimits, Cursor, EngineError, Plan};
 
 use super::pacing::Pacer;
+use crate::db::{self, Bounds};
 use crate::queue::Job;
 use crate::queue::jobs::{self, Outcome};
 use crate::queue::kill_switch;
@@ -98,7 +99,10 @@ impl JobRun {
         if self.worker.stop.is_cancelled() {
             return Err(Stop::Outcome(Outcome::Wait(Duration::ZERO)));
         }
-        if kill_switch::is_engaged(&self.worker.pools.queue).await? {
+        let mut tx = db::begin(&self.worker.pools.queue, Bounds::STATE).await?;
+        let engaged = kill_switch::is_engaged(&mut *tx).await?;
+        tx.commit().await?;
+        if engaged {
             return Err(Stop::Outcome(Outcome::Held));
         }
         Ok(())
@@ -107,8 +111,9 @@ impl JobRun {
     async fn heartbeat(&self, step: &str, checkpoint: Option<&Checkpoint>) -> Result<(), Stop> {
         let cp = checkpoint.map(Checkpoint::to_json);
         let w = &self.worker;
+        let mut tx = db::begin(&w.pools.queue, Bounds::STATE).await?;
         let owned = jobs::heartbeat(
-            &w.pools.queue,
+            &mut *tx,
             self.job.id,
             &w.id,
             w.config.worker.lease,
@@ -117,6 +122,7 @@ impl JobRun {
             &self.progress.to_json(),
         )
         .await?;
+        tx.commit().await?;
         if owned { Ok(()) } else { Err(Stop::LeaseLost) }
     }
 

@@ -153,6 +153,7 @@ pub async fn spawn_app_with(options: TestOptions) -> TestApp {
         operator_token: options.operator.then(|| OPERATOR_TOKEN.to_owned()),
         migrate: !options.state_unreachable,
         no_worker: !options.worker,
+        pooler_mode: deprov::db::PoolerMode::Session,
     };
     let app = Application::build(settings)
         .await

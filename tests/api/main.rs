@@ -7,6 +7,7 @@ mod intake;
 mod kill_switch;
 mod openapi;
 mod operator;
+mod pooler;
 mod pools;
 mod requests;
 mod vercel;
