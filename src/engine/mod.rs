@@ -281,9 +281,8 @@ pub async fn run_sweep(
     limits: &BatchLimits,
 ) -> Result<i64, EngineError> {
     let stmt = queries::sweep(plan, table);
-    let mut tx = target.begin().await?;
-    set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
-    let deleted: i64 = sqlx::query_scalar(stmt.as_query())
+    let mut tx = crate::db::begin(target, limits.bounds()).await?;
+    let deleted: i64 = crate::db::query_scalar(stmt.as_query())
         .bind(tenant)
         .fetch_one(&mut *tx)
         .await?;
