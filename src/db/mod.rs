@@ -222,6 +222,8 @@ pub enum PoolRole {
     Target,
     /// Operator commands run from the CLI.
     Cli,
+    /// A worker's `LISTEN` connection for kill switch changes (`crate::worker::presence`).
+    Listener,
 }
 
 impl PoolRole {
@@ -232,6 +234,7 @@ impl PoolRole {
             Self::Queue => "deprov-worker",
             Self::Target => "deprov-target",
             Self::Cli => "deprov-cli",
+            Self::Listener => "deprov-listener",
         }
     }
 }

@@ -15,6 +15,7 @@ fn service_statements_are_unnamed_and_bounded() {
         root.join("engine"),
         root.join("worker"),
         root.join("http"),
+        root.join("cli"),
     ];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(dir).unwrap() {

@@ -5,6 +5,7 @@
 //! - `DELETE /v1/installations/{installationId}` — Vercel Marketplace partner API ([`vercel`]);
 //! - `GET /v1/jobs/{job_id}`, `GET /v1/jobs`, `GET|PUT /v1/kill-switch` — operator token ([`jobs`],
 //!   [`kill_switch`]);
+//! - `GET /v1/audit` — operator actions, operator token ([`audit`]);
 //! - `GET /healthz`, `GET /readyz` ([`health`]); `GET /openapi.json` (the spec itself).
 //!
 //! Every error is RFC 9457 problem+json ([`error::ApiError`]). Middleware, outermost first: request ID
@@ -13,6 +14,7 @@
 //! Handlers run in their own task: the request timeout and a client hanging up end only the wait,
 //! never a statement mid-flight (statements are bounded on the server instead, see [`crate::db`]).
 
+pub mod audit;
 pub mod auth;
 pub mod error;
 pub mod extract;
@@ -144,6 +146,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
             kill_switch::get_kill_switch,
             kill_switch::put_kill_switch
         ))
+        .routes(routes!(audit::list_audit))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
 }

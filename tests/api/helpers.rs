@@ -154,6 +154,7 @@ pub async fn spawn_app_with(options: TestOptions) -> TestApp {
         migrate: !options.state_unreachable,
         no_worker: !options.worker,
         pooler_mode: deprov::db::PoolerMode::Session,
+        notify_url: None,
     };
     let app = Application::build(settings)
         .await

@@ -7,5 +7,6 @@ mod crash_resume;
 mod demo_env;
 mod demo_equivalence;
 mod harness;
+mod kill_switch_ack;
 mod plan_report;
 mod worker_jobs;

@@ -128,6 +128,7 @@ pub(crate) async fn start_app(s: &Setup, worker: bool) -> RunningApp {
         migrate: false,
         no_worker: !worker,
         pooler_mode: PoolerMode::Transaction,
+        notify_url: None,
     };
     let app = Application::build(settings).await.expect("build");
     let base = format!("http://127.0.0.1:{}", app.port());
