@@ -122,10 +122,22 @@ fn print_status(status: &Status, json: bool) {
                 "heartbeat_at": rfc3339(w.heartbeat_at), "listening": w.listening})
             })
             .collect();
-        println!(
-            "{}",
-            json!({"latest_version": status.latest_version, "switches": switches, "live_workers": workers})
-        );
+        // The global switch's fields at the top level, as before scopes existed.
+        let mut v = status
+            .switches
+            .first()
+            .map_or_else(|| json!({}), |g| switch_json(g, None));
+        if let Some(o) = v.as_object_mut() {
+            o.remove("scope");
+            o.remove("key");
+        }
+        let pending = status.pending(status.latest_version);
+        v["latest_version"] = json!(status.latest_version);
+        v["acknowledged"] = json!(pending.is_empty());
+        v["pending_workers"] = json!(pending);
+        v["switches"] = json!(switches);
+        v["live_workers"] = json!(workers);
+        println!("{v}");
         return;
     }
     for s in &status.switches {

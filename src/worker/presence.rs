@@ -47,6 +47,8 @@ pub struct Presence {
     acked: Arc<AtomicI64>,
     wake: Arc<Notify>,
     listening: Arc<AtomicBool>,
+    /// Heartbeat now (the listener's state changed), not at the next interval.
+    beat: Arc<Notify>,
 }
 
 impl Presence {
@@ -140,6 +142,7 @@ impl Presence {
             }
             tokio::select! {
                 () = cancel.cancelled() => {}
+                () = self.beat.notified() => {}
                 () = tokio::time::sleep(config.heartbeat_interval) => {}
             }
         }
@@ -175,6 +178,7 @@ impl Presence {
         while !cancel.is_cancelled() {
             let lost = self.listen_once(&pool, &cancel, &mut failures).await;
             self.listening.store(false, Ordering::Release);
+            self.beat.notify_one();
             if let Err(e) = lost {
                 failures = failures.saturating_add(1);
                 tracing::warn!(error = %e, "kill switch listener lost; polling until it reconnects");
@@ -204,6 +208,7 @@ impl Presence {
         listener.listen(kill_switch::CHANNEL).await?;
         *failures = 0;
         self.listening.store(true, Ordering::Release);
+        self.beat.notify_one();
         // Changes made while not listening were not delivered: read the version now.
         self.wake.notify_one();
         loop {
