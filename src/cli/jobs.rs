@@ -318,3 +318,42 @@ pub async fn run_audit(args: AuditArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_jobs_table_aligns_its_columns_and_cuts_long_cells() {
+        let now = time::OffsetDateTime::UNIX_EPOCH;
+        let job = crate::queue::Job {
+            id: Uuid::nil(),
+            subject_kind: "tenant".into(),
+            subject: "a-tenant-key-longer-than-sixteen".into(),
+            tenant_id: Some("a-tenant-key-longer-than-sixteen".into()),
+            state: "failed".into(),
+            step: "hard_delete".into(),
+            attempts: 3,
+            max_attempts: 10,
+            last_error: Some("lock timeout\nsecond line".into()),
+            checkpoint: None,
+            progress: json!({"rows_deleted": 1234}),
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            run_after: now,
+            lease_owner: None,
+            lease_expires_at: None,
+        };
+        let table = jobs_table(&[JobView::from(job)]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2);
+        // Column positions in characters (the cut tenant ends with a 3-byte "…").
+        let col = |line: &str, text: &str| line[..line.find(text).unwrap()].chars().count();
+        assert_eq!(col(lines[0], "STATE"), col(lines[1], "failed"));
+        assert_eq!(col(lines[0], "ROWS"), col(lines[1], "1234"));
+        assert_eq!(col(lines[0], "LAST ERROR"), col(lines[1], "lock timeout"));
+        assert!(lines[1].contains("a-tenant-key-lo… "), "{}", lines[1]);
+        assert!(lines[1].ends_with("lock timeout"), "{}", lines[1]);
+    }
+}

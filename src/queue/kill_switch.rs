@@ -348,41 +348,6 @@ pub async fn set_scope(
     Ok((switch, moved))
 }
 
-/// One change as recorded in `deprov.kill_switch_history`.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct Change {
-    /// The change's version.
-    pub version: i64,
-    /// `global`, `source` or `tenant`.
-    pub scope: String,
-    /// The source name or tenant key; `None` for global.
-    pub key: Option<String>,
-    /// Engaged (`true`) or released.
-    pub engaged: bool,
-    /// Why.
-    pub reason: String,
-    /// Who.
-    pub actor: String,
-    /// Jobs moved by the change.
-    pub jobs_moved: i64,
-    /// When (the changing transaction's start).
-    pub changed_at: OffsetDateTime,
-}
-
-/// The latest `limit` (1..=1000) changes, newest first.
-///
-/// # Errors
-/// Database errors.
-pub async fn history(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<Change>, sqlx::Error> {
-    crate::db::query_as(
-        "SELECT version, scope, key, engaged, reason, actor, jobs_moved, changed_at \
-         FROM deprov.kill_switch_history ORDER BY version DESC LIMIT $1",
-    )
-    .bind(limit.clamp(1, 1000))
-    .fetch_all(db)
-    .await
-}
-
 /// Every switch with the live workers, read in one transaction: what `GET /v1/kill-switch` and
 /// `deprov kill-switch status` show.
 #[derive(Debug, Clone)]
