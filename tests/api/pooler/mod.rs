@@ -5,6 +5,7 @@
 
 mod failures;
 mod keepalive;
+mod kill_switch;
 mod service;
 
 use std::collections::BTreeMap;
