@@ -74,15 +74,7 @@ pub struct Config {
     pub vercel: Option<VercelConfig>,
 }
 
-/// One sender of deletion requests (`[sources.NAME]`). Exactly one of `token`, `token_env`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SourceConfig {
-    /// The bearer token itself.
-    pub token: Option<String>,
-    /// The name of an environment variable holding the token (read once at start-up).
-    pub token_env: Option<String>,
-}
+pub use crate::sources::SourceConfig;
 
 /// `[tenant]`: the root of the foreign-key graph.
 #[derive(Debug, Clone, Deserialize)]
@@ -313,7 +305,10 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming the key at fault.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let config: Config = toml::from_str(text)?;
+        let mut config: Config = toml::from_str(text)?;
+        for (name, source) in &mut config.sources {
+            source.prepare(name)?;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -337,6 +332,9 @@ impl Config {
                     key,
                     "source names are 1..=64 characters of [A-Za-z0-9-_.]",
                 ));
+            }
+            if source.scheme != crate::sources::Scheme::Bearer {
+                continue;
             }
             let token = source.resolve_token().map_err(|r| invalid(&key, r))?;
             if token.len() < 16 {
@@ -459,11 +457,24 @@ impl Config {
             ));
         }
         if let Some(v) = &self.vercel {
-            if !self.sources.contains_key(&v.source) {
-                return Err(invalid(
-                    "vercel.source",
-                    format!("no [sources.{}] is configured", v.source),
-                ));
+            match self.sources.get(&v.source).map(|s| s.scheme) {
+                None => {
+                    return Err(invalid(
+                        "vercel.source",
+                        format!("no [sources.{}] is configured", v.source),
+                    ));
+                }
+                Some(crate::sources::Scheme::Bearer | crate::sources::Scheme::VercelOidc) => {}
+                Some(other) => {
+                    return Err(invalid(
+                        "vercel.source",
+                        format!(
+                            "sources.{} has scheme {:?}; the partner API needs bearer or vercel-oidc",
+                            v.source,
+                            other.as_str()
+                        ),
+                    ));
+                }
             }
             if v.tenant_lookup
                 .as_deref()
@@ -484,19 +495,9 @@ impl Config {
     pub fn source_tokens(&self) -> Vec<(String, String)> {
         self.sources
             .iter()
+            .filter(|(_, s)| s.scheme == crate::sources::Scheme::Bearer)
             .map(|(name, s)| (s.resolve_token().expect("validated at load"), name.clone()))
             .collect()
-    }
-}
-
-impl SourceConfig {
-    fn resolve_token(&self) -> Result<String, String> {
-        match (&self.token, &self.token_env) {
-            (Some(t), None) => Ok(t.clone()),
-            (None, Some(var)) => std::env::var(var)
-                .map_err(|_| format!("token_env: environment variable {var} is not set")),
-            _ => Err("give exactly one of `token` and `token_env`".into()),
-        }
     }
 }
 

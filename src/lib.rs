@@ -17,6 +17,7 @@ pub mod engine;
 pub mod http;
 pub mod ids;
 pub mod queue;
+pub mod sources;
 pub mod sql;
 pub mod throwaway;
 pub mod worker;

@@ -3,6 +3,7 @@
 //! Routes (see `openapi.yaml`, generated from this module by [`openapi`]):
 //! - `POST /v1/deletion-requests` — intake, source bearer token ([`intake`]);
 //! - `DELETE /v1/installations/{installationId}` — Vercel Marketplace partner API ([`vercel`]);
+//! - `POST /v1/webhooks/{source}` — signed deliveries from `[sources.NAME]` ([`webhooks`]);
 //! - `GET /v1/jobs/{job_id}`, `GET /v1/jobs`, `GET|PUT /v1/kill-switch` — operator token ([`jobs`],
 //!   [`kill_switch`]);
 //! - `GET /healthz`, `GET /readyz` ([`health`]); `GET /openapi.json` (the spec itself).
@@ -19,6 +20,7 @@ pub mod intake;
 pub mod jobs;
 pub mod kill_switch;
 pub mod vercel;
+pub mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,13 +68,11 @@ impl AppState {
     /// Builds the state; tokens are kept only as SHA-256 digests.
     pub fn new(pools: Pools, config: Arc<Config>, operator_token: Option<&str>) -> Self {
         let sources = SourceTokens::from_config(&config);
-        let vercel = config.vercel.as_ref().and_then(|v| {
-            let digest = sources.digest_of(&v.source)?.clone();
-            Some(Arc::new(PartnerVerifier::SourceToken {
-                source: v.source.clone(),
-                digest,
-            }))
-        });
+        let vercel = config
+            .vercel
+            .as_ref()
+            .and_then(|v| PartnerVerifier::for_source(&config, &sources, &v.source))
+            .map(Arc::new);
         Self {
             pools,
             operator: operator_token.map(|t| Arc::new(TokenDigest::of(t))),
@@ -99,6 +99,7 @@ impl AppState {
     tags(
         (name = "intake", description = "Deletion requests from configured sources"),
         (name = "vercel", description = "Vercel Marketplace partner API"),
+        (name = "webhooks", description = "Signed deliveries from configured senders"),
         (name = "operator", description = "Jobs and the kill switch (DEPROV_OPERATOR_TOKEN)"),
         (name = "health", description = "Liveness and readiness"),
     ),
@@ -126,7 +127,7 @@ impl utoipa::Modify for SecuritySchemes {
         );
         components.add_security_scheme(
             "vercel_token",
-            bearer("The token of the source named by `[vercel] source` (Vercel's OIDC JWT verification comes later)."),
+            bearer("The source named by `[vercel] source`: its bearer token, or with `scheme = \"vercel-oidc\"` Vercel's OIDC JWT (RS256, checked against the JWKS, issuer and audience)."),
         );
     }
 }
@@ -136,6 +137,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(intake::create_deletion_request))
         .routes(routes!(vercel::delete_installation))
+        .routes(routes!(webhooks::receive))
         .routes(routes!(jobs::list_jobs))
         .routes(routes!(jobs::get_job))
         .routes(routes!(

@@ -61,6 +61,7 @@ pub struct DeleteInstallationResponse {
         (status = 200, description = "Recorded; `finalized` tells whether the deletion has completed", body = DeleteInstallationResponse),
         (status = 400, description = "Malformed JSON or installation ID", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong credentials", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The OIDC token's `installation_id` claim names another installation", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No `[vercel]` section configured", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "A non-empty body not declared as application/json", body = Problem, content_type = "application/problem+json"),
@@ -78,6 +79,13 @@ pub async fn delete_installation(
 ) -> Result<axum::Json<DeleteInstallationResponse>, ApiError> {
     let installation = TenantId::parse(&installation_id)
         .map_err(|r| ApiError::BadRequest(format!("installationId: {r}")))?;
+    if let Some(claimed) = &caller.installation_id
+        && claimed != installation.as_str()
+    {
+        return Err(ApiError::Forbidden(
+            "the token's installation_id claim names another installation".into(),
+        ));
+    }
     idempotency_key(&headers)?;
     let reason = validate_reason(body.reason)?;
     let vercel = state

@@ -13,6 +13,7 @@ use crate::engine::{self, BatchLimits, Cursor, EngineError, Plan};
 
 use super::pacing::Pacer;
 use crate::queue::Job;
+use crate::queue::intake::SubjectKind;
 use crate::queue::jobs::{self, Outcome};
 use crate::queue::kill_switch;
 
@@ -243,20 +244,34 @@ impl JobRun {
         }
     }
 
-    /// Resolves a Vercel installation to a tenant key; `None` = no such tenant (nothing to delete).
+    /// Resolves a Vercel installation, or a `lookup` subject (`{source}:{value}`, from a webhook
+    /// source with `tenant_lookup`), to a tenant key; `None` = no such tenant (nothing to delete).
     async fn resolve(&mut self) -> Result<Option<String>, Stop> {
         let w = &self.worker;
-        let lookup = w
-            .config
-            .vercel
-            .as_ref()
-            .and_then(|v| v.tenant_lookup.clone());
-        let tenant = match lookup {
-            Some(sql) => {
-                engine::lookup_tenant(&w.pools.target, &sql, &self.job.subject, &self.limits)
-                    .await?
+        let (lookup, value) = if self.job.subject_kind == SubjectKind::Lookup.as_str() {
+            let (source, value) = self.job.subject.split_once(':').unwrap_or(("", ""));
+            let sql = w
+                .config
+                .sources
+                .get(source)
+                .and_then(|s| s.tenant_lookup.clone());
+            if sql.is_none() {
+                return Err(Stop::Error(EngineError::Statement(format!(
+                    "sources.{source}.tenant_lookup is no longer configured; cannot resolve {value:?}"
+                ))));
             }
-            None => Some(self.job.subject.clone()),
+            (sql, value.to_owned())
+        } else {
+            let sql = w
+                .config
+                .vercel
+                .as_ref()
+                .and_then(|v| v.tenant_lookup.clone());
+            (sql, self.job.subject.clone())
+        };
+        let tenant = match lookup {
+            Some(sql) => engine::lookup_tenant(&w.pools.target, &sql, &value, &self.limits).await?,
+            None => Some(value),
         };
         match &tenant {
             Some(t) => match jobs::resolve_tenant(&w.pools.queue, self.job.id, &w.id, t).await? {

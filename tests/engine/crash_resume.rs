@@ -312,7 +312,12 @@ async fn postgres_crash_mid_job_completes_without_an_operator() {
         matches!(j.state(), JobState::Completed | JobState::Failed)
     })
     .await;
-    assert_eq!(done.state(), JobState::Completed, "{done:?}\n{}", proc.log());
+    assert_eq!(
+        done.state(),
+        JobState::Completed,
+        "{done:?}\n{}",
+        proc.log()
+    );
     let fin = Progress::from_json(&done.progress);
     assert!(fin.batches > second, "{fin:?}");
     // Resumed from the checkpoint under the same plan (a restart from the first step leaves a note).
@@ -321,5 +326,6 @@ async fn postgres_crash_mid_job_completes_without_an_operator() {
         "completed after two crashes: {} attempts, {} batches, {} rows; last error {:?}",
         done.attempts, fin.batches, fin.rows_deleted, done.last_error
     );
-    s.assert_equals_cascade(&db, "after two PostgreSQL crashes").await;
+    s.assert_equals_cascade(&db, "after two PostgreSQL crashes")
+        .await;
 }
