@@ -181,3 +181,8 @@ pub fn unix_now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
