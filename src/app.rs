@@ -169,6 +169,7 @@ impl Application {
                 reason,
             });
         }
+        crate::sources::oidc::install_crypto_provider();
         let (config, pools) = prepare(&settings).await?;
         let listener = TcpListener::bind(settings.listen)
             .await

@@ -187,6 +187,7 @@ pub async fn run(args: &DemoArgs) -> Result<DemoOutcome, DemoError> {
             tenants.large_vercel_installation_id, args.retries
         ),
     );
+    crate::sources::oidc::install_crypto_provider();
     let client = reqwest::Client::new();
     let url = format!(
         "{base}/v1/installations/{}",

@@ -22,6 +22,13 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest accepted token, in bytes.
 pub const MAX_TOKEN_LEN: usize = 8192;
 
+/// Installs rustls' `ring` provider as the process default (the one sqlx uses), once. reqwest is
+/// built without a bundled provider (its default, aws-lc-rs, needs a C build this project avoids),
+/// so every process that builds a `reqwest::Client` calls this first; later calls do nothing.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Why a token was refused (all answered 401). Messages never contain the token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OidcError {
@@ -87,9 +94,7 @@ impl std::fmt::Debug for OidcVerifier {
 impl OidcVerifier {
     /// A verifier requiring `issuer` and `audience`; keys are fetched on first use.
     pub fn new(source: JwksSource, issuer: &str, audience: &str) -> Self {
-        // reqwest is built without a bundled TLS provider: use ring, as sqlx does. Installing twice
-        // is harmless (the first one stays).
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        install_crypto_provider();
         let mut validation = Validation::new(Algorithm::RS256);
         validation.set_issuer(&[issuer]);
         validation.set_audience(&[audience]);

@@ -43,6 +43,10 @@ pub struct TestOptions {
     pub state_unreachable: bool,
     /// Run the worker in the server process.
     pub worker: bool,
+    /// Replaces the body of `[sources.vercel]` (e.g. a `vercel-oidc` entry).
+    pub vercel_source: Option<String>,
+    /// Appended to the configuration file (more `[sources.NAME]` tables).
+    pub extra_config: String,
 }
 
 impl Default for TestOptions {
@@ -53,6 +57,8 @@ impl Default for TestOptions {
             target_url: None,
             state_unreachable: false,
             worker: false,
+            vercel_source: None,
+            extra_config: String::new(),
         }
     }
 }
@@ -90,8 +96,12 @@ fn config_text(options: &TestOptions) -> String {
     } else {
         "5s"
     };
+    let vercel_source = options
+        .vercel_source
+        .clone()
+        .unwrap_or_else(|| format!("token = \"{VERCEL_TOKEN}\""));
     let mut text = format!(
-        "[sources.billing]\ntoken = \"{SOURCE_TOKEN}\"\n[sources.vercel]\ntoken = \"{VERCEL_TOKEN}\"\n\
+        "[sources.billing]\ntoken = \"{SOURCE_TOKEN}\"\n[sources.vercel]\n{vercel_source}\n\
          [tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n\
          [intake]\nmax_body_bytes = {MAX_BODY}\n\
          [pools.intake]\nmax_connections = 8\nacquire_timeout = \"{acquire}\"\n"
@@ -103,6 +113,7 @@ fn config_text(options: &TestOptions) -> String {
             "[vercel]\nsource = \"vercel\"\ntenant_lookup = \"SELECT id FROM app.accounts WHERE installation_id = $1\"\n",
         ),
     }
+    text.push_str(&options.extra_config);
     text
 }
 

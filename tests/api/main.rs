@@ -10,3 +10,4 @@ mod operator;
 mod pools;
 mod requests;
 mod vercel;
+mod webhooks;

@@ -34,7 +34,14 @@ fn every_route_is_documented_with_its_errors() {
         (
             "/v1/installations/{installationId}",
             "delete",
-            &["200", "400", "401", "404", "413", "415", "422", "503"],
+            &[
+                "200", "400", "401", "403", "404", "413", "415", "422", "503",
+            ],
+        ),
+        (
+            "/v1/webhooks/{source}",
+            "post",
+            &["200", "202", "401", "413", "422", "503"],
         ),
         (
             "/v1/jobs",
