@@ -3,9 +3,10 @@
 //! A token is accepted when its header names a key (`kid`) of the configured JWKS (`jwks_url` or
 //! `jwks_file`), its RS256 signature verifies with that key (jsonwebtoken, `rust_crypto` backend), and
 //! its claims carry the configured `iss` and `aud` and an `exp` in the future (`nbf`, when present, in
-//! the past; 60 s leeway either way). Keys are cached; a `kid` not in the cache triggers one refetch,
-//! at most once per [`MIN_REFRESH`], so a stream of unknown `kid`s cannot make deprov hammer the
-//! JWKS host. A fetch takes at most [`FETCH_TIMEOUT`].
+//! the past; 60 s leeway either way). Keys are fetched on first use and cached; a `kid` not in the
+//! cache (Vercel rotated its keys) triggers a refetch, but at most one such refetch per
+//! [`MIN_REFRESH`], so a stream of unknown `kid`s cannot make deprov hammer the JWKS host. A fetch
+//! takes at most [`FETCH_TIMEOUT`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -17,6 +18,8 @@ use tokio::sync::Mutex;
 
 /// Shortest interval between two JWKS fetches triggered by unknown `kid`s.
 pub const MIN_REFRESH: Duration = Duration::from_secs(30);
+/// After a failed fetch, requests needing a fetch fail at once (503) for this long.
+pub const RETRY_FAILED: Duration = Duration::from_secs(1);
 /// Longest a JWKS fetch may take.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest accepted token, in bytes.
@@ -72,7 +75,14 @@ pub enum JwksSource {
 #[derive(Default)]
 struct Cache {
     keys: HashMap<String, DecodingKey>,
-    fetched_at: Option<Instant>,
+    /// Whether the JWKS was fetched successfully at least once.
+    loaded: bool,
+    /// When an unknown `kid` last caused a refetch.
+    missed_at: Option<Instant>,
+    /// When a fetch last failed.
+    failed_at: Option<Instant>,
+    /// How many fetches were made (for tests and logs).
+    fetches: u64,
 }
 
 /// A verifier for one `vercel-oidc` source.
@@ -149,13 +159,36 @@ impl OidcVerifier {
         if let Some(key) = cache.keys.get(kid) {
             return Ok(key.clone());
         }
-        let due = cache.fetched_at.is_none_or(|t| t.elapsed() >= MIN_REFRESH);
-        if !due {
-            return Err(OidcError::UnknownKey);
+        if cache.failed_at.is_some_and(|t| t.elapsed() < RETRY_FAILED) {
+            return Err(OidcError::Jwks);
         }
-        cache.fetched_at = Some(Instant::now());
-        cache.keys = self.fetch().await?;
+        if cache.loaded {
+            if cache.missed_at.is_some_and(|t| t.elapsed() < MIN_REFRESH) {
+                return Err(OidcError::UnknownKey);
+            }
+            cache.missed_at = Some(Instant::now());
+        }
+        cache.fetches += 1;
+        match self.fetch().await {
+            Ok(keys) => cache.keys = keys,
+            Err(e) => {
+                cache.failed_at = Some(Instant::now());
+                return Err(e);
+            }
+        }
+        cache.failed_at = None;
+        cache.loaded = true;
+        tracing::info!(
+            keys = cache.keys.len(),
+            fetches = cache.fetches,
+            "JWKS fetched"
+        );
         cache.keys.get(kid).cloned().ok_or(OidcError::UnknownKey)
+    }
+
+    /// How many times the JWKS has been fetched so far.
+    pub async fn fetches(&self) -> u64 {
+        self.cache.lock().await.fetches
     }
 
     /// Verifies `token` and returns its claims.

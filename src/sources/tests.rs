@@ -439,6 +439,31 @@ fn slack_published_vector_passes_and_its_negatives_fail() {
 
 // ---- configuration ----
 
+/// `text` (source tables) with every secret list pointed at one file, plus a `[tenant]`, parsed.
+fn with_secret_files(text: &str) -> crate::config::Config {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD\n").unwrap();
+    let file_line = format!("secret_file = [{:?}]", secret.display().to_string());
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("secret_env") || l.starts_with("secret_file") {
+                file_line.clone()
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let tenant = if text.contains("[tenant]") {
+        ""
+    } else {
+        "[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n"
+    };
+    crate::config::Config::from_toml(&format!("{text}\n{tenant}")).unwrap()
+}
+
 /// The README's `[sources.NAME]` entries (section "Signed senders"), with each secret list pointed
 /// at a file, are a valid configuration with the documented defaults.
 #[test]
@@ -452,27 +477,7 @@ fn the_readme_entries_are_valid_configuration() {
         .split("```")
         .next()
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let secret = dir.path().join("secret");
-    std::fs::write(&secret, "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD\n").unwrap();
-    let jwks = dir.path().join("jwks.json");
-    std::fs::write(&jwks, "{\"keys\": []}").unwrap();
-    let file_line = format!("secret_file = [{:?}]", secret.display().to_string());
-    let text: String = block
-        .lines()
-        .map(|l| {
-            if l.starts_with("secret_env") || l.starts_with("secret_file") {
-                file_line.clone()
-            } else {
-                l.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    let config = crate::config::Config::from_toml(&format!(
-        "{text}\n[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n"
-    ))
-    .unwrap();
+    let config = with_secret_files(block);
     let schemes: Vec<Scheme> = config.sources.values().map(|s| s.scheme).collect();
     for scheme in [
         Scheme::StandardWebhooks,
@@ -531,5 +536,40 @@ fn bad_source_entries_are_named() {
             .unwrap_err()
             .to_string();
         assert!(err.contains(key), "{entry:?} -> {err}");
+    }
+}
+
+/// `deploy/example.toml` with its commented signed senders uncommented is valid too.
+#[test]
+fn the_example_signed_senders_are_valid_once_uncommented() {
+    let example = include_str!("../../deploy/example.toml")
+        .replace(
+            "token_env = \"DEPROV_BILLING_TOKEN\"",
+            "token = \"billing-token-0123456789\"",
+        )
+        .replace(
+            "token_env = \"DEPROV_VERCEL_TOKEN\"",
+            "token = \"vercel-token-0123456789\"",
+        );
+    let mut out = Vec::new();
+    let mut in_block = false;
+    for line in example.lines() {
+        if line.starts_with("# [sources.") {
+            in_block = true;
+        }
+        match line
+            .strip_prefix("# ")
+            .or_else(|| (line == "#").then_some(""))
+        {
+            Some(rest) if in_block => out.push(rest.to_owned()),
+            _ => {
+                in_block = false;
+                out.push(line.to_owned());
+            }
+        }
+    }
+    let config = with_secret_files(&out.join("\n"));
+    for name in ["stripe", "github", "vercel-hooks"] {
+        assert!(config.sources[name].scheme.is_hmac(), "{name}");
     }
 }
