@@ -150,6 +150,7 @@ pub struct Application {
     listener: TcpListener,
     address: SocketAddr,
     router: Router,
+    limits: crate::config::IntakeConfig,
     worker: Option<Worker>,
 }
 
@@ -183,11 +184,13 @@ impl Application {
         })?;
         let worker =
             (!settings.no_worker).then(|| Worker::new(pools.clone(), config.clone(), worker_id()));
+        let limits = config.intake.clone();
         let router = http::router(AppState::new(pools, config, operator));
         Ok(Self {
             listener,
             address,
             router,
+            limits,
             worker,
         })
     }
@@ -213,9 +216,8 @@ impl Application {
             tokio::spawn(async move { w.run(token).await })
         });
         tracing::info!(address = %self.address, worker = worker.is_some(), "deprov serving");
-        let served = axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(cancel.clone().cancelled_owned())
-            .await;
+        let served =
+            http::serve::serve(self.listener, self.router, &self.limits, cancel.clone()).await;
         cancel.cancel();
         if let Some(task) = worker
             && let Err(e) = task.await

@@ -266,12 +266,21 @@ pub struct PoolConfig {
 pub struct IntakeConfig {
     /// Largest accepted request body in bytes (default 16384); larger bodies get 413.
     pub max_body_bytes: usize,
+    /// Largest accepted request header, names + values in bytes, 1024..=1048576 (default 16384);
+    /// larger gets 431 (see `http::serve`).
+    pub max_header_bytes: usize,
+    /// How long a client may take to send a request's header, and how long an idle keep-alive
+    /// connection stays open, 100ms..=60s (default 5s); then the connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
 }
 
 impl Default for IntakeConfig {
     fn default() -> Self {
         Self {
             max_body_bytes: 16 * 1024,
+            max_header_bytes: 16 * 1024,
+            header_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -454,6 +463,20 @@ impl Config {
             return Err(invalid(
                 "intake.max_body_bytes",
                 "must be between 256 and 10485760",
+            ));
+        }
+        if !(1024..=1024 * 1024).contains(&self.intake.max_header_bytes) {
+            return Err(invalid(
+                "intake.max_header_bytes",
+                "must be between 1024 and 1048576",
+            ));
+        }
+        if !(Duration::from_millis(100)..=Duration::from_secs(60))
+            .contains(&self.intake.header_timeout)
+        {
+            return Err(invalid(
+                "intake.header_timeout",
+                "must be between 100ms and 60s",
             ));
         }
         if let Some(v) = &self.vercel {

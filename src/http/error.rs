@@ -53,6 +53,9 @@ pub enum ApiError {
     /// 413: the body exceeds `[intake] max_body_bytes`.
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// 431: the request's header fields exceed `[intake] max_header_bytes`.
+    #[error("{0}")]
+    HeadersTooLarge(String),
     /// 415: the body is not declared as `application/json`.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -87,6 +90,7 @@ impl ApiError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unprocessable(_) | Self::IdempotencyMismatch(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
@@ -104,6 +108,7 @@ impl ApiError {
             Self::NotFound(_) => ("not-found", "Not found"),
             Self::MethodNotAllowed => ("method-not-allowed", "Method not allowed"),
             Self::PayloadTooLarge(_) => ("payload-too-large", "Request body too large"),
+            Self::HeadersTooLarge(_) => ("headers-too-large", "Request header fields too large"),
             Self::UnsupportedMediaType(_) => ("unsupported-media-type", "Unsupported media type"),
             Self::Unprocessable(_) => ("invalid-request", "Invalid request"),
             Self::IdempotencyMismatch(_) => (

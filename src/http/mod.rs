@@ -10,7 +10,9 @@
 //!
 //! Every error is RFC 9457 problem+json ([`error::ApiError`]). Middleware, outermost first: request ID
 //! (`x-request-id`, generated when absent, echoed back), tracing span per request, panic → 500 problem,
-//! request timeout ([`REQUEST_TIMEOUT`]) → 503 problem, body limit (`[intake] max_body_bytes`) → 413.
+//! request timeout ([`REQUEST_TIMEOUT`]) → 503 problem, body limit (`[intake] max_body_bytes`) → 413,
+//! header limit (`[intake] max_header_bytes`) → 431. [`serve`] adds the connection-level limits
+//! (header read time, idle keep-alive, header buffer).
 
 pub mod auth;
 pub mod error;
@@ -19,6 +21,7 @@ pub mod health;
 pub mod intake;
 pub mod jobs;
 pub mod kill_switch;
+pub mod serve;
 pub mod vercel;
 pub mod webhooks;
 
@@ -194,6 +197,7 @@ fn request_span(request: &Request) -> tracing::Span {
 /// The complete application: routes, fallbacks, `/openapi.json` and middleware, with `state` applied.
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.intake.max_body_bytes;
+    let max_headers = state.config.intake.max_header_bytes;
     let (api, spec) = api_routes().split_for_parts();
     let spec_json = Arc::new(spec.to_json().unwrap_or_default());
     let api = api
@@ -211,7 +215,10 @@ pub fn router(state: AppState) -> Router {
         )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state);
+        .with_state(state)
+        .layer(middleware::from_fn(move |req, next| {
+            serve::limit_headers(max_headers, req, next)
+        }));
     with_middleware(api, max_body)
 }
 

@@ -47,6 +47,8 @@ pub struct TestOptions {
     pub vercel_source: Option<String>,
     /// Appended to the configuration file (more `[sources.NAME]` tables).
     pub extra_config: String,
+    /// More `[intake]` keys (lines).
+    pub intake_extra: String,
 }
 
 impl Default for TestOptions {
@@ -59,6 +61,7 @@ impl Default for TestOptions {
             worker: false,
             vercel_source: None,
             extra_config: String::new(),
+            intake_extra: String::new(),
         }
     }
 }
@@ -100,10 +103,11 @@ fn config_text(options: &TestOptions) -> String {
         .vercel_source
         .clone()
         .unwrap_or_else(|| format!("token = \"{VERCEL_TOKEN}\""));
+    let intake_extra = &options.intake_extra;
     let mut text = format!(
         "[sources.billing]\ntoken = \"{SOURCE_TOKEN}\"\n[sources.vercel]\n{vercel_source}\n\
          [tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n\
-         [intake]\nmax_body_bytes = {MAX_BODY}\n\
+         [intake]\nmax_body_bytes = {MAX_BODY}\n{intake_extra}\n\
          [pools.intake]\nmax_connections = 8\nacquire_timeout = \"{acquire}\"\n"
     );
     match options.vercel {

@@ -5,6 +5,7 @@ mod health;
 mod helpers;
 mod intake;
 mod kill_switch;
+mod limits;
 mod oidc;
 mod openapi;
 mod operator;
