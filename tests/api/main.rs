@@ -11,5 +11,6 @@ mod openapi;
 mod operator;
 mod pools;
 mod requests;
+mod signed;
 mod vercel;
 mod webhooks;
