@@ -5,6 +5,8 @@
 //! with the [`engine`]: leaves of the foreign-key graph first, in short, checkpointed batches with
 //! server-side `lock_timeout` and `statement_timeout`. A kill switch stops all destruction at once.
 //! Database access goes through isolated, bounded pools ([`db`]); all dynamic SQL through [`sql`].
+//! Signed senders (Standard Webhooks, Stripe, GitHub, Shopify, Slack, Vercel) are verified by
+//! [`sources`].
 //! [`demo`] holds the demo's schema, data loader and verification checks.
 
 pub mod app;

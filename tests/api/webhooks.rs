@@ -323,3 +323,30 @@ async fn the_worker_resolves_a_lookup_source_and_deletes_the_tenant() {
         .unwrap();
     assert_eq!(left, vec![8]);
 }
+
+/// A sender retrying the same delivery 20 times at once: one request, one job.
+#[tokio::test]
+async fn twenty_concurrent_copies_of_a_delivery_are_one_request_and_one_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = spawn_signed(&dir, false).await;
+    let delivery = stripe_delivery(unix_now(), &fixture("stripe_customer.deleted.json"));
+    let answers = futures::future::join_all((0..20).map(|_| app.deliver(&delivery))).await;
+    let mut ids = std::collections::BTreeSet::new();
+    for response in answers {
+        let a = answer(response, StatusCode::ACCEPTED).await;
+        ids.insert((a["request_id"].to_string(), a["job_id"].to_string()));
+    }
+    assert_eq!(ids.len(), 1, "every copy answers the same IDs");
+    let duplicates: i32 = sqlx::query_scalar("SELECT duplicates FROM deprov.deletion_requests")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            app.count_jobs().await,
+            app.count_requests().await,
+            duplicates
+        ),
+        (1, 1, 19)
+    );
+}
