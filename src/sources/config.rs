@@ -268,14 +268,29 @@ impl SourceConfig {
         {
             return Err(invalid(key("tenant_lookup"), "must not be empty"));
         }
-        for (k, loc) in [("tenant", &self.tenant), ("event", &self.event)] {
-            if let Some(Locator::Pointer(p)) = loc
-                && !(p.is_empty() || p.starts_with('/'))
-            {
-                return Err(invalid(
-                    key(k),
-                    "a JSON pointer is empty or starts with `/`",
-                ));
+        let dedup = match &self.dedup {
+            Dedup::Pointer(p) => Some(Locator::Pointer(p.clone())),
+            Dedup::Header(h) => Some(Locator::Header(h.clone())),
+            Dedup::Delivery | Dedup::Tenant => None,
+        };
+        for (k, loc) in [
+            ("tenant", &self.tenant),
+            ("event", &self.event),
+            ("dedup", &dedup),
+        ] {
+            match loc {
+                Some(Locator::Pointer(p)) if !(p.is_empty() || p.starts_with('/')) => {
+                    return Err(invalid(
+                        key(k),
+                        "a JSON pointer is empty or starts with `/`",
+                    ));
+                }
+                Some(Locator::Header(h))
+                    if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() =>
+                {
+                    return Err(invalid(key(k), format!("{h:?} is not a header name")));
+                }
+                _ => {}
             }
         }
         if self.dedup == Dedup::Delivery && !super::payload::has_delivery_id(scheme) {

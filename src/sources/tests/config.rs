@@ -95,6 +95,14 @@ fn bad_source_entries_are_named() {
             "token = \"0123456789abcdef0\"\ntolerance = \"5m\"",
             "sources.s.tolerance",
         ),
+        (
+            "token = \"0123456789abcdef0\"\ntenant = { header = \"X Shop\" }",
+            "sources.s.tenant",
+        ),
+        (
+            "token = \"0123456789abcdef0\"\ndedup = { pointer = \"id\" }",
+            "sources.s.dedup",
+        ),
     ];
     for (entry, key) in cases {
         let err = crate::config::Config::from_toml(&format!("[sources.s]\n{entry}\n{base}"))
