@@ -184,10 +184,13 @@ pub fn describe(switch: &KillSwitch, moved: Option<u64>) -> String {
 async fn kill_switch_command(args: KillSwitchArgs) -> anyhow::Result<()> {
     let pool = cli_pool(&args.db.database_url)?;
     let (switch, moved) = match &args.action {
-        KillSwitchAction::Status => (kill_switch::get(&pool).await?, None),
+        KillSwitchAction::Status => (
+            kill_switch::get(&mut *crate::db::acquire(&pool).await?).await?,
+            None,
+        ),
         KillSwitchAction::On { reason } | KillSwitchAction::Off { reason } => {
             let engage = matches!(args.action, KillSwitchAction::On { .. });
-            let mut tx = pool.begin().await?;
+            let mut tx = crate::db::begin(&pool).await?;
             let (switch, moved) = kill_switch::set(&mut tx, engage, reason, "cli").await?;
             tx.commit().await?;
             (switch, Some(moved))

@@ -5,12 +5,15 @@
 //! names the offending key. A full, commented example is `deploy/example.toml`; the README documents
 //! each key.
 
+mod edge;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::sql::QualifiedName;
+pub use edge::{MetricsConfig, RateLimitConfig};
 
 /// Why the configuration was refused. Every message names the key.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +75,9 @@ pub struct Config {
     pub intake: IntakeConfig,
     /// Vercel Marketplace partner API (`DELETE /v1/installations/{id}`); absent = route answers 404.
     pub vercel: Option<VercelConfig>,
+    /// How `GET /metrics` reads gauges from the databases.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
 }
 
 /// One sender of deletion requests (`[sources.NAME]`). Exactly one of `token`, `token_env`.
@@ -274,12 +280,15 @@ pub struct PoolConfig {
 pub struct IntakeConfig {
     /// Largest accepted request body in bytes (default 16384); larger bodies get 413.
     pub max_body_bytes: usize,
+    /// Per-source request rate limit (`[intake.rate_limit]`).
+    pub rate_limit: RateLimitConfig,
 }
 
 impl Default for IntakeConfig {
     fn default() -> Self {
         Self {
             max_body_bytes: 16 * 1024,
+            rate_limit: RateLimitConfig::default(),
         }
     }
 }
@@ -458,6 +467,8 @@ impl Config {
                 "must be between 256 and 10485760",
             ));
         }
+        self.intake.rate_limit.validate()?;
+        self.metrics.validate()?;
         if let Some(v) = &self.vercel {
             if !self.sources.contains_key(&v.source) {
                 return Err(invalid(
@@ -573,6 +584,12 @@ mod tests {
                 "pools.target.max_connections",
             ),
             ("[vercel]\nsource = \"nobody\"", "vercel.source"),
+            (
+                "[intake.rate_limit]\nper_second = -1.0",
+                "intake.rate_limit.per_second",
+            ),
+            ("[intake.rate_limit]\nburst = 0", "intake.rate_limit.burst"),
+            ("[metrics]\nread_timeout = \"0s\"", "metrics.read_timeout"),
         ];
         for (extra, key) in cases {
             let err = Config::from_toml(&format!("{MINIMAL}\n{extra}\n"))

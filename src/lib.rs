@@ -4,7 +4,8 @@
 //! PostgreSQL queue ([`queue`]). A [`worker`] leases jobs, soft-deletes the tenant, then hard-deletes it
 //! with the [`engine`]: leaves of the foreign-key graph first, in short, checkpointed batches with
 //! server-side `lock_timeout` and `statement_timeout`. A kill switch stops all destruction at once.
-//! Database access goes through isolated, bounded pools ([`db`]); all dynamic SQL through [`sql`].
+//! Database access goes through isolated, bounded pools ([`db`]); all dynamic SQL through [`sql`];
+//! Prometheus metrics through [`telemetry`].
 //! [`demo`] holds the demo's schema, data loader and verification checks.
 
 pub mod app;
@@ -18,5 +19,6 @@ pub mod http;
 pub mod ids;
 pub mod queue;
 pub mod sql;
+pub mod telemetry;
 pub mod throwaway;
 pub mod worker;

@@ -86,7 +86,12 @@ impl Worker {
     /// # Errors
     /// [`WorkerError`] when the state database cannot be reached.
     pub async fn step(&self) -> Result<StepOutcome, WorkerError> {
-        let Some(job) = jobs::claim(&self.pools.queue, &self.id, self.config.worker.lease).await?
+        let Some(job) = jobs::claim(
+            &mut *crate::db::acquire(&self.pools.queue).await?,
+            &self.id,
+            self.config.worker.lease,
+        )
+        .await?
         else {
             return Ok(StepOutcome::Idle);
         };
@@ -135,7 +140,7 @@ impl Worker {
             tracing::warn!(%job_id, error = %e, "job handed back with an error");
         }
         let owned = jobs::finish(
-            &self.pools.queue,
+            &mut *crate::db::acquire(&self.pools.queue).await?,
             job_id,
             &self.id,
             &outcome,

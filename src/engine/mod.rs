@@ -155,7 +155,7 @@ pub async fn load_plan(
     root: &QualifiedName,
     key_column: &str,
 ) -> Result<Plan, EngineError> {
-    let mut conn = target.acquire().await?;
+    let mut conn = crate::db::acquire(target).await?;
     let catalog = catalog::Catalog::read(&mut conn).await?;
     Ok(Plan::new(catalog, root, key_column)?)
 }
@@ -187,7 +187,7 @@ pub async fn find_blockers(
     let mut hits = Vec::new();
     for &fk_index in &plan.blockers {
         let stmt = queries::blocker_count(plan, fk_index);
-        let mut tx = target.begin().await?;
+        let mut tx = crate::db::begin(target).await?;
         set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
         let rows: i64 = sqlx::query_scalar(stmt.as_query())
             .bind(tenant)
@@ -228,7 +228,7 @@ pub async fn run_batch(
         Cursor::Within(p, k) => p.iter().chain(k).cloned().collect(),
     };
     let started = Instant::now();
-    let mut tx = target.begin().await?;
+    let mut tx = crate::db::begin(target).await?;
     set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
     let before = if plan.absorbs_below(plan.steps[step].table) {
         Some(deleted_so_far(&mut tx, plan).await?)
@@ -348,7 +348,7 @@ pub async fn soft_delete(
     tenant: &str,
     limits: &BatchLimits,
 ) -> Result<u64, EngineError> {
-    let mut tx = target.begin().await?;
+    let mut tx = crate::db::begin(target).await?;
     set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
     let mut rows = 0;
     for sql in statements {
@@ -370,7 +370,7 @@ pub async fn lookup_tenant(
     value: &str,
     limits: &BatchLimits,
 ) -> Result<Option<String>, EngineError> {
-    let mut tx = target.begin().await?;
+    let mut tx = crate::db::begin(target).await?;
     set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
     let q = bind_tenant(&mut tx, sql, value).await?;
     let row = q.fetch_optional(&mut *tx).await?;
@@ -410,7 +410,7 @@ pub async fn count_rows(
             continue;
         }
         let stmt = queries::count_table(plan, step.table);
-        let mut tx = target.begin().await?;
+        let mut tx = crate::db::begin(target).await?;
         set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
         let n: i64 = sqlx::query_scalar(stmt.as_query())
             .bind(tenant)

@@ -22,21 +22,33 @@ pub async fn healthz() -> axum::Json<Health> {
     })
 }
 
-/// Readiness: 200 when the state database answers `SELECT 1` through the intake pool within the
-/// pool's acquire timeout (`[pools.intake] acquire_timeout`), else 503 with `Retry-After`.
+/// Readiness: 200 when deprov's migrations are applied and the state database answers `SELECT 1`
+/// through the intake pool within the pool's acquire timeout (`[pools.intake] acquire_timeout`), else
+/// 503 with `Retry-After`. A service started while its database was down becomes ready within seconds
+/// of the database's return (its migrations are retried in the background), without a restart.
 #[utoipa::path(
     get,
     path = "/readyz",
     tag = "health",
     responses(
         (status = 200, description = "Ready", body = Health),
-        (status = 503, description = "State database unreachable", body = Problem, content_type = "application/problem+json",
+        (status = 503, description = "State database unreachable, or migrations not yet applied", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>, ApiError> {
+    if !state.is_migrated() {
+        return Err(ApiError::db_unavailable(
+            "the state database was unreachable at start-up; its migrations are not applied yet",
+        ));
+    }
     let bound = state.config.pools.intake.acquire_timeout * 2;
-    let check = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.pools.intake);
+    let check = async {
+        let mut conn = crate::db::acquire(&state.pools.intake).await?;
+        sqlx::query_scalar::<_, i32>("SELECT 1")
+            .fetch_one(&mut *conn)
+            .await
+    };
     match tokio::time::timeout(bound, check).await {
         Ok(Ok(_)) => Ok(axum::Json(Health {
             status: "ready".into(),

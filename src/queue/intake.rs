@@ -227,7 +227,7 @@ pub async fn record_tx(
 ) -> Result<Accepted, IntakeError> {
     let mut last = IntakeError::Race;
     for _ in 0..5 {
-        let mut tx = pool.begin().await?;
+        let mut tx = crate::db::begin(pool).await?;
         // The answer promises the request is stored: commit durably whatever the server's default, and
         // never wait long on a lock (the caller answers 503 and the sender retries).
         sqlx::query(

@@ -226,7 +226,7 @@ pub async fn resolve_tenant(
     worker: &str,
     tenant_id: &str,
 ) -> Result<Resolved, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::db::begin(pool).await?;
     let other: Option<Uuid> = sqlx::query_scalar(
         "SELECT id FROM deprov.jobs WHERE subject_kind = 'tenant' AND subject = $1 \
          AND state IN ('queued', 'held', 'running') AND id <> $2 FOR UPDATE",

@@ -15,6 +15,7 @@ use super::pacing::Pacer;
 use crate::queue::Job;
 use crate::queue::jobs::{self, Outcome};
 use crate::queue::kill_switch;
+use crate::telemetry;
 
 /// Statement or lock timeouts in a row a run absorbs by shrinking (and, for a lock, pausing) before
 /// it hands the job back for a retry with backoff.
@@ -98,7 +99,9 @@ impl JobRun {
         if self.worker.stop.is_cancelled() {
             return Err(Stop::Outcome(Outcome::Wait(Duration::ZERO)));
         }
-        if kill_switch::is_engaged(&self.worker.pools.queue).await? {
+        if kill_switch::is_engaged(&mut *crate::db::acquire(&self.worker.pools.queue).await?)
+            .await?
+        {
             return Err(Stop::Outcome(Outcome::Held));
         }
         Ok(())
@@ -108,7 +111,7 @@ impl JobRun {
         let cp = checkpoint.map(Checkpoint::to_json);
         let w = &self.worker;
         let owned = jobs::heartbeat(
-            &w.pools.queue,
+            &mut *crate::db::acquire(&w.pools.queue).await?,
             self.job.id,
             &w.id,
             w.config.worker.lease,
@@ -357,7 +360,7 @@ impl JobRun {
                 ..self.limits
             };
             let started = std::time::Instant::now();
-            let batch = match engine::run_batch(
+            let result = engine::run_batch(
                 &w.pools.target,
                 &plan,
                 cp.step,
@@ -366,8 +369,11 @@ impl JobRun {
                 tenant,
                 &limits,
             )
-            .await
-            {
+            .await;
+            if let Err(e) = &result {
+                telemetry::batch_failed(e.sqlstate().as_deref());
+            }
+            let batch = match result {
                 Ok(batch) => batch,
                 Err(e) if e.sqlstate().as_deref() == Some("57014") && cascades && cp.rows <= 1 => {
                     // One parent row's cascade alone outlasts the budget: its subtree is larger
@@ -415,6 +421,8 @@ impl JobRun {
                 Err(e) => return Err(e.into()),
             };
             timeouts = 0;
+            let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
+            telemetry::batch_committed(batch.elapsed, batch.deleted + cascaded);
             self.progress
                 .record_batch(&table, batch.deleted, batch.elapsed.as_secs_f64() * 1000.0);
             for &(oid, rows) in &batch.cascaded {
@@ -443,7 +451,6 @@ impl JobRun {
                 }
             }
             self.heartbeat("hard_delete", Some(&cp)).await?;
-            let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
             let waited = pacer.admit(batch.deleted + cascaded, &w.stop).await;
             self.progress.rate_limited_ms += waited.as_secs_f64() * 1000.0;
             if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {

@@ -43,6 +43,8 @@ pub struct TestOptions {
     pub state_unreachable: bool,
     /// Run the worker in the server process.
     pub worker: bool,
+    /// `[intake.rate_limit]` as (per_second, burst); `None` = off (`per_second = 0`).
+    pub rate_limit: Option<(f64, u32)>,
 }
 
 impl Default for TestOptions {
@@ -53,6 +55,7 @@ impl Default for TestOptions {
             target_url: None,
             state_unreachable: false,
             worker: false,
+            rate_limit: None,
         }
     }
 }
@@ -96,6 +99,10 @@ fn config_text(options: &TestOptions) -> String {
          [intake]\nmax_body_bytes = {MAX_BODY}\n\
          [pools.intake]\nmax_connections = 8\nacquire_timeout = \"{acquire}\"\n"
     );
+    let (per_second, burst) = options.rate_limit.unwrap_or((0.0, 1));
+    text.push_str(&format!(
+        "[intake.rate_limit]\nper_second = {per_second:?}\nburst = {burst}\n"
+    ));
     match options.vercel {
         VercelMode::Off => {}
         VercelMode::InstallationIsTenant => text.push_str("[vercel]\nsource = \"vercel\"\n"),
@@ -153,6 +160,7 @@ pub async fn spawn_app_with(options: TestOptions) -> TestApp {
         operator_token: options.operator.then(|| OPERATOR_TOKEN.to_owned()),
         migrate: !options.state_unreachable,
         no_worker: !options.worker,
+        metrics_listen: None,
     };
     let app = Application::build(settings)
         .await

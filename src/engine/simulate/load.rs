@@ -65,7 +65,7 @@ async fn begin<'c>(
     pool: &'c PgPool,
     limits: &BatchLimits,
 ) -> Result<sqlx::Transaction<'c, sqlx::Postgres>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+    let mut tx = crate::db::begin(pool).await?;
     set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
     Ok(tx)
 }
