@@ -320,3 +320,36 @@ async fn poll_metric(process: &Process, name: &str, want: f64) -> Metrics {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_batch_blocked_by_a_lock_counts_its_lock_timeouts() {
+    let process = spawn(start_pg(Some(SCHEMA)).await, "serve", "").await;
+    let db = connect(&process.pg).await;
+    // Another session holds a lock on the tenant's table: the first batch hits lock_timeout (50 ms).
+    let mut holder = db.begin().await.unwrap();
+    sqlx::query("LOCK TABLE app.projects IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let accepted: Value = process.post_deletion("7").await.json().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = process.scrape().await;
+        if m.get("deprov_lock_timeouts_total", &[]).is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no lock timeout counted:\n{}",
+            m.text
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    holder.rollback().await.unwrap();
+    let job = wait_completed(&process, accepted["job_id"].as_str().unwrap()).await;
+    let m = process.scrape().await;
+    let timeouts = job["progress"]["timeouts"].as_f64().unwrap();
+    assert!(timeouts >= 1.0, "{job}");
+    assert_eq!(m.value("deprov_lock_timeouts_total", &[]), timeouts);
+    assert_eq!(m.value("deprov_rows_deleted_total", &[]), 301.0);
+}
