@@ -128,6 +128,7 @@ async fn started_with_its_database_down_deprov_stays_up_and_becomes_ready_when_i
     assert_eq!(m.value("deprov_db_up", &[("database", "state")]), 0.0);
     assert!(m.value("deprov_db_read_errors_total", &[("database", "state")]) >= 1.0);
     assert!(process.is_running());
+    println!("database down: intake answered 503 in {intake_wait:?}, /metrics in {scrape_wait:?}");
 
     process.pg.restart().unwrap();
     let back = std::time::Instant::now();
