@@ -14,6 +14,9 @@
 //! answers 200 with everything else. Concurrent scrapes share one read (a scrape that waited for
 //! another's read uses its result).
 //!
+//! Statements are unnamed (`persistent(false)`) inside that transaction, so the reads work behind a
+//! transaction-mode pooler.
+//!
 //! The state database is read through the `queue` pool (never `intake`, so scrapes never take
 //! intake's connections); the target database (`deprov_target_lock_waiters`,
 //! `deprov_target_replication_lag_seconds`) only by processes that run a worker, through the `target`
@@ -114,6 +117,7 @@ impl Collector {
             let mut tx = sqlx::Transaction::begin(conn, None).await?;
             sqlx::query("SELECT set_config('statement_timeout', $1, true)")
                 .bind(format!("{}ms", t.as_millis().max(1)))
+                .persistent(false)
                 .execute(&mut *tx)
                 .await?;
             read(&mut tx).await?;
@@ -152,6 +156,7 @@ async fn read_state(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
                           WHERE state = 'queued' AND run_after <= now()), 0), \
                 (SELECT engaged FROM deprov.kill_switch)",
     )
+    .persistent(false)
     .fetch_one(&mut *conn)
     .await?;
     for state in JOB_STATES {

@@ -42,6 +42,7 @@ pub async fn read_target_load(conn: &mut sqlx::PgConnection) -> Result<TargetLoa
         "SELECT (SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'), \
          coalesce((SELECT extract(epoch FROM max(replay_lag))::float8 FROM pg_stat_replication), 0)",
     )
+    .persistent(false)
     .fetch_one(conn)
     .await?;
     #[allow(clippy::cast_precision_loss)] // session counts are small
