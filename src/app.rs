@@ -8,6 +8,9 @@
 //! A state database that is down at start-up does not stop deprov: the service serves (`/healthz` 200,
 //! `/readyz` and intake 503), applies its migrations in the background as soon as the database
 //! answers, and only then becomes ready and starts its worker — no restart, no crash loop.
+//! Migrating at start is refused under `DEPROV_POOLER_MODE=transaction` before any connection opens
+//! (sqlx's migrator needs a session), so that background retry only ever migrates over a direct or
+//! session-mode connection.
 //! `deprov worker` serves `GET /metrics` (and `/healthz`) on `--metrics-listen` when given.
 
 use std::net::SocketAddr;
@@ -21,7 +24,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ConfigError};
-use crate::db::{self, Pools};
+use crate::db::{self, PoolerMode, Pools};
 use crate::http::{self, AppState};
 use crate::telemetry::{self, collect::Collector};
 use crate::worker::Worker;
@@ -61,6 +64,11 @@ pub struct Settings {
     /// `--listen` and ignores this.
     #[arg(long, env = "DEPROV_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// `transaction` when the database URLs point at a transaction pooler (PgBouncer
+    /// `pool_mode = transaction`): statements become unnamed ([`PoolerMode::apply`]), and URLs with
+    /// `options` and migrating at start are refused (see [`crate::db`]).
+    #[arg(long, env = "DEPROV_POOLER_MODE", value_enum, default_value_t = PoolerMode::Session)]
+    pub pooler_mode: PoolerMode,
 }
 
 /// Why the service could not start or stopped with an error.
@@ -108,6 +116,25 @@ async fn prepare(settings: &Settings) -> Result<(Arc<Config>, Pools, Arc<AtomicB
         .target_url
         .as_deref()
         .unwrap_or(&settings.database_url);
+    for (name, url) in [
+        ("DEPROV_DATABASE_URL", &settings.database_url[..]),
+        ("DEPROV_TARGET_URL", target),
+    ] {
+        let options = db::connect_options(url).map_err(AppError::Url)?;
+        settings
+            .pooler_mode
+            .check_url(&options)
+            .map_err(|reason| AppError::Setting { name, reason })?;
+    }
+    if settings.migrate && !settings.pooler_mode.allows_migrations() {
+        return Err(AppError::Setting {
+            name: "DEPROV_MIGRATE",
+            reason: "migrations cannot run through a transaction pooler (DEPROV_POOLER_MODE=transaction): \
+                     run `deprov migrate` with a direct DEPROV_DATABASE_URL, then start with DEPROV_MIGRATE=false"
+                .into(),
+        });
+    }
+    settings.pooler_mode.apply();
     let pools = Pools::new(&settings.database_url, target, &config.pools).map_err(AppError::Url)?;
     let migrated = Arc::new(AtomicBool::new(true));
     if settings.migrate {
@@ -178,8 +205,9 @@ fn spawn_worker(
 }
 
 /// Refuses to start when `[tenant] root_table` / `key_column` do not exist in the target database.
-/// A target that cannot be reached within 5 s is not an error (deprov must start while the
-/// database is down); the plan is checked again when a job runs.
+/// A target that cannot be reached is not an error (deprov must start while the database is down);
+/// the plan is checked again when a job runs. The wait is bounded by the pool's 5 s acquire timeout
+/// and, on the server, by [`db::Bounds::STATE`]; no client deadline abandons the catalog query.
 /// It uses a connection of its own (`deprov-cli`), closed afterwards, so the target pool starts empty.
 async fn check_tenant_root(config: &Config, target_url: &str) -> Result<(), AppError> {
     let root = config.root_table();
@@ -189,18 +217,11 @@ async fn check_tenant_root(config: &Config, target_url: &str) -> Result<(), AppE
         acquire_timeout: std::time::Duration::from_secs(5),
     };
     let pool = db::pool(&options, db::PoolRole::Cli, &bounds);
-    let check = crate::engine::load_plan(&pool, &root, &config.tenant.key_column);
-    let result = match tokio::time::timeout(std::time::Duration::from_secs(6), check).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(crate::engine::EngineError::Plan(e))) => Err(AppError::Tenant(e)),
-        Ok(Err(e)) => {
+    let result = match crate::engine::load_plan(&pool, &root, &config.tenant.key_column).await {
+        Ok(_) => Ok(()),
+        Err(crate::engine::EngineError::Plan(e)) => Err(AppError::Tenant(e)),
+        Err(e) => {
             tracing::warn!(error = %e, "target database not reachable at start; [tenant] is checked when a job runs");
-            Ok(())
-        }
-        Err(_) => {
-            tracing::warn!(
-                "target database did not answer within 5 s; [tenant] is checked when a job runs"
-            );
             Ok(())
         }
     };
@@ -290,9 +311,10 @@ impl Application {
     }
 
     /// Serves HTTP and runs the worker (unless `--no-worker`) until `cancel` fires, then stops
-    /// accepting, lets in-flight requests finish, stops the worker at its next boundary and returns.
-    /// Also runs, until then: pending migrations ([`Application::build`] on a database that was down),
-    /// the rate limiter's cleanup and the metrics upkeep.
+    /// accepting, lets in-flight requests finish, stops the worker at its next boundary, closes the
+    /// pools (after handlers still running in their own tasks are done) and returns. Also runs, until
+    /// then: pending migrations ([`Application::build`] on a database that was down), the rate
+    /// limiter's cleanup and the metrics upkeep.
     ///
     /// # Errors
     /// [`AppError::Io`] when serving fails.
@@ -321,6 +343,8 @@ impl Application {
         {
             tracing::error!(error = %e, "worker task ended abnormally");
         }
+        // Waits for handlers still running in their own tasks, then ends every connection cleanly.
+        self.state.pools.close().await;
         tracing::info!("deprov stopped");
         served.map_err(|source| AppError::Io {
             addr: self.address,
@@ -348,7 +372,7 @@ pub async fn run_worker(settings: Settings, cancel: CancellationToken) -> Result
     };
     telemetry::spawn_upkeep(cancel.child_token());
     let queue = pools.queue.clone();
-    let worker = Worker::new(pools, config, worker_id());
+    let worker = Worker::new(pools.clone(), config, worker_id());
     tracing::info!(worker = %worker.id, "deprov worker running");
     if let Some(task) = spawn_worker(Some(worker), queue, migrated, cancel.clone()) {
         let _ = task.await;
@@ -357,6 +381,7 @@ pub async fn run_worker(settings: Settings, cancel: CancellationToken) -> Result
     if let Some(task) = metrics {
         let _ = task.await;
     }
+    pools.close().await;
     Ok(())
 }
 

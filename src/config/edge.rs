@@ -64,7 +64,7 @@ impl RateLimitConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// Bound on each scrape-time database read: the wait for a connection and the read's
-    /// `statement_timeout`, 1ms..=10s. Default 1s.
+    /// `lock_timeout` and `statement_timeout`, 1ms..=10s. Default 1s.
     #[serde(with = "humantime_serde")]
     pub read_timeout: Duration,
 }

@@ -206,7 +206,9 @@ impl Plan {
     /// action never touches them; deleting a referenced row in an earlier batch than its referencing
     /// row would apply it (set a default that may not exist, a NULL into NOT NULL, or fail a
     /// RESTRICT). A batch therefore keeps back rows still referenced through them (see
-    /// [`super::queries::batch`]); the root's cascade removes what is kept back.
+    /// [`super::queries::batch`]). The worker passes over the table's steps again while a pass
+    /// deletes something and sweeps what is left in one statement ([`super::queries::sweep`]),
+    /// before any parent's cascade can reach a kept-back row.
     pub fn held_self_refs(&self, table: u32) -> Vec<usize> {
         self.catalog
             .foreign_keys

@@ -230,7 +230,7 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     }
     for &h in &held {
         // Keep back rows that rows outside this batch still reference through a non-CASCADE
-        // self-reference (the root's cascade deletes them, as the cascade would).
+        // self-reference (a later pass or the table's sweep deletes them).
         let fk = &plan.catalog.foreign_keys[h];
         b.sql(" AND NOT EXISTS (SELECT 1 FROM ")
             .table(plan.name(step.table))
@@ -286,6 +286,77 @@ pub fn count_table(plan: &Plan, table: u32) -> Statement {
         from_path(b, plan, table, &step.path, STEP_BASE);
     });
     b.sql(") s");
+    b.build()
+}
+
+/// Deletes, in one statement, every tenant row of `table` still present over all of its steps,
+/// with every row that references one of them, transitively, through a self-reference that makes
+/// the cascade fail while the referencing row remains (RESTRICT, NO ACTION, SET NULL into NOT NULL:
+/// [`crate::engine::catalog::ForeignKey::blocks`]). It is the last resort for rows a table's batches
+/// keep back ([`Plan::held_self_refs`]) when another pass over the steps deletes none of them: they
+/// reference each other in a cycle, or rows the steps do not reach reference them (rows the cascade
+/// reaches only below a tree's descendants). Since the cascade succeeds (the pre-check,
+/// `engine::simulate`, runs whenever such a key exists), it deletes those referencing rows too;
+/// deleted together, as the cascade deletes them, no such check fails at commit.
+/// `$1` = tenant key; returns `int8` (rows deleted in `table`).
+pub fn sweep(plan: &Plan, table: u32) -> Statement {
+    let steps: Vec<&Step> = plan.steps.iter().filter(|s| s.table == table).collect();
+    let fks = &plan.catalog.foreign_keys;
+    let blocking: Vec<usize> = plan
+        .held_self_refs(table)
+        .into_iter()
+        .filter(|&h| fks[h].blocks())
+        .collect();
+    // The referenced columns the recursion follows, each carried once.
+    let mut carried: Vec<&String> = Vec::new();
+    for &h in &blocking {
+        for c in &fks[h].to_cols {
+            if !carried.contains(&c) {
+                carried.push(c);
+            }
+        }
+    }
+    let mut b = SqlBuilder::new();
+    b.sql("WITH RECURSIVE s AS (");
+    b.join(&steps, " UNION ", |b, _, step| {
+        b.sql("SELECT ")
+            .col(STEP_BASE, "tableoid")
+            .sql(" AS toid, ")
+            .col(STEP_BASE, "ctid")
+            .sql(" AS tid");
+        for (i, c) in carried.iter().enumerate() {
+            b.sql(", ").col(STEP_BASE, c).sql(" AS c").int(i as i64);
+        }
+        from_path(b, plan, table, &step.path, STEP_BASE);
+    });
+    if !blocking.is_empty() {
+        b.sql(" UNION SELECT ")
+            .col(REF_BASE, "tableoid")
+            .sql(", ")
+            .col(REF_BASE, "ctid");
+        for c in &carried {
+            b.sql(", ").col(REF_BASE, c);
+        }
+        b.sql(" FROM ")
+            .table(plan.name(table))
+            .sql(" ")
+            .alias(REF_BASE)
+            .sql(" JOIN s ON ");
+        b.join(&blocking, " OR ", |b, _, &h| {
+            b.sql("(");
+            b.join(&fks[h].from_cols, " AND ", |b, j, from| {
+                let at = carried
+                    .iter()
+                    .position(|c| **c == fks[h].to_cols[j])
+                    .expect("carried above");
+                b.col(REF_BASE, from).sql(" = s.c").int(at as i64);
+            });
+            b.sql(")");
+        });
+    }
+    b.sql("), del AS (DELETE FROM ")
+        .table(plan.name(table))
+        .sql(" d USING s WHERE d.tableoid = s.toid AND d.ctid = s.tid RETURNING 1) SELECT count(*) FROM del");
     b.build()
 }
 

@@ -14,6 +14,8 @@
 //! Every error is RFC 9457 problem+json ([`error::ApiError`]). Middleware, outermost first: request ID
 //! (`x-request-id`, generated when absent, echoed back), tracing span per request, panic → 500 problem,
 //! request timeout ([`REQUEST_TIMEOUT`]) → 503 problem, body limit (`[intake] max_body_bytes`) → 413.
+//! Handlers run in their own task: the request timeout and a client hanging up end only the wait,
+//! never a statement mid-flight (statements are bounded on the server instead, see [`crate::db`]).
 
 pub mod auth;
 pub mod error;
@@ -208,9 +210,18 @@ async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
+/// Answers 503 after [`REQUEST_TIMEOUT`]. The handler runs in its own task, so neither this deadline
+/// nor a client hanging up drops it mid-statement: it finishes (its transaction bounded on the server,
+/// see [`crate::db`]) and its answer is discarded. A handler's panic is passed on to `CatchPanicLayer`.
 async fn request_timeout(request: Request, next: Next) -> Response {
-    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
-        Ok(response) => response,
+    use tracing::Instrument as _;
+    let handler = tokio::spawn(next.run(request).in_current_span());
+    match tokio::time::timeout(REQUEST_TIMEOUT, handler).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(join)) => match join.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => ApiError::Internal("handler task cancelled".into()).into_response(),
+        },
         Err(_) => ApiError::Unavailable {
             detail: format!("request not answered within {REQUEST_TIMEOUT:?}"),
             retry_after: 1,

@@ -5,8 +5,9 @@
 //! scrape never hangs on a database that is down or slow:
 //! - the wait for a connection is cut at `[metrics] read_timeout` (a dropped acquire leaves nothing
 //!   running);
-//! - the statements run in one transaction with `SET LOCAL statement_timeout` = `read_timeout`, so the
-//!   server ends them itself and the connection goes back to the pool intact;
+//! - the statements run in one transaction opened by [`db::begin_on`] with lock and statement
+//!   timeouts of `read_timeout` ([`db::Bounds`]), so the server ends them itself and the connection
+//!   goes back to the pool intact;
 //! - a last-resort client deadline of 3 × `read_timeout` covers a peer that stopped answering.
 //!
 //! A failed read leaves that database's gauges at their last known values, sets
@@ -14,8 +15,9 @@
 //! answers 200 with everything else. Concurrent scrapes share one read (a scrape that waited for
 //! another's read uses its result).
 //!
-//! Statements are unnamed (`persistent(false)`) inside that transaction, so the reads work behind a
-//! transaction-mode pooler.
+//! Statements go through [`db::query_as`] and friends inside that transaction, so they are unnamed
+//! under `DEPROV_POOLER_MODE=transaction` and the reads work behind a transaction-mode pooler (see
+//! [`crate::db`]).
 //!
 //! The state database is read through the `queue` pool (never `intake`, so scrapes never take
 //! intake's connections); the target database (`deprov_target_lock_waiters`,
@@ -111,15 +113,10 @@ impl Collector {
     {
         let t = self.read_timeout;
         let work = async {
-            let conn = tokio::time::timeout(t, db::acquire(pool))
+            let mut conn = tokio::time::timeout(t, db::acquire(pool))
                 .await
                 .map_err(|_| ReadError::Acquire(t))??;
-            let mut tx = sqlx::Transaction::begin(conn, None).await?;
-            sqlx::query("SELECT set_config('statement_timeout', $1, true)")
-                .bind(format!("{}ms", t.as_millis().max(1)))
-                .persistent(false)
-                .execute(&mut *tx)
-                .await?;
+            let mut tx = db::begin_on(&mut conn, db::Bounds::new(t, t)).await?;
             read(&mut tx).await?;
             tx.commit().await?;
             Ok::<(), ReadError>(())
@@ -151,12 +148,11 @@ const JOB_STATES: [JobState; 5] = [
 /// Jobs per state, the oldest claimable queued job's wait, and the kill switch.
 async fn read_state(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     let counts = crate::queue::jobs::counts(&mut *conn).await?;
-    let (age, engaged): (f64, bool) = sqlx::query_as(
+    let (age, engaged): (f64, bool) = db::query_as(
         "SELECT coalesce((SELECT extract(epoch FROM now() - min(run_after))::float8 FROM deprov.jobs \
                           WHERE state = 'queued' AND run_after <= now()), 0), \
                 (SELECT engaged FROM deprov.kill_switch)",
     )
-    .persistent(false)
     .fetch_one(&mut *conn)
     .await?;
     for state in JOB_STATES {

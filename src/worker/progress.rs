@@ -44,6 +44,14 @@ pub struct Progress {
     pub replans: i64,
     /// The `cascade_rows` in use after the last re-plan.
     pub cascade_rows: Option<u32>,
+    /// Extra passes over a table's steps for rows kept back while still referenced through a
+    /// non-CASCADE self-reference, and one-statement sweeps of what no pass could delete.
+    pub held_passes: i64,
+    /// Sweeps (see `held_passes`).
+    pub held_sweeps: i64,
+    /// Rows updated before the first batch as the cascade's SET NULL / SET DEFAULT would leave them,
+    /// because those updates keep them out of a later CASCADE (`engine::simulate::preset`).
+    pub presets: u64,
     /// Longest of those rolled-back batch transactions, in milliseconds (locks were held this long).
     pub longest_rolled_back_ms: f64,
     /// Pauses for the target's sake (see [`crate::config::PacingConfig`]).
@@ -124,6 +132,13 @@ pub struct Checkpoint {
     pub cascade_rows: Option<u32>,
     /// Rows per batch (adapted to the measured batch time).
     pub rows: i64,
+    /// Rows the current pass over the current table's steps kept back (see
+    /// `Plan::held_self_refs`): still referenced through a non-CASCADE self-reference.
+    #[serde(default)]
+    pub kept_back: i64,
+    /// Rows the current pass over the current table's steps deleted.
+    #[serde(default)]
+    pub pass_deleted: i64,
 }
 
 impl Checkpoint {

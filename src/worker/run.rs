@@ -12,6 +12,7 @@ use crate::engine::simulate::{self, SimError, Verdict};
 use crate::engine::{self, BatchLimits, Cursor, EngineError, Plan};
 
 use super::pacing::Pacer;
+use crate::db::{self, Bounds};
 use crate::queue::Job;
 use crate::queue::jobs::{self, Outcome};
 use crate::queue::kill_switch;
@@ -99,9 +100,10 @@ impl JobRun {
         if self.worker.stop.is_cancelled() {
             return Err(Stop::Outcome(Outcome::Wait(Duration::ZERO)));
         }
-        if kill_switch::is_engaged(&mut *crate::db::acquire(&self.worker.pools.queue).await?)
-            .await?
-        {
+        let mut tx = db::begin(&self.worker.pools.queue, Bounds::STATE).await?;
+        let engaged = kill_switch::is_engaged(&mut *tx).await?;
+        tx.commit().await?;
+        if engaged {
             return Err(Stop::Outcome(Outcome::Held));
         }
         Ok(())
@@ -110,8 +112,9 @@ impl JobRun {
     async fn heartbeat(&self, step: &str, checkpoint: Option<&Checkpoint>) -> Result<(), Stop> {
         let cp = checkpoint.map(Checkpoint::to_json);
         let w = &self.worker;
+        let mut tx = db::begin(&w.pools.queue, Bounds::STATE).await?;
         let owned = jobs::heartbeat(
-            &mut *crate::db::acquire(&w.pools.queue).await?,
+            &mut *tx,
             self.job.id,
             &w.id,
             w.config.worker.lease,
@@ -120,6 +123,7 @@ impl JobRun {
             &self.progress.to_json(),
         )
         .await?;
+        tx.commit().await?;
         if owned { Ok(()) } else { Err(Stop::LeaseLost) }
     }
 
@@ -315,7 +319,10 @@ impl JobRun {
                 .first()
                 .map_or(batch_rows, |s| plan.first_batch_rows(s.table, batch_rows)),
             cascade_rows: lowered(cascade_rows),
+            kept_back: 0,
+            pass_deleted: 0,
         };
+        let starting = !matches!(&stored, Some(cp) if cp.plan == plan.hash());
         let mut cp = match stored {
             Some(cp) if cp.plan == plan.hash() => cp,
             Some(_) => {
@@ -332,6 +339,24 @@ impl JobRun {
         for step in &leaves_first.steps {
             self.progress
                 .table_mut(&leaves_first.name(step.table).to_string());
+        }
+        if starting && simulate::detaches(leaves_first) {
+            // The cascade's SET NULL / SET DEFAULT updates that keep rows out of a later CASCADE
+            // (engine::simulate::preset) go first, so the batches meet those rows as it would.
+            self.may_destroy().await?;
+            let presets = simulate::presets(
+                &w.pools.target,
+                leaves_first,
+                tenant,
+                &self.limits,
+                hd.max_simulated_rows,
+            )
+            .await
+            .map_err(EngineError::from)?;
+            let updated =
+                simulate::apply_presets(&w.pools.target, leaves_first, &presets, &self.limits)
+                    .await?;
+            self.progress.presets = updated;
         }
         let mut timeouts = 0;
         let hd = &w.config.hard_delete;
@@ -434,9 +459,62 @@ impl JobRun {
                 .next_rows(cp.rows, batch.selected, batch.elapsed);
             cp.parents = sizing::next_parents(cp.parents, cp.rows, &batch, rows);
             cp.rows = rows;
+            cp.kept_back += batch.selected - batch.deleted;
+            cp.pass_deleted += batch.deleted;
+            let last_of_table = !plan.steps[cp.step + 1..]
+                .iter()
+                .any(|s| s.table == step.table);
             match batch.next {
                 Some(cursor) => cp.cursor = cursor,
+                None if last_of_table && cp.kept_back > 0 => {
+                    // Rows kept back as still referenced through a non-CASCADE self-reference must
+                    // be gone before a parent's cascade reaches them (it would fire that reference
+                    // on them while their referencing rows remain). Once their referencing rows are
+                    // deleted they can go: pass over the table's steps again while a pass deletes
+                    // something, then delete what is left in one statement.
+                    if cp.pass_deleted > 0 {
+                        self.progress.held_passes += 1;
+                        cp.step = plan
+                            .steps
+                            .iter()
+                            .position(|s| s.table == step.table)
+                            .expect("the step's own table");
+                    } else {
+                        let started = std::time::Instant::now();
+                        let swept = engine::run_sweep(
+                            &w.pools.target,
+                            &plan,
+                            step.table,
+                            tenant,
+                            &self.limits,
+                        )
+                        .await;
+                        if let Err(e) = &swept {
+                            telemetry::batch_failed(e.sqlstate().as_deref());
+                        }
+                        let n = swept?;
+                        let elapsed = started.elapsed();
+                        // A sweep is one more short batch transaction of this table.
+                        telemetry::batch_committed(elapsed, n);
+                        self.progress.held_sweeps += 1;
+                        self.progress
+                            .record_batch(&table, n, elapsed.as_secs_f64() * 1000.0);
+                        cp.step += 1;
+                        self.progress.table_mut(&table).done = true;
+                    }
+                    cp.cursor = Cursor::Start;
+                    cp.parents = 1;
+                    cp.kept_back = 0;
+                    cp.pass_deleted = 0;
+                    cp.rows = plan.steps.get(cp.step).map_or(self.limits.rows, |s| {
+                        plan.first_batch_rows(s.table, self.limits.rows)
+                    });
+                }
                 None => {
+                    if last_of_table {
+                        cp.kept_back = 0;
+                        cp.pass_deleted = 0;
+                    }
                     cp.step += 1;
                     cp.cursor = Cursor::Start;
                     cp.parents = 1;

@@ -161,6 +161,7 @@ pub async fn spawn_app_with(options: TestOptions) -> TestApp {
         migrate: !options.state_unreachable,
         no_worker: !options.worker,
         metrics_listen: None,
+        pooler_mode: deprov::db::PoolerMode::Session,
     };
     let app = Application::build(settings)
         .await

@@ -8,6 +8,7 @@ mod kill_switch;
 mod metrics;
 mod openapi;
 mod operator;
+mod pooler;
 mod pools;
 mod process;
 mod rate_limit;

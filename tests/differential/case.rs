@@ -231,8 +231,13 @@ pub async fn run(server: &Throwaway, admin: &PgPool, seed: u64) -> Result<Passed
                 Err((
                     Kind::FailedWhereCascadeSucceeds,
                     format!(
-                        "the cascade succeeded but deprov's job ended {} ({:?})\n",
-                        job.state, job.last_error
+                        "the cascade succeeded but deprov's job ended {} ({:?}) at table {:?}\n",
+                        job.state,
+                        job.last_error,
+                        job.progress
+                            .get("current_table")
+                            .and_then(|t| t.as_str())
+                            .unwrap_or("-")
                     ),
                 ))
             } else if !diff.is_empty() {

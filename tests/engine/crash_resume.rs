@@ -259,3 +259,73 @@ async fn sigtermed_worker_hands_the_job_back_and_exits() {
     assert_eq!(fin.soft_deleted_at, at_stop.soft_deleted_at);
     s.assert_equals_cascade(&db, "after SIGTERM").await;
 }
+
+/// The job, polled until `pred` holds (at most 60 s), tolerating errors while the server is down;
+/// fails at once if the worker process exited.
+async fn wait_through_outage(
+    proc: &mut WorkerProcess,
+    db: &DemoDb,
+    id: Uuid,
+    pred: impl Fn(&deprov::queue::Job) -> bool,
+) -> deprov::queue::Job {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(Some(job)) = jobs::get(&db.db, id).await
+            && pred(&job)
+        {
+            return job;
+        }
+        if let Some(status) = proc.child.try_wait().unwrap() {
+            panic!("worker exited ({status}) during the outage\n{}", proc.log());
+        }
+        assert!(Instant::now() < deadline, "timed out\n{}", proc.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// PostgreSQL crashes mid-job (`pg_ctl stop -m immediate`: the state and the target database are on
+/// this one server) and is started again: the same worker process, untouched, completes the job
+/// from its checkpoint, equal to the cascade. Twice in one job, at seeded batch counts.
+#[tokio::test]
+async fn postgres_crash_mid_job_completes_without_an_operator() {
+    let s = Scenario::prepare().await;
+    let (db, job_id) = s.fresh("outage").await;
+    let seed: u64 = match std::env::var("DEPROV_CRASH_SEED") {
+        Ok(v) => v.parse().unwrap(),
+        Err(_) => rand::random(),
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let first = rng.random_range(5..40);
+    let second = first + rng.random_range(5..40);
+    println!("DEPROV_CRASH_SEED={seed} crash points at {first} and {second} batches");
+    let mut proc = s.spawn("outage");
+    for k in [first, second] {
+        let before = wait_through_outage(&mut proc, &db, job_id, |j| {
+            Progress::from_json(&j.progress).batches >= k
+        })
+        .await;
+        assert_eq!(before.state(), JobState::Running, "{before:?}");
+        s.server.server.stop().unwrap();
+        s.server.server.restart().unwrap();
+    }
+    let done = wait_through_outage(&mut proc, &db, job_id, |j| {
+        matches!(j.state(), JobState::Completed | JobState::Failed)
+    })
+    .await;
+    assert_eq!(
+        done.state(),
+        JobState::Completed,
+        "{done:?}\n{}",
+        proc.log()
+    );
+    let fin = Progress::from_json(&done.progress);
+    assert!(fin.batches > second, "{fin:?}");
+    // Resumed from the checkpoint under the same plan (a restart from the first step leaves a note).
+    assert_eq!(fin.note, None, "{fin:?}");
+    println!(
+        "completed after two crashes: {} attempts, {} batches, {} rows; last error {:?}",
+        done.attempts, fin.batches, fin.rows_deleted, done.last_error
+    );
+    s.assert_equals_cascade(&db, "after two PostgreSQL crashes")
+        .await;
+}

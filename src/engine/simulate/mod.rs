@@ -37,8 +37,11 @@
 //! `hard_delete.max_simulated_rows` of them.
 
 mod load;
+mod preset;
 mod state;
 mod store;
+
+pub use preset::{Preset, apply as apply_presets, detaches, presets};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -180,15 +183,19 @@ impl From<SimError> for EngineError {
 /// [`simulate`] needed. CASCADE and SET NULL into nullable columns never fail by themselves (a CHECK
 /// constraint or user trigger on the updated row is outside what the simulation models anyway), so a
 /// schema of those alone — like most — pays nothing.
+///
+/// Also when a SET NULL / SET DEFAULT key shares columns with another key of its table
+/// ([`detaches`]): then the simulation's updates are applied before the batches ([`presets`]).
 pub fn needs_simulation(plan: &Plan) -> bool {
-    plan.catalog.foreign_keys.iter().any(|fk| {
-        plan.closure.contains(&fk.to)
-            && match fk.on_delete {
-                OnDelete::Cascade => false,
-                OnDelete::SetNull => fk.blocks(),
-                _ => true,
-            }
-    })
+    detaches(plan)
+        || plan.catalog.foreign_keys.iter().any(|fk| {
+            plan.closure.contains(&fk.to)
+                && match fk.on_delete {
+                    OnDelete::Cascade => false,
+                    OnDelete::SetNull => fk.blocks(),
+                    _ => true,
+                }
+        })
 }
 
 /// Simulates `DELETE FROM root WHERE key = tenant` (see the module docs). Read-only: every query is
@@ -284,6 +291,17 @@ impl Ctx<'_> {
         roots: &[usize],
         reverse: bool,
     ) -> Result<(Result<(), Box<CascadeFailure>>, bool), SimError> {
+        let (outcome, run) = self.run_keeping(store, roots, reverse).await?;
+        Ok((outcome, run.multi))
+    }
+
+    /// [`Self::run`], returning the run itself (what it deleted and updated).
+    async fn run_keeping(
+        &self,
+        store: &mut Store,
+        roots: &[usize],
+        reverse: bool,
+    ) -> Result<(Result<(), Box<CascadeFailure>>, Run), SimError> {
         let mut run = Run::new(reverse);
         run.delete(store, self.facts, self.plan, roots);
         let mut fired: u64 = 0;
@@ -311,10 +329,10 @@ impl Ctx<'_> {
             }
             for ev in generation {
                 if let Err(f) = run.fire(store, self.facts, self.plan, ev) {
-                    return Ok((Err(f), run.multi));
+                    return Ok((Err(f), run));
                 }
             }
         }
-        Ok((Ok(()), run.multi))
+        Ok((Ok(()), run))
     }
 }

@@ -50,6 +50,14 @@ impl Run {
         }
     }
 
+    /// Rows the run updated and did not delete, with their values at the end.
+    pub fn survivors(&self) -> impl Iterator<Item = (usize, &Vec<Option<String>>)> {
+        self.over
+            .iter()
+            .filter(|(r, _)| !self.deleted.contains(r))
+            .map(|(&r, v)| (r, v))
+    }
+
     fn vals<'a>(&'a self, store: &'a Store, row: usize) -> &'a [Option<String>] {
         self.over.get(&row).unwrap_or(&store.rows[row].vals)
     }
