@@ -54,6 +54,7 @@
 //! which times the wait and counts acquire timeouts (sqlx reports neither); the pool's `after_connect`
 //! hook counts new connections. Both feed [`crate::telemetry`] under the pool's [`PoolRole::label`].
 
+pub mod breaker;
 pub mod keepalive;
 
 use std::str::FromStr;
@@ -169,11 +170,20 @@ impl Bounds {
 ///
 /// # Errors
 /// sqlx's acquire errors: `PoolTimedOut` (no connection within `acquire_timeout`, which includes
-/// connecting to a database that is down), `PoolClosed`.
+/// connecting to a database that is down — and at once, while [`breaker`] knows it is down),
+/// `PoolClosed`.
 pub async fn acquire(pool: &PgPool) -> Result<PoolConnection<Postgres>, sqlx::Error> {
     let started = Instant::now();
+    if !breaker::admit(pool) {
+        // The database is down (see `breaker`): fail at once instead of waiting acquire_timeout.
+        crate::telemetry::pool_acquired(pool_label(pool), started.elapsed(), true);
+        return Err(sqlx::Error::PoolTimedOut);
+    }
     let result = pool.acquire().await;
     let timed_out = matches!(result, Err(sqlx::Error::PoolTimedOut));
+    if result.is_ok() || timed_out {
+        breaker::record(pool, timed_out);
+    }
     crate::telemetry::pool_acquired(pool_label(pool), started.elapsed(), timed_out);
     result
 }

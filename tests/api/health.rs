@@ -117,6 +117,19 @@ async fn started_with_its_database_down_deprov_stays_up_and_becomes_ready_when_i
         intake_wait < std::time::Duration::from_secs(2),
         "{intake_wait:?}"
     );
+    // Known down now: the next requests fail fast instead of waiting acquire_timeout again (one
+    // caller per second probes the database).
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        let again = process.post_deletion("1").await;
+        assert_eq!(again.headers()["retry-after"], "1");
+        assert_problem(again, StatusCode::SERVICE_UNAVAILABLE).await;
+    }
+    let fast = started.elapsed();
+    assert!(
+        fast < std::time::Duration::from_millis(500),
+        "3 requests took {fast:?}: not failing fast"
+    );
     // A scrape answers at once with what is known.
     let started = std::time::Instant::now();
     let m = process.scrape().await;
@@ -128,7 +141,9 @@ async fn started_with_its_database_down_deprov_stays_up_and_becomes_ready_when_i
     assert_eq!(m.value("deprov_db_up", &[("database", "state")]), 0.0);
     assert!(m.value("deprov_db_read_errors_total", &[("database", "state")]) >= 1.0);
     assert!(process.is_running());
-    println!("database down: intake answered 503 in {intake_wait:?}, /metrics in {scrape_wait:?}");
+    println!(
+        "database down: intake answered 503 in {intake_wait:?}, the next 3 in {fast:?}, /metrics in {scrape_wait:?}"
+    );
 
     process.pg.restart().unwrap();
     let back = std::time::Instant::now();
