@@ -64,6 +64,10 @@ pub struct StateDb {
     /// deprov's own state database, a `postgres://` URL.
     #[arg(long, env = "DEPROV_DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
+    /// `transaction` when the URL points at a transaction pooler (see `deprov serve --help`);
+    /// `migrate` then refuses to run.
+    #[arg(long, env = "DEPROV_POOLER_MODE", value_enum, default_value_t = db::PoolerMode::Session)]
+    pub pooler_mode: db::PoolerMode,
 }
 
 /// `deprov kill-switch`.
@@ -100,7 +104,9 @@ pub enum KillSwitchAction {
 }
 
 /// `deprov plan`: reads the target's catalog and prints the plan, row counts and blockers. Read-only.
+/// Fails (exit status 1) when deprov would refuse the tenant: the cascading DELETE would fail.
 async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::Result<()> {
+    settings.pooler_mode.apply();
     let config = crate::config::Config::load(&settings.config.to_string_lossy())?;
     let target_url = settings
         .target_url
@@ -111,11 +117,21 @@ async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::
         PoolRole::Cli,
         &config.pools.target,
     );
-    let report = crate::engine::report::PlanReport::build(&target, &config, tenant).await?;
+    let report = crate::engine::report::PlanReport::build(&target, &config, tenant).await;
+    // Closed before exiting: a connection dropped with sqlx's release ping in flight makes PgBouncer
+    // close its server connection ("client disconnect while server was not ready").
+    target.close().await;
+    let report = report?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.to_text());
+    }
+    if report.cascade.would_fail {
+        // The worker refuses such a tenant before its soft delete; scripts see it in the status.
+        anyhow::bail!(
+            "deprov would refuse to delete tenant {tenant}: the cascading DELETE would fail (see the cascade check)"
+        );
     }
     Ok(())
 }
@@ -181,18 +197,30 @@ pub fn describe(switch: &KillSwitch, moved: Option<u64>) -> String {
     line
 }
 
-async fn kill_switch_command(args: KillSwitchArgs) -> anyhow::Result<()> {
-    let pool = cli_pool(&args.db.database_url)?;
-    let (switch, moved) = match &args.action {
-        KillSwitchAction::Status => (kill_switch::get(&pool).await?, None),
+/// Reads or sets the kill switch, each in one bounded transaction.
+async fn kill_switch_change(
+    pool: &sqlx::PgPool,
+    action: &KillSwitchAction,
+) -> Result<(KillSwitch, Option<u64>), sqlx::Error> {
+    let mut tx = db::begin(pool, db::Bounds::STATE).await?;
+    let result = match action {
+        KillSwitchAction::Status => (kill_switch::get(&mut *tx).await?, None),
         KillSwitchAction::On { reason } | KillSwitchAction::Off { reason } => {
-            let engage = matches!(args.action, KillSwitchAction::On { .. });
-            let mut tx = pool.begin().await?;
+            let engage = matches!(action, KillSwitchAction::On { .. });
             let (switch, moved) = kill_switch::set(&mut tx, engage, reason, "cli").await?;
-            tx.commit().await?;
             (switch, Some(moved))
         }
     };
+    tx.commit().await?;
+    Ok(result)
+}
+
+async fn kill_switch_command(args: KillSwitchArgs) -> anyhow::Result<()> {
+    args.db.pooler_mode.apply();
+    let pool = cli_pool(&args.db.database_url)?;
+    let result = kill_switch_change(&pool, &args.action).await;
+    pool.close().await; // see plan_command
+    let (switch, moved) = result?;
     if args.json {
         let at = switch
             .changed_at
@@ -224,7 +252,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             app::run_worker(settings, cancel).await?;
         }
         Command::Migrate(state) => {
-            db::migrate(&cli_pool(&state.database_url)?).await?;
+            if !state.pooler_mode.allows_migrations() {
+                anyhow::bail!(
+                    "migrations cannot run through a transaction pooler (DEPROV_POOLER_MODE=transaction): \
+                     give `deprov migrate` a direct DEPROV_DATABASE_URL"
+                );
+            }
+            let pool = cli_pool(&state.database_url)?;
+            let migrated = db::migrate(&pool).await;
+            pool.close().await; // see plan_command
+            migrated?;
             println!("state database migrated");
         }
         Command::KillSwitch(args) => kill_switch_command(args).await?,

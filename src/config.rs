@@ -5,12 +5,15 @@
 //! names the offending key. A full, commented example is `deploy/example.toml`; the README documents
 //! each key.
 
+mod edge;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::sql::QualifiedName;
+pub use edge::{MetricsConfig, RateLimitConfig};
 
 /// Why the configuration was refused. Every message names the key.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +75,9 @@ pub struct Config {
     pub intake: IntakeConfig,
     /// Vercel Marketplace partner API (`DELETE /v1/installations/{id}`); absent = route answers 404.
     pub vercel: Option<VercelConfig>,
+    /// How `GET /metrics` reads gauges from the databases.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
 }
 
 pub use crate::sources::SourceConfig;
@@ -273,6 +279,8 @@ pub struct IntakeConfig {
     /// connection stays open, 100ms..=60s (default 5s); then the connection is closed.
     #[serde(with = "humantime_serde")]
     pub header_timeout: Duration,
+    /// Per-source request rate limit (`[intake.rate_limit]`).
+    pub rate_limit: RateLimitConfig,
 }
 
 impl Default for IntakeConfig {
@@ -281,6 +289,7 @@ impl Default for IntakeConfig {
             max_body_bytes: 16 * 1024,
             max_header_bytes: 16 * 1024,
             header_timeout: Duration::from_secs(5),
+            rate_limit: RateLimitConfig::default(),
         }
     }
 }
@@ -479,6 +488,8 @@ impl Config {
                 "must be between 100ms and 60s",
             ));
         }
+        self.intake.rate_limit.validate()?;
+        self.metrics.validate()?;
         if let Some(v) = &self.vercel {
             match self.sources.get(&v.source).map(|s| s.scheme) {
                 None => {
@@ -597,6 +608,12 @@ mod tests {
                 "pools.target.max_connections",
             ),
             ("[vercel]\nsource = \"nobody\"", "vercel.source"),
+            (
+                "[intake.rate_limit]\nper_second = -1.0",
+                "intake.rate_limit.per_second",
+            ),
+            ("[intake.rate_limit]\nburst = 0", "intake.rate_limit.burst"),
+            ("[metrics]\nread_timeout = \"0s\"", "metrics.read_timeout"),
         ];
         for (extra, key) in cases {
             let err = Config::from_toml(&format!("{MINIMAL}\n{extra}\n"))

@@ -133,7 +133,28 @@ impl CatalogExpr {
     }
 }
 
-/// A finished statement, to be run with `sqlx::query(stmt.as_query())`.
+/// The opening of a bounded transaction (see `crate::db::begin`): `BEGIN; SET LOCAL lock_timeout =
+/// '<n>ms'; SET LOCAL statement_timeout = '<m>ms'`, plus `SET LOCAL synchronous_commit = on` when
+/// `durable`. Sent as one simple-protocol query. Durations are whole milliseconds, at least 1 (0 would
+/// mean "no limit" to PostgreSQL).
+pub fn begin_bounded(
+    lock: std::time::Duration,
+    statement: std::time::Duration,
+    durable: bool,
+) -> sqlx::AssertSqlSafe<String> {
+    let ms = |d: std::time::Duration| d.as_millis().max(1);
+    let mut sql = format!(
+        "BEGIN; SET LOCAL lock_timeout = '{}ms'; SET LOCAL statement_timeout = '{}ms'",
+        ms(lock),
+        ms(statement)
+    );
+    if durable {
+        sql.push_str("; SET LOCAL synchronous_commit = on");
+    }
+    sqlx::AssertSqlSafe(sql)
+}
+
+/// A finished statement, to be run with `db::query(stmt.as_query())`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Statement(String);
 

@@ -4,7 +4,10 @@
 //!
 //! Before every destructive statement the worker re-reads the kill switch; engaged, it records its
 //! checkpoint and hands the job back `held`. After every batch it heartbeats: the lease is extended and
-//! the checkpoint and progress are saved in one guarded `UPDATE` (see [`crate::queue::jobs`]). A worker
+//! the checkpoint and progress are saved in one guarded `UPDATE` (see [`crate::queue::jobs`]). Queue
+//! statements run in transactions bounded by [`crate::db::Bounds::STATE`], the engine's by
+//! `[hard_delete]`; the worker awaits every statement to its end (a stop takes effect between them).
+//! A worker
 //! that has lost its lease stops without touching the job. A panic in a job is caught and ends the job
 //! `failed`: no job is ever left `running` by a live worker; a dead worker's lease expires.
 
@@ -20,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::db::Pools;
+use crate::db::{self, Bounds, Pools};
 use crate::queue::jobs::{self, Outcome};
 
 pub use progress::{Checkpoint, Progress, TableProgress};
@@ -86,8 +89,10 @@ impl Worker {
     /// # Errors
     /// [`WorkerError`] when the state database cannot be reached.
     pub async fn step(&self) -> Result<StepOutcome, WorkerError> {
-        let Some(job) = jobs::claim(&self.pools.queue, &self.id, self.config.worker.lease).await?
-        else {
+        let mut tx = db::begin(&self.pools.queue, Bounds::STATE).await?;
+        let claimed = jobs::claim(&mut *tx, &self.id, self.config.worker.lease).await?;
+        tx.commit().await?;
+        let Some(job) = claimed else {
             return Ok(StepOutcome::Idle);
         };
         let job_id = job.id;
@@ -134,14 +139,9 @@ impl Worker {
         if let Outcome::Failed(e) | Outcome::RetryAfter(e, _) = &outcome {
             tracing::warn!(%job_id, error = %e, "job handed back with an error");
         }
-        let owned = jobs::finish(
-            &self.pools.queue,
-            job_id,
-            &self.id,
-            &outcome,
-            &progress.to_json(),
-        )
-        .await?;
+        let mut tx = db::begin(&self.pools.queue, Bounds::STATE).await?;
+        let owned = jobs::finish(&mut *tx, job_id, &self.id, &outcome, &progress.to_json()).await?;
+        tx.commit().await?;
         let state = if !owned {
             "lost"
         } else {

@@ -173,6 +173,8 @@ pub async fn run(args: &DemoArgs) -> Result<DemoOutcome, DemoError> {
         operator_token: Some(operator.clone()),
         migrate: true,
         no_worker: false,
+        metrics_listen: None,
+        pooler_mode: crate::db::PoolerMode::Session,
     };
     let app = Application::build(settings).await?;
     let base = format!("http://{}", app.address());

@@ -162,7 +162,7 @@ impl Catalog {
     /// # Errors
     /// Database errors.
     pub async fn read(conn: &mut PgConnection) -> Result<Self, sqlx::Error> {
-        let tables: Vec<(i64, String, String, bool, Vec<String>, f64)> = sqlx::query_as(
+        let tables: Vec<(i64, String, String, bool, Vec<String>, f64)> = crate::db::query_as(
             "SELECT c.oid::int8, n.nspname::text, c.relname::text, c.relkind = 'p', \
                coalesce((SELECT array_agg(a.attname::text ORDER BY k.ord) \
                  FROM pg_constraint pk CROSS JOIN LATERAL unnest(pk.conkey) WITH ORDINALITY k(attnum, ord) \
@@ -174,7 +174,7 @@ impl Catalog {
         )
         .fetch_all(&mut *conn)
         .await?;
-        let columns: Vec<(i64, String, String)> = sqlx::query_as(
+        let columns: Vec<(i64, String, String)> = crate::db::query_as(
             "SELECT a.attrelid::int8, a.attname::text, format_type(a.atttypid, a.atttypmod) \
              FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
@@ -182,7 +182,7 @@ impl Catalog {
         )
         .fetch_all(&mut *conn)
         .await?;
-        let fks: Vec<FkRow> = sqlx::query_as(
+        let fks: Vec<FkRow> = crate::db::query_as(
             "SELECT c.conname::text, c.conrelid::int8, \
                ARRAY(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY k(attnum, ord) \
                      JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum ORDER BY k.ord), \

@@ -1,10 +1,11 @@
 //! The deletion engine: plans from the catalog ([`plan`]), renders SQL ([`queries`]) and runs it in
 //! short, bounded transactions on the target database.
 //!
-//! Every statement here runs inside its own transaction with `SET LOCAL lock_timeout` and
-//! `SET LOCAL statement_timeout` (via `set_config(..., true)`, PostgreSQL docs §9.27.1), so the server
-//! ends a stuck statement by itself and the connection survives (error 55P03 or 57014), rather than a
-//! client deadline abandoning a query on its connection.
+//! Every statement here runs inside its own transaction opened by [`crate::db::begin`] with
+//! `SET LOCAL lock_timeout` and `SET LOCAL statement_timeout` from `[hard_delete]` ([`BatchLimits`]),
+//! so the server ends a stuck statement by itself and the connection survives (error 55P03 or 57014),
+//! rather than a client deadline abandoning a query on its connection. Statements go through
+//! [`crate::db::query`], so they are unnamed behind a transaction pooler.
 
 pub mod absorb;
 pub mod catalog;
@@ -94,6 +95,13 @@ pub struct BatchLimits {
     pub statement_timeout: Duration,
 }
 
+impl BatchLimits {
+    /// The server-side bounds of a transaction with these limits.
+    pub fn bounds(&self) -> crate::db::Bounds {
+        crate::db::Bounds::new(self.lock_timeout, self.statement_timeout)
+    }
+}
+
 impl From<&HardDeleteConfig> for BatchLimits {
     fn from(c: &HardDeleteConfig) -> Self {
         Self {
@@ -124,29 +132,8 @@ pub struct BatchResult {
     pub elapsed: Duration,
 }
 
-/// Applies `SET LOCAL lock_timeout` and `statement_timeout` to the current transaction, and
-/// `plan_cache_mode = force_custom_plan`: batches are prepared statements, and a generic plan (chosen
-/// after five executions, PostgreSQL docs §20.7.4) would assume an average tenant — for the one huge
-/// tenant that makes every batch re-read all its rows instead of walking an index from the keyset.
-///
-/// # Errors
-/// Database errors.
-pub async fn set_local_timeouts(
-    conn: &mut PgConnection,
-    lock: Duration,
-    statement: Duration,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)",
-    )
-    .bind(format!("{}ms", lock.as_millis().max(1)))
-    .bind(format!("{}ms", statement.as_millis().max(1)))
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// Reads the catalog and plans deletion below `root`.
+/// Reads the catalog (in one transaction bounded by [`crate::db::Bounds::STATE`]) and plans
+/// deletion below `root`.
 ///
 /// # Errors
 /// Database errors, or [`PlanError`].
@@ -155,8 +142,9 @@ pub async fn load_plan(
     root: &QualifiedName,
     key_column: &str,
 ) -> Result<Plan, EngineError> {
-    let mut conn = target.acquire().await?;
-    let catalog = catalog::Catalog::read(&mut conn).await?;
+    let mut tx = crate::db::begin(target, crate::db::Bounds::STATE).await?;
+    let catalog = catalog::Catalog::read(&mut tx).await?;
+    tx.commit().await?;
     Ok(Plan::new(catalog, root, key_column)?)
 }
 
@@ -187,9 +175,8 @@ pub async fn find_blockers(
     let mut hits = Vec::new();
     for &fk_index in &plan.blockers {
         let stmt = queries::blocker_count(plan, fk_index);
-        let mut tx = target.begin().await?;
-        set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
-        let rows: i64 = sqlx::query_scalar(stmt.as_query())
+        let mut tx = crate::db::begin(target, limits.bounds()).await?;
+        let rows: i64 = crate::db::query_scalar(stmt.as_query())
             .bind(tenant)
             .fetch_one(&mut *tx)
             .await?;
@@ -228,23 +215,22 @@ pub async fn run_batch(
         Cursor::Within(p, k) => p.iter().chain(k).cloned().collect(),
     };
     let started = Instant::now();
-    let mut tx = target.begin().await?;
-    set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
+    let mut tx = crate::db::begin(target, limits.bounds()).await?;
     let before = if plan.absorbs_below(plan.steps[step].table) {
         Some(deleted_so_far(&mut tx, plan).await?)
     } else {
         None
     };
-    let (selected, deleted, seen, used, last_parent, last_row) = sqlx::query_as::<
-        _,
-        (i64, i64, i64, i64, Option<Vec<String>>, Option<Vec<String>>),
-    >(stmt.as_query())
-    .bind(tenant)
-    .bind(limits.rows)
-    .bind(position)
-    .bind(parents.max(1))
-    .fetch_one(&mut *tx)
-    .await?;
+    let (selected, deleted, seen, used, last_parent, last_row) =
+        crate::db::query_as::<(i64, i64, i64, i64, Option<Vec<String>>, Option<Vec<String>>)>(
+            stmt.as_query(),
+        )
+        .bind(tenant)
+        .bind(limits.rows)
+        .bind(position)
+        .bind(parents.max(1))
+        .fetch_one(&mut *tx)
+        .await?;
     let cascaded = match &before {
         Some(before) => {
             let after = deleted_so_far(&mut tx, plan).await?;
@@ -295,9 +281,8 @@ pub async fn run_sweep(
     limits: &BatchLimits,
 ) -> Result<i64, EngineError> {
     let stmt = queries::sweep(plan, table);
-    let mut tx = target.begin().await?;
-    set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
-    let deleted: i64 = sqlx::query_scalar(stmt.as_query())
+    let mut tx = crate::db::begin(target, limits.bounds()).await?;
+    let deleted: i64 = crate::db::query_scalar(stmt.as_query())
         .bind(tenant)
         .fetch_one(&mut *tx)
         .await?;
@@ -313,7 +298,7 @@ async fn deleted_so_far(
     plan: &Plan,
 ) -> Result<Vec<(u32, i64)>, sqlx::Error> {
     let oids: Vec<i64> = plan.absorbed.iter().map(|&t| i64::from(t)).collect();
-    let counts: Vec<(i64, i64)> = sqlx::query_as(
+    let counts: Vec<(i64, i64)> = crate::db::query_as(
         "SELECT o, pg_stat_get_xact_tuples_deleted(o::oid) FROM unnest($1::int8[]) WITH ORDINALITY u(o, i) ORDER BY i",
     )
     .bind(oids)
@@ -324,16 +309,23 @@ async fn deleted_so_far(
 
 /// Binds the tenant key to a configured statement's `$1` with the type PostgreSQL infers for it:
 /// integer types and uuid are parsed, anything else is sent as text.
+///
+/// Learning that type takes a described statement, which sqlx prepares under a name; it is closed
+/// again at once (`clear_cached_statements`), inside the caller's transaction, so no named statement
+/// outlives it on a pooled server connection.
 async fn bind_tenant<'q>(
     conn: &mut PgConnection,
     sql: &'q str,
     tenant: &'q str,
 ) -> Result<Query<'q, Postgres, PgArguments>, EngineError> {
+    use sqlx::Connection as _;
     let prepared = conn
         .prepare(sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(
             sql.to_owned(),
         )))
-        .await?;
+        .await;
+    conn.clear_cached_statements().await?;
+    let prepared = prepared?;
     let ty = match prepared.parameters() {
         Some(Either::Left([])) => String::new(),
         Some(Either::Left([only])) => only.name().to_owned(),
@@ -350,7 +342,7 @@ async fn bind_tenant<'q>(
             "tenant key {tenant:?} is not a valid {what} for $1 of: {sql}"
         ))
     };
-    let q = sqlx::query(sqlx::AssertSqlSafe(sql));
+    let q = crate::db::query(sqlx::AssertSqlSafe(sql));
     Ok(match ty.as_str() {
         "" => q,
         "INT2" => q.bind(tenant.parse::<i16>().map_err(|_| bad("smallint"))?),
@@ -371,8 +363,7 @@ pub async fn soft_delete(
     tenant: &str,
     limits: &BatchLimits,
 ) -> Result<u64, EngineError> {
-    let mut tx = target.begin().await?;
-    set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
+    let mut tx = crate::db::begin(target, limits.bounds()).await?;
     let mut rows = 0;
     for sql in statements {
         let q = bind_tenant(&mut tx, sql, tenant).await?;
@@ -393,8 +384,7 @@ pub async fn lookup_tenant(
     value: &str,
     limits: &BatchLimits,
 ) -> Result<Option<String>, EngineError> {
-    let mut tx = target.begin().await?;
-    set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
+    let mut tx = crate::db::begin(target, limits.bounds()).await?;
     let q = bind_tenant(&mut tx, sql, value).await?;
     let row = q.fetch_optional(&mut *tx).await?;
     tx.commit().await?;
@@ -433,9 +423,8 @@ pub async fn count_rows(
             continue;
         }
         let stmt = queries::count_table(plan, step.table);
-        let mut tx = target.begin().await?;
-        set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
-        let n: i64 = sqlx::query_scalar(stmt.as_query())
+        let mut tx = crate::db::begin(target, limits.bounds()).await?;
+        let n: i64 = crate::db::query_scalar(stmt.as_query())
             .bind(tenant)
             .fetch_one(&mut *tx)
             .await?;

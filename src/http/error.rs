@@ -66,6 +66,14 @@ pub enum ApiError {
     /// draft-ietf-httpapi-idempotency-key-header §2.7).
     #[error("{0}")]
     IdempotencyMismatch(String),
+    /// 429 with `Retry-After`: the source (or peer address) exceeded `[intake.rate_limit]`.
+    #[error("{detail}")]
+    TooManyRequests {
+        /// What was limited.
+        detail: String,
+        /// Seconds for the `Retry-After` header: when the next request of this source is admitted.
+        retry_after: u64,
+    },
     /// 503 with `Retry-After`: the state database did not answer within the pool's acquire timeout,
     /// or the request exceeded the server's request timeout.
     #[error("{detail}")]
@@ -95,6 +103,7 @@ impl ApiError {
             Self::Unprocessable(_) | Self::IdempotencyMismatch(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
+            Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -115,6 +124,7 @@ impl ApiError {
                 "idempotency-key-reused",
                 "Idempotency key reused with a different request",
             ),
+            Self::TooManyRequests { .. } => ("rate-limited", "Too many requests"),
             Self::Unavailable { .. } => ("unavailable", "Service temporarily unavailable"),
             Self::Internal(_) => ("internal", "Internal server error"),
         }
@@ -168,7 +178,7 @@ impl IntoResponse for ApiError {
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         match &self {
-            Self::Unavailable { retry_after, .. } => {
+            Self::Unavailable { retry_after, .. } | Self::TooManyRequests { retry_after, .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
             }
             Self::Unauthorized(_) => {

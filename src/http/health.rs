@@ -6,6 +6,7 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::{ApiError, Problem};
+use crate::db::{self, Bounds};
 
 /// The body of a successful health or readiness check.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -22,30 +23,40 @@ pub async fn healthz() -> axum::Json<Health> {
     })
 }
 
-/// Readiness: 200 when the state database answers `SELECT 1` through the intake pool within the
-/// pool's acquire timeout (`[pools.intake] acquire_timeout`), else 503 with `Retry-After`.
+/// Readiness: 200 when deprov's migrations are applied and the state database answers `SELECT 1`
+/// through the intake pool within the pool's acquire timeout (`[pools.intake] acquire_timeout`), else
+/// 503 with `Retry-After`. A service started while its database was down becomes ready within seconds
+/// of the database's return (its migrations are retried in the background), without a restart.
 #[utoipa::path(
     get,
     path = "/readyz",
     tag = "health",
     responses(
         (status = 200, description = "Ready", body = Health),
-        (status = 503, description = "State database unreachable", body = Problem, content_type = "application/problem+json",
+        (status = 503, description = "State database unreachable, or migrations not yet applied", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>, ApiError> {
-    let bound = state.config.pools.intake.acquire_timeout * 2;
-    let check = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.pools.intake);
-    match tokio::time::timeout(bound, check).await {
-        Ok(Ok(_)) => Ok(axum::Json(Health {
+    if !state.is_migrated() {
+        return Err(ApiError::db_unavailable(
+            "the state database was unreachable at start-up; its migrations are not applied yet",
+        ));
+    }
+    // Bounded by the pool's acquire timeout and, on the server, by Bounds::STATE; no client-side
+    // deadline abandons the query (see crate::db).
+    let check = async {
+        let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+        let one: i32 = db::query_scalar("SELECT 1").fetch_one(&mut *tx).await?;
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(one)
+    };
+    match check.await {
+        Ok(_) => Ok(axum::Json(Health {
             status: "ready".into(),
         })),
-        Ok(Err(e)) => Err(ApiError::db_unavailable(format!(
+        Err(e) => Err(ApiError::db_unavailable(format!(
             "the state database is unavailable: {e}"
         ))),
-        Err(_) => Err(ApiError::db_unavailable(
-            "the state database did not answer in time",
-        )),
     }
 }

@@ -10,6 +10,7 @@ use super::AppState;
 use super::auth::Operator;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, ApiQuery};
+use crate::db::{self, Bounds};
 use crate::queue::{Job, JobState, jobs};
 
 /// Default and largest page size of `GET /v1/jobs`.
@@ -148,9 +149,10 @@ pub async fn get_job(
     State(state): State<AppState>,
     ApiPath(job_id): ApiPath<Uuid>,
 ) -> Result<axum::Json<JobView>, ApiError> {
-    let job = jobs::get(&state.pools.intake, job_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no job {job_id}")))?;
+    let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+    let job = jobs::get(&mut *tx, job_id).await?;
+    tx.commit().await?;
+    let job = job.ok_or_else(|| ApiError::NotFound(format!("no job {job_id}")))?;
     Ok(axum::Json(job.into()))
 }
 
@@ -190,7 +192,9 @@ pub async fn list_jobs(
             "limit: must be between 1 and {MAX_LIMIT}"
         )));
     }
-    let rows = jobs::list(&state.pools.intake, filter, limit).await?;
+    let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+    let rows = jobs::list(&mut *tx, filter, limit).await?;
+    tx.commit().await?;
     Ok(axum::Json(JobList {
         jobs: rows.into_iter().map(JobView::from).collect(),
     }))

@@ -10,6 +10,7 @@ use super::auth::Operator;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::intake::MAX_REASON_CHARS;
+use crate::db::{self, Bounds};
 use crate::queue::kill_switch::{self, KillSwitch};
 
 /// The switch as operators see it.
@@ -73,7 +74,9 @@ pub async fn get_kill_switch(
     _: Operator,
     State(state): State<AppState>,
 ) -> Result<axum::Json<KillSwitchView>, ApiError> {
-    let switch = kill_switch::get(&state.pools.intake).await?;
+    let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+    let switch = kill_switch::get(&mut *tx).await?;
+    tx.commit().await?;
     Ok(axum::Json(KillSwitchView::new(switch, None)))
 }
 
@@ -107,7 +110,7 @@ pub async fn put_kill_switch(
             "reason: must be 1..={MAX_REASON_CHARS} characters"
         )));
     }
-    let mut tx = state.pools.intake.begin().await?;
+    let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
     let (switch, moved) = kill_switch::set(&mut tx, body.engaged, reason, "operator").await?;
     tx.commit().await?;
     tracing::warn!(engaged = switch.engaged, version = switch.version, jobs_moved = moved, %reason, "kill switch changed");

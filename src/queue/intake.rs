@@ -116,7 +116,7 @@ pub async fn record(
 ) -> Result<Accepted, IntakeError> {
     let id = req.id();
     let fingerprint = req.fingerprint();
-    let existing: Option<(String, Uuid, String)> = sqlx::query_as(
+    let existing: Option<(String, Uuid, String)> = crate::db::query_as(
         "SELECT r.fingerprint, r.job_id, j.state FROM deprov.deletion_requests r \
          JOIN deprov.jobs j ON j.id = r.job_id WHERE r.id = $1",
     )
@@ -139,7 +139,7 @@ pub async fn record(
                 DedupBasis::TenantId | DedupBasis::InstallationId => {}
             }
         }
-        sqlx::query(
+        crate::db::query(
             "UPDATE deprov.deletion_requests SET duplicates = duplicates + 1, last_duplicate_at = now() WHERE id = $1",
         )
         .bind(id)
@@ -153,11 +153,11 @@ pub async fn record(
         });
     }
 
-    let held: bool = sqlx::query_scalar("SELECT engaged FROM deprov.kill_switch")
+    let held: bool = crate::db::query_scalar("SELECT engaged FROM deprov.kill_switch")
         .fetch_one(&mut *conn)
         .await?;
     let tenant_id = (req.subject_kind == SubjectKind::Tenant).then_some(req.subject.as_str());
-    let created: Option<(Uuid, String)> = sqlx::query_as(
+    let created: Option<(Uuid, String)> = crate::db::query_as(
         "INSERT INTO deprov.jobs (id, subject_kind, subject, tenant_id, state, step, max_attempts) \
          VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN 'held' ELSE 'queued' END, \
                  CASE WHEN $2 = 'tenant' THEN 'soft_delete' ELSE 'resolve' END, $6) \
@@ -175,7 +175,7 @@ pub async fn record(
     let (job_id, state) = match created {
         Some(job) => job,
         None => {
-            let active: Option<(Uuid, String)> = sqlx::query_as(
+            let active: Option<(Uuid, String)> = crate::db::query_as(
                 "SELECT id, state FROM deprov.jobs WHERE subject_kind = $1 AND subject = $2 \
                  AND state IN ('queued', 'held', 'running')",
             )
@@ -188,7 +188,7 @@ pub async fn record(
         }
     };
 
-    let inserted = sqlx::query(
+    let inserted = crate::db::query(
         "INSERT INTO deprov.deletion_requests (id, source, dedup_basis, dedup_key, subject_kind, subject, \
            external_id, reason, fingerprint, job_id, received_while_held) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING",
@@ -230,15 +230,9 @@ pub async fn record_tx(
 ) -> Result<Accepted, IntakeError> {
     let mut last = IntakeError::Race;
     for _ in 0..5 {
-        let mut tx = pool.begin().await?;
         // The answer promises the request is stored: commit durably whatever the server's default, and
         // never wait long on a lock (the caller answers 503 and the sender retries).
-        sqlx::query(
-            "SELECT set_config('synchronous_commit', 'on', true), set_config('lock_timeout', '1s', true), \
-             set_config('statement_timeout', '5s', true)",
-        )
-        .execute(&mut *tx)
-        .await?;
+        let mut tx = crate::db::begin(pool, crate::db::Bounds::STATE.durable()).await?;
         match record(&mut tx, req, max_attempts).await {
             Ok(accepted) => {
                 tx.commit().await?;

@@ -109,7 +109,7 @@ fn millis(d: Duration) -> i64 {
 /// # Errors
 /// Database errors.
 pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Job>, sqlx::Error> {
-    sqlx::query_as(
+    crate::db::query_as(
         "SELECT id, subject_kind, subject, tenant_id, state, step, attempts, max_attempts, last_error, \
          checkpoint, progress, created_at, started_at, finished_at, run_after, lease_owner, lease_expires_at \
          FROM deprov.jobs WHERE id = $1",
@@ -128,7 +128,7 @@ pub async fn list(
     state: Option<JobState>,
     limit: i64,
 ) -> Result<Vec<Job>, sqlx::Error> {
-    sqlx::query_as(
+    crate::db::query_as(
         "SELECT id, subject_kind, subject, tenant_id, state, step, attempts, max_attempts, last_error, \
          checkpoint, progress, created_at, started_at, finished_at, run_after, lease_owner, lease_expires_at \
          FROM deprov.jobs WHERE ($1::text IS NULL OR state = $1) ORDER BY created_at DESC, id DESC LIMIT $2",
@@ -150,7 +150,7 @@ pub async fn claim(
     worker: &str,
     lease: Duration,
 ) -> Result<Option<Job>, sqlx::Error> {
-    sqlx::query_as(
+    crate::db::query_as(
         "WITH next AS ( \
            SELECT id FROM deprov.jobs \
            WHERE ((state = 'queued' AND run_after <= now()) OR (state = 'running' AND lease_expires_at < now())) \
@@ -184,7 +184,7 @@ pub async fn heartbeat(
     checkpoint: Option<&serde_json::Value>,
     progress: &serde_json::Value,
 ) -> Result<bool, sqlx::Error> {
-    let r = sqlx::query(
+    let r = crate::db::query(
         "UPDATE deprov.jobs SET lease_expires_at = now() + make_interval(secs => $3::float8 / 1000), \
            heartbeat_at = now(), step = $4, checkpoint = $5, progress = $6, updated_at = now() \
          WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
@@ -216,7 +216,7 @@ pub enum Resolved {
 /// Records the tenant a Vercel-installation job resolved to, keeping one active job per tenant: the
 /// job is re-keyed to the tenant unless another active job deletes it already, in which case this
 /// job's requests are re-pointed to that job (so their status follows it) and this job completes
-/// as merged. Runs in one transaction.
+/// as merged. Runs in one transaction bounded by [`crate::db::Bounds::STATE`].
 ///
 /// # Errors
 /// Database errors.
@@ -226,8 +226,8 @@ pub async fn resolve_tenant(
     worker: &str,
     tenant_id: &str,
 ) -> Result<Resolved, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let other: Option<Uuid> = sqlx::query_scalar(
+    let mut tx = crate::db::begin(pool, crate::db::Bounds::STATE).await?;
+    let other: Option<Uuid> = crate::db::query_scalar(
         "SELECT id FROM deprov.jobs WHERE subject_kind = 'tenant' AND subject = $1 \
          AND state IN ('queued', 'held', 'running') AND id <> $2 FOR UPDATE",
     )
@@ -237,7 +237,7 @@ pub async fn resolve_tenant(
     .await?;
     let outcome = match other {
         None => {
-            let r = sqlx::query(
+            let r = crate::db::query(
                 "UPDATE deprov.jobs SET subject_kind = 'tenant', subject = $3, tenant_id = $3, updated_at = now() \
                  WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
             )
@@ -253,7 +253,7 @@ pub async fn resolve_tenant(
             }
         }
         Some(other) => {
-            let r = sqlx::query(
+            let r = crate::db::query(
                 "UPDATE deprov.jobs SET state = 'completed', step = 'done', tenant_id = $3, finished_at = now(), \
                    lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), \
                    progress = progress || jsonb_build_object('note', 'merged into job ' || $4::text || ', which deletes the same tenant') \
@@ -266,11 +266,13 @@ pub async fn resolve_tenant(
             .execute(&mut *tx)
             .await?;
             if r.rows_affected() == 1 {
-                sqlx::query("UPDATE deprov.deletion_requests SET job_id = $2 WHERE job_id = $1")
-                    .bind(id)
-                    .bind(other)
-                    .execute(&mut *tx)
-                    .await?;
+                crate::db::query(
+                    "UPDATE deprov.deletion_requests SET job_id = $2 WHERE job_id = $1",
+                )
+                .bind(id)
+                .bind(other)
+                .execute(&mut *tx)
+                .await?;
                 Resolved::MergedInto(other)
             } else {
                 Resolved::LeaseLost
@@ -316,7 +318,7 @@ pub async fn finish(
         Outcome::Held => ("held", None, Duration::ZERO, 1),
         Outcome::Wait(d) => ("queued", None, *d, 1),
     };
-    let r = sqlx::query(
+    let r = crate::db::query(
         "UPDATE deprov.jobs SET state = $3, \
            last_error = CASE WHEN $3 = 'completed' THEN NULL ELSE coalesce($4, last_error) END, \
            run_after = now() + make_interval(secs => $5::float8 / 1000), progress = $6, \
@@ -342,7 +344,7 @@ pub async fn finish(
 /// # Errors
 /// Database errors.
 pub async fn counts(db: impl PgExecutor<'_>) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    sqlx::query_as("SELECT state, count(*) FROM deprov.jobs GROUP BY state ORDER BY state")
+    crate::db::query_as("SELECT state, count(*) FROM deprov.jobs GROUP BY state ORDER BY state")
         .fetch_all(db)
         .await
 }

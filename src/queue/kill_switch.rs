@@ -27,7 +27,7 @@ pub struct KillSwitch {
 /// # Errors
 /// Database errors.
 pub async fn get(db: impl PgExecutor<'_>) -> Result<KillSwitch, sqlx::Error> {
-    sqlx::query_as(
+    crate::db::query_as(
         "SELECT engaged, reason, changed_by, version, changed_at FROM deprov.kill_switch",
     )
     .fetch_one(db)
@@ -39,7 +39,7 @@ pub async fn get(db: impl PgExecutor<'_>) -> Result<KillSwitch, sqlx::Error> {
 /// # Errors
 /// Database errors.
 pub async fn is_engaged(db: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT engaged FROM deprov.kill_switch")
+    crate::db::query_scalar("SELECT engaged FROM deprov.kill_switch")
         .fetch_one(db)
         .await
 }
@@ -56,7 +56,7 @@ pub async fn set(
     reason: &str,
     actor: &str,
 ) -> Result<(KillSwitch, u64), sqlx::Error> {
-    let switch: KillSwitch = sqlx::query_as(
+    let switch: KillSwitch = crate::db::query_as(
         "UPDATE deprov.kill_switch SET engaged = $1, reason = $2, changed_by = $3, version = version + 1, \
          changed_at = now() RETURNING engaged, reason, changed_by, version, changed_at",
     )
@@ -66,9 +66,9 @@ pub async fn set(
     .fetch_one(&mut *conn)
     .await?;
     let moved = if engaged {
-        sqlx::query("UPDATE deprov.jobs SET state = 'held', updated_at = now() WHERE state = 'queued'")
+        crate::db::query("UPDATE deprov.jobs SET state = 'held', updated_at = now() WHERE state = 'queued'")
     } else {
-        sqlx::query("UPDATE deprov.jobs SET state = 'queued', run_after = now(), updated_at = now() WHERE state = 'held'")
+        crate::db::query("UPDATE deprov.jobs SET state = 'queued', run_after = now(), updated_at = now() WHERE state = 'held'")
     }
     .execute(&mut *conn)
     .await?

@@ -12,10 +12,12 @@ use crate::engine::simulate::{self, SimError, Verdict};
 use crate::engine::{self, BatchLimits, Cursor, EngineError, Plan};
 
 use super::pacing::Pacer;
+use crate::db::{self, Bounds};
 use crate::queue::Job;
 use crate::queue::intake::SubjectKind;
 use crate::queue::jobs::{self, Outcome};
 use crate::queue::kill_switch;
+use crate::telemetry;
 
 /// Statement or lock timeouts in a row a run absorbs by shrinking (and, for a lock, pausing) before
 /// it hands the job back for a retry with backoff.
@@ -99,7 +101,10 @@ impl JobRun {
         if self.worker.stop.is_cancelled() {
             return Err(Stop::Outcome(Outcome::Wait(Duration::ZERO)));
         }
-        if kill_switch::is_engaged(&self.worker.pools.queue).await? {
+        let mut tx = db::begin(&self.worker.pools.queue, Bounds::STATE).await?;
+        let engaged = kill_switch::is_engaged(&mut *tx).await?;
+        tx.commit().await?;
+        if engaged {
             return Err(Stop::Outcome(Outcome::Held));
         }
         Ok(())
@@ -108,8 +113,9 @@ impl JobRun {
     async fn heartbeat(&self, step: &str, checkpoint: Option<&Checkpoint>) -> Result<(), Stop> {
         let cp = checkpoint.map(Checkpoint::to_json);
         let w = &self.worker;
+        let mut tx = db::begin(&w.pools.queue, Bounds::STATE).await?;
         let owned = jobs::heartbeat(
-            &w.pools.queue,
+            &mut *tx,
             self.job.id,
             &w.id,
             w.config.worker.lease,
@@ -118,6 +124,7 @@ impl JobRun {
             &self.progress.to_json(),
         )
         .await?;
+        tx.commit().await?;
         if owned { Ok(()) } else { Err(Stop::LeaseLost) }
     }
 
@@ -393,7 +400,7 @@ impl JobRun {
                 ..self.limits
             };
             let started = std::time::Instant::now();
-            let batch = match engine::run_batch(
+            let result = engine::run_batch(
                 &w.pools.target,
                 &plan,
                 cp.step,
@@ -402,8 +409,11 @@ impl JobRun {
                 tenant,
                 &limits,
             )
-            .await
-            {
+            .await;
+            if let Err(e) = &result {
+                telemetry::batch_failed(e.sqlstate().as_deref());
+            }
+            let batch = match result {
                 Ok(batch) => batch,
                 Err(e) if e.sqlstate().as_deref() == Some("57014") && cascades && cp.rows <= 1 => {
                     // One parent row's cascade alone outlasts the budget: its subtree is larger
@@ -451,6 +461,8 @@ impl JobRun {
                 Err(e) => return Err(e.into()),
             };
             timeouts = 0;
+            let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
+            telemetry::batch_committed(batch.elapsed, batch.deleted + cascaded);
             self.progress
                 .record_batch(&table, batch.deleted, batch.elapsed.as_secs_f64() * 1000.0);
             for &(oid, rows) in &batch.cascaded {
@@ -484,20 +496,24 @@ impl JobRun {
                             .expect("the step's own table");
                     } else {
                         let started = std::time::Instant::now();
-                        let n = engine::run_sweep(
+                        let swept = engine::run_sweep(
                             &w.pools.target,
                             &plan,
                             step.table,
                             tenant,
                             &self.limits,
                         )
-                        .await?;
+                        .await;
+                        if let Err(e) = &swept {
+                            telemetry::batch_failed(e.sqlstate().as_deref());
+                        }
+                        let n = swept?;
+                        let elapsed = started.elapsed();
+                        // A sweep is one more short batch transaction of this table.
+                        telemetry::batch_committed(elapsed, n);
                         self.progress.held_sweeps += 1;
-                        self.progress.record_batch(
-                            &table,
-                            n,
-                            started.elapsed().as_secs_f64() * 1000.0,
-                        );
+                        self.progress
+                            .record_batch(&table, n, elapsed.as_secs_f64() * 1000.0);
                         cp.step += 1;
                         self.progress.table_mut(&table).done = true;
                     }
@@ -528,7 +544,6 @@ impl JobRun {
                 }
             }
             self.heartbeat("hard_delete", Some(&cp)).await?;
-            let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
             let waited = pacer.admit(batch.deleted + cascaded, &w.stop).await;
             self.progress.rate_limited_ms += waited.as_secs_f64() * 1000.0;
             if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {

@@ -49,6 +49,8 @@ pub struct TestOptions {
     pub extra_config: String,
     /// More `[intake]` keys (lines).
     pub intake_extra: String,
+    /// `[intake.rate_limit]` as (per_second, burst); `None` = off (`per_second = 0`).
+    pub rate_limit: Option<(f64, u32)>,
 }
 
 impl Default for TestOptions {
@@ -62,6 +64,7 @@ impl Default for TestOptions {
             vercel_source: None,
             extra_config: String::new(),
             intake_extra: String::new(),
+            rate_limit: None,
         }
     }
 }
@@ -110,6 +113,10 @@ fn config_text(options: &TestOptions) -> String {
          [intake]\nmax_body_bytes = {MAX_BODY}\n{intake_extra}\n\
          [pools.intake]\nmax_connections = 8\nacquire_timeout = \"{acquire}\"\n"
     );
+    let (per_second, burst) = options.rate_limit.unwrap_or((0.0, 1));
+    text.push_str(&format!(
+        "[intake.rate_limit]\nper_second = {per_second:?}\nburst = {burst}\n"
+    ));
     match options.vercel {
         VercelMode::Off => {}
         VercelMode::InstallationIsTenant => text.push_str("[vercel]\nsource = \"vercel\"\n"),
@@ -168,6 +175,8 @@ pub async fn spawn_app_with(options: TestOptions) -> TestApp {
         operator_token: options.operator.then(|| OPERATOR_TOKEN.to_owned()),
         migrate: !options.state_unreachable,
         no_worker: !options.worker,
+        metrics_listen: None,
+        pooler_mode: deprov::db::PoolerMode::Session,
     };
     let app = Application::build(settings)
         .await

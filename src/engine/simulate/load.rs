@@ -1,13 +1,13 @@
 //! The database side of the cascade simulation: referential triggers and `SET NULL` / `SET DEFAULT`
 //! facts from `pg_catalog`, and rows read in bulk by key. Read-only; every query is its own short
-//! transaction bounded by [`crate::engine::set_local_timeouts`].
+//! transaction bounded by `[hard_delete]`'s timeouts ([`crate::db::begin`]).
 
 use std::collections::{BTreeMap, HashMap};
 
 use sqlx::PgPool;
 
 use super::SimError;
-use crate::engine::{BatchLimits, Plan, set_local_timeouts};
+use crate::engine::{BatchLimits, Plan};
 use crate::sql::{CatalogExpr, SqlBuilder};
 
 /// What a referential trigger does when it fires (its function, `pg_trigger.tgfoid`, defined in
@@ -65,9 +65,7 @@ async fn begin<'c>(
     pool: &'c PgPool,
     limits: &BatchLimits,
 ) -> Result<sqlx::Transaction<'c, sqlx::Postgres>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
-    Ok(tx)
+    crate::db::begin(pool, limits.bounds()).await
 }
 
 /// Reads the referential triggers and the SET NULL / SET DEFAULT columns of every foreign key of the
@@ -89,7 +87,7 @@ pub(super) async fn facts(
         .collect();
     let mut tx = begin(pool, limits).await?;
     // Clones of a constraint on partitions (conparentid) map to their top-level constraint.
-    let triggers: Vec<(i64, String, i64, String, String, bool)> = sqlx::query_as(
+    let triggers: Vec<(i64, String, i64, String, String, bool)> = crate::db::query_as(
         "WITH RECURSIVE con AS ( \
            SELECT oid, oid AS top FROM pg_constraint WHERE contype = 'f' AND conparentid = 0 \
            UNION ALL SELECT c.oid, con.top FROM pg_constraint c JOIN con ON c.conparentid = con.oid) \
@@ -102,7 +100,7 @@ pub(super) async fn facts(
     )
     .fetch_all(&mut *tx)
     .await?;
-    let set_cols: Vec<(i64, String, Vec<String>)> = sqlx::query_as(
+    let set_cols: Vec<(i64, String, Vec<String>)> = crate::db::query_as(
         "SELECT c.conrelid::int8, c.conname::text, \
            ARRAY(SELECT a.attname::text FROM unnest(CASE WHEN cardinality(c.confdelsetcols) > 0 \
                    THEN c.confdelsetcols ELSE c.conkey END) k(n) \
@@ -114,7 +112,7 @@ pub(super) async fn facts(
     // NOT NULL and defaults of the referencing tables' columns; `volatile` when the default's node
     // tree calls a volatile function (`nextval`, `random`, ...).
     let from_tables: Vec<i64> = fks.iter().map(|fk| i64::from(fk.from)).collect();
-    let columns: Vec<(i64, String, bool, Option<String>, bool)> = sqlx::query_as(
+    let columns: Vec<(i64, String, bool, Option<String>, bool)> = crate::db::query_as(
         "SELECT a.attrelid::int8, a.attname::text, a.attnotnull, pg_get_expr(d.adbin, d.adrelid), \
            coalesce(EXISTS (SELECT 1 FROM regexp_matches(d.adbin::text, ':(?:op)?funcid (\\d+)', 'g') m \
              JOIN pg_proc p ON p.oid = m[1]::oid WHERE p.provolatile = 'v'), false) \
@@ -185,7 +183,7 @@ pub(super) async fn facts(
                         .ty(ty)
                         .sql(")::text");
                     let mut tx = begin(pool, limits).await?;
-                    let v: Option<String> = sqlx::query_scalar(b.build().as_query())
+                    let v: Option<String> = crate::db::query_scalar(b.build().as_query())
                         .fetch_one(&mut *tx)
                         .await?;
                     tx.commit().await?;
@@ -253,7 +251,7 @@ pub(super) async fn rows(
     let stmt = b.build();
     let mut out = Vec::new();
     for chunk in keys.chunks(KEYS_PER_QUERY) {
-        let mut q = sqlx::query_as::<_, Loaded>(stmt.as_query());
+        let mut q = crate::db::query_as::<Loaded>(stmt.as_query());
         for i in 0..by.len() {
             let column: Vec<&str> = chunk.iter().map(|k| k[i].as_str()).collect();
             q = q.bind(column);

@@ -15,7 +15,7 @@ use sqlx::PgPool;
 
 use super::{Ctx, SimError, load, store::Store};
 use crate::engine::catalog::OnDelete;
-use crate::engine::{BatchLimits, EngineError, Plan, set_local_timeouts};
+use crate::engine::{BatchLimits, EngineError, Plan};
 use crate::sql::{SqlBuilder, Statement};
 
 /// One surviving row's updated columns, as the cascade leaves them.
@@ -177,9 +177,8 @@ pub async fn apply(
     for ((table, columns), rows) in groups {
         let stmt = preset_statement(plan, table, &columns);
         for chunk in rows.chunks(usize::try_from(limits.rows.max(1)).unwrap_or(1)) {
-            let mut tx = target.begin().await?;
-            set_local_timeouts(&mut tx, limits.lock_timeout, limits.statement_timeout).await?;
-            let mut q = sqlx::query(stmt.as_query())
+            let mut tx = crate::db::begin(target, limits.bounds()).await?;
+            let mut q = crate::db::query(stmt.as_query())
                 .bind(chunk.iter().map(|p| i64::from(p.rel)).collect::<Vec<_>>())
                 .bind(chunk.iter().map(|p| p.tid.clone()).collect::<Vec<_>>());
             for i in 0..columns.len() {

@@ -8,6 +8,12 @@
 //! `initdb` runs once per machine into a cached template directory (temp dir, keyed by user and binary
 //! directory); each server copies it (a few hundred ms instead of seconds), listens on loopback on a
 //! free port and is stopped (`pg_ctl stop -m immediate`) and removed when dropped.
+//!
+//! [`Bouncer`] puts a throwaway PgBouncer in front of one (see [`bouncer`]).
+
+pub mod bouncer;
+
+pub use bouncer::{Bouncer, BouncerOptions, PoolMode, Show};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -52,7 +58,7 @@ pub struct Throwaway {
     server_opts: String,
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
@@ -89,7 +95,7 @@ fn server_command(bin: &Path, program: &str) -> Command {
     }
 }
 
-fn run(mut cmd: Command, log: Option<&Path>) -> Result<(), ThrowawayError> {
+pub(crate) fn run(mut cmd: Command, log: Option<&Path>) -> Result<(), ThrowawayError> {
     let out = cmd.output()?;
     if out.status.success() {
         return Ok(());
@@ -104,7 +110,7 @@ fn run(mut cmd: Command, log: Option<&Path>) -> Result<(), ThrowawayError> {
     })
 }
 
-fn chown_to_postgres(path: &Path) -> Result<(), ThrowawayError> {
+pub(crate) fn chown_to_postgres(path: &Path) -> Result<(), ThrowawayError> {
     if is_root() {
         let mut c = Command::new("chown");
         c.args(["-R", "postgres:postgres"]).arg(path);
@@ -151,7 +157,7 @@ fn template(bin: &Path) -> Result<PathBuf, ThrowawayError> {
     }
 }
 
-fn free_port() -> Result<u16, ThrowawayError> {
+pub(crate) fn free_port() -> Result<u16, ThrowawayError> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())

@@ -1,0 +1,412 @@
+//! Isolated, bounded connection pools, and the shape of every statement deprov runs.
+//!
+//! ## Pools
+//! deprov opens one pool per role — `intake` and `queue` on its state database, `target` on the
+//! application database — each with its own `max_connections` and `acquire_timeout`, so deletion work
+//! can never take the connections intake needs, and nothing waits without bound for a connection
+//! (incident 3 in `shared/notes/incidents.md`). Every connection sets `application_name` to
+//! `deprov-<role>` so operators can find deprov in `pg_stat_activity`.
+//!
+//! ## Every statement is bounded on the server, never by the caller
+//! Every statement deprov runs is inside an explicit transaction opened by [`begin`], whose opening
+//! message is one simple-protocol query `BEGIN; SET LOCAL lock_timeout = …; SET LOCAL
+//! statement_timeout = …` ([`Bounds`]; the engine passes `[hard_delete]`'s values, the queue, intake
+//! and health use [`Bounds::STATE`]). PostgreSQL then ends a statement that runs too long (SQLSTATE
+//! 57014) or waits too long for a lock (55P03) by itself, with an ERROR: the transaction rolls back,
+//! the connection survives and goes back to its pool. `SET LOCAL` lasts until the transaction ends, so
+//! no setting outlives it on a pooled server connection.
+//!
+//! deprov never puts a client-side deadline around a statement. sqlx sends no cancel when a query
+//! future is dropped: the statement runs on to completion (a write still commits) while the pool waits
+//! for the connection, and closing the connection to cancel instead is the reconnect churn that took a
+//! pooler down (`shared/notes/postgres-pooling.md`). A caller's deadline ends only the caller's wait:
+//! HTTP handlers run in their own task, so the request timeout and a client hanging up leave the
+//! handler's transaction to finish or fail by its server-side bounds (`crate::http`); the worker
+//! awaits every statement. The waits that are bounded on the client are the ones that hold no
+//! statement: `acquire_timeout` (waiting for a pool slot, the `test_before_acquire` ping, connecting).
+//!
+//! ## Behind PgBouncer in transaction mode
+//! A transaction pooler hands a server connection to a client for one transaction and then to someone
+//! else, so deprov keeps nothing on a connection outside a transaction:
+//! - no session state: no plain `SET`, no session advisory locks, no `LISTEN`, no `options` startup
+//!   parameter (PgBouncer 1.18 refuses it; [`PoolerMode::check_url`]);
+//! - no named prepared statements: sqlx names them (`sqlx_s_N`, per client, so two clients sharing a
+//!   server collide with `prepared statement "sqlx_s_1" already exists`) even with a statement cache
+//!   of 0. deprov's statements go through [`query`], [`query_as`] and [`query_scalar`], which make
+//!   them unnamed (`persistent(false)`) once [`PoolerMode::apply`] has seen transaction mode in this
+//!   process; a test keeps `sqlx::query*` out of the service modules. Directly, statements stay
+//!   named and cached: an unnamed statement costs a second round trip and a parse every time, which
+//!   cost 15–55 % of intake's throughput in runs on a 2-core machine;
+//! - sqlx sends an unnamed statement as Parse/Describe/Sync, then Bind/Execute/Sync: outside a
+//!   transaction PgBouncer may run the two halves on different servers. Inside [`begin`]'s
+//!   transaction the server stays this client's until COMMIT or ROLLBACK.
+//!
+//! The one exception is sqlx's migrator (a session advisory lock and named statements), so under
+//! `DEPROV_POOLER_MODE=transaction` deprov refuses to migrate through the pooler
+//! ([`PoolerMode::allows_migrations`]). Transactions and `SET LOCAL` are the same in both modes; the
+//! mode switches statements to unnamed and adds those checks.
+//!
+//! ## TCP keepalives
+//! See [`keepalive`]: set on every new connection's socket in `after_connect`.
+//!
+//! ## Measured acquires
+//! Every connection deprov takes from a pool goes through [`acquire`] (directly, or through [`begin`]),
+//! which times the wait and counts acquire timeouts (sqlx reports neither); the pool's `after_connect`
+//! hook counts new connections. Both feed [`crate::telemetry`] under the pool's [`PoolRole::label`].
+
+pub mod breaker;
+pub mod keepalive;
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::query::{Query, QueryAs, QueryScalar};
+use sqlx::{FromRow, PgConnection, Postgres, SqlSafeStr, Transaction};
+
+use crate::config::PoolConfig;
+
+/// How deprov reaches its databases (`DEPROV_POOLER_MODE`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PoolerMode {
+    /// Directly, or through a pooler in session mode (PgBouncer `pool_mode = session`).
+    #[default]
+    Session,
+    /// Through a transaction pooler (PgBouncer `pool_mode = transaction`): a server connection is
+    /// this client's only for one transaction.
+    Transaction,
+}
+
+/// Whether [`query`] and friends make unnamed statements; set for good by [`PoolerMode::apply`].
+static UNNAMED_STATEMENTS: AtomicBool = AtomicBool::new(false);
+
+impl PoolerMode {
+    /// Makes this process's statements ([`query`], [`query_as`], [`query_scalar`]) unnamed from now
+    /// on when `self` is `Transaction`; `Session` changes nothing. Process-wide and one-way on
+    /// purpose: unnamed statements are correct everywhere, named ones only while no connection of
+    /// this process goes through a transaction pooler. Call it before building such pools.
+    pub fn apply(self) {
+        if self == Self::Transaction {
+            UNNAMED_STATEMENTS.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether statements are unnamed in this process (see [`Self::apply`]).
+    pub fn unnamed_statements() -> bool {
+        UNNAMED_STATEMENTS.load(Ordering::Relaxed)
+    }
+
+    /// Refuses what cannot pass the pooler: in transaction mode a URL with `options` (startup
+    /// parameters other than a few tracked ones make PgBouncer 1.18 refuse the login; use `SET LOCAL`
+    /// or `ALTER ROLE … SET` instead).
+    ///
+    /// # Errors
+    /// The reason, for the setting named by the caller.
+    pub fn check_url(self, options: &PgConnectOptions) -> Result<(), String> {
+        if self == Self::Transaction && options.get_options().is_some_and(|o| !o.is_empty()) {
+            return Err(
+                "the URL sets `options`, which PgBouncer 1.18 cannot pass; set the server \
+                        settings with ALTER ROLE … SET instead"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether deprov's migrations may run through this connection: not through a transaction pooler
+    /// (sqlx's migrator holds a session advisory lock and uses named prepared statements).
+    pub fn allows_migrations(self) -> bool {
+        self == Self::Session
+    }
+}
+
+/// Server-side bounds of one transaction (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// `SET LOCAL lock_timeout`: the longest wait for one lock (SQLSTATE 55P03).
+    pub lock_timeout: Duration,
+    /// `SET LOCAL statement_timeout`: the longest one statement may run, lock waits included
+    /// (SQLSTATE 57014).
+    pub statement_timeout: Duration,
+    /// `SET LOCAL synchronous_commit = on`: the COMMIT returns only once the transaction is durable,
+    /// whatever the server's default (intake promises that an answered request is stored).
+    pub durable: bool,
+}
+
+impl Bounds {
+    /// deprov's own statements on its state database (intake, queue, kill switch, operator reads,
+    /// readiness): lock waits of at most 1 s, statements of at most 5 s. They touch a few rows by key,
+    /// so reaching either means something else is wrong; the caller answers 503 or retries later.
+    pub const STATE: Self = Self {
+        lock_timeout: Duration::from_secs(1),
+        statement_timeout: Duration::from_secs(5),
+        durable: false,
+    };
+
+    /// Bounds with the given timeouts, not durable.
+    pub fn new(lock_timeout: Duration, statement_timeout: Duration) -> Self {
+        Self {
+            lock_timeout,
+            statement_timeout,
+            durable: false,
+        }
+    }
+
+    /// The same bounds with `synchronous_commit = on`.
+    pub fn durable(self) -> Self {
+        Self {
+            durable: true,
+            ..self
+        }
+    }
+}
+
+/// Takes a connection from `pool`, recording the wait in `deprov_db_pool_acquire_seconds` and a
+/// [`sqlx::Error::PoolTimedOut`] in `deprov_db_pool_acquire_timeouts_total` (both labelled by pool).
+/// Waits at most the pool's `acquire_timeout`. The one place deprov calls sqlx's `Pool::acquire`
+/// (the rule check in `db/tests.rs` allows it here only).
+///
+/// # Errors
+/// sqlx's acquire errors: `PoolTimedOut` (no connection within `acquire_timeout`, which includes
+/// connecting to a database that is down — and at once, while [`breaker`] knows it is down),
+/// `PoolClosed`.
+pub async fn acquire(pool: &PgPool) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+    let started = Instant::now();
+    if !breaker::admit(pool) {
+        // The database is down (see `breaker`): fail at once instead of waiting acquire_timeout.
+        crate::telemetry::pool_acquired(pool_label(pool), started.elapsed(), true);
+        return Err(sqlx::Error::PoolTimedOut);
+    }
+    let result = pool.acquire().await;
+    let timed_out = matches!(result, Err(sqlx::Error::PoolTimedOut));
+    if result.is_ok() || timed_out {
+        breaker::record(pool, timed_out);
+    }
+    crate::telemetry::pool_acquired(pool_label(pool), started.elapsed(), timed_out);
+    result
+}
+
+/// [`acquire`]s a connection from `pool` and opens a bounded transaction on it (one round trip,
+/// simple protocol; see the module docs). Commit it; dropping it rolls back. The acquire wait is
+/// recorded by [`acquire`]; the `BEGIN` round trip is not part of it.
+///
+/// # Errors
+/// Pool acquire timeout, connection errors.
+pub async fn begin(
+    pool: &PgPool,
+    bounds: Bounds,
+) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    let conn = acquire(pool).await?;
+    // What `Pool::begin_with` does after its acquire (sqlx-core 0.9).
+    Transaction::begin(
+        conn,
+        Some(
+            crate::sql::begin_bounded(
+                bounds.lock_timeout,
+                bounds.statement_timeout,
+                bounds.durable,
+            )
+            .into_sql_str(),
+        ),
+    )
+    .await
+}
+
+/// [`begin`] on a connection the caller already holds.
+///
+/// # Errors
+/// Connection errors; [`sqlx::Error::InvalidSavePointStatement`] when already in a transaction.
+pub async fn begin_on(
+    conn: &mut PgConnection,
+    bounds: Bounds,
+) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
+    use sqlx::Connection as _;
+    conn.begin_with(crate::sql::begin_bounded(
+        bounds.lock_timeout,
+        bounds.statement_timeout,
+        bounds.durable,
+    ))
+    .await
+}
+
+/// `sqlx::query`, unnamed in transaction pooler mode (see [`PoolerMode::apply`] and the module docs).
+pub fn query<'q>(sql: impl SqlSafeStr) -> Query<'q, Postgres, PgArguments> {
+    sqlx::query(sql).persistent(!PoolerMode::unnamed_statements())
+}
+
+/// `sqlx::query_as`, unnamed in transaction pooler mode.
+pub fn query_as<'q, O>(sql: impl SqlSafeStr) -> QueryAs<'q, Postgres, O, PgArguments>
+where
+    O: for<'r> FromRow<'r, PgRow>,
+{
+    sqlx::query_as(sql).persistent(!PoolerMode::unnamed_statements())
+}
+
+/// `sqlx::query_scalar`, unnamed in transaction pooler mode.
+pub fn query_scalar<'q, O>(sql: impl SqlSafeStr) -> QueryScalar<'q, Postgres, O, PgArguments>
+where
+    (O,): for<'r> FromRow<'r, PgRow>,
+{
+    sqlx::query_scalar(sql).persistent(!PoolerMode::unnamed_statements())
+}
+
+/// Which pool a connection belongs to; also its `application_name` suffix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolRole {
+    /// HTTP intake: writes deletion requests and jobs.
+    Intake,
+    /// The worker's queue operations: claim, heartbeat, checkpoint.
+    Queue,
+    /// Destructive work on the application database.
+    Target,
+    /// Operator commands run from the CLI.
+    Cli,
+}
+
+impl PoolRole {
+    /// The `application_name` connections of this role carry.
+    pub fn application_name(self) -> &'static str {
+        match self {
+            Self::Intake => "deprov-intake",
+            Self::Queue => "deprov-worker",
+            Self::Target => "deprov-target",
+            Self::Cli => "deprov-cli",
+        }
+    }
+
+    /// The `pool` label of this role's metrics: `intake`, `queue`, `target`, `cli` (the names of
+    /// `[pools.*]`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Intake => "intake",
+            Self::Queue => "queue",
+            Self::Target => "target",
+            Self::Cli => "cli",
+        }
+    }
+
+    /// The role whose connections carry `application_name`, if any.
+    pub fn from_application_name(name: &str) -> Option<Self> {
+        [Self::Intake, Self::Queue, Self::Target, Self::Cli]
+            .into_iter()
+            .find(|r| r.application_name() == name)
+    }
+
+    /// The role of a pool built by [`pool`] (read back from its `application_name`).
+    pub fn of(pool: &PgPool) -> Option<Self> {
+        pool.connect_options()
+            .get_application_name()
+            .and_then(Self::from_application_name)
+    }
+}
+
+/// The `pool` metric label of `pool`: its role's [`PoolRole::label`], or `other` for a pool not built
+/// by [`pool`].
+pub fn pool_label(pool: &PgPool) -> &'static str {
+    PoolRole::of(pool).map_or("other", PoolRole::label)
+}
+
+/// Parses a `postgres://` URL.
+///
+/// # Errors
+/// sqlx's parse error when the URL is malformed.
+pub fn connect_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
+    PgConnectOptions::from_str(url)
+}
+
+/// Builds a lazily connecting pool: start-up never fails because the database is down; the first
+/// acquire fails fast after `acquire_timeout` instead. Every new TCP connection gets
+/// [`keepalive::Keepalive::DEFAULT`] in `after_connect`, and each new connection increments
+/// `deprov_db_connections_opened_total{pool}` (the churn signal).
+pub fn pool(options: &PgConnectOptions, role: PoolRole, bounds: &PoolConfig) -> PgPool {
+    let host = options.get_host().to_owned();
+    let port = options.get_port();
+    let tcp = options.get_socket().is_none() && !host.starts_with('/');
+    PgPoolOptions::new()
+        .max_connections(bounds.max_connections)
+        .min_connections(0)
+        .acquire_timeout(bounds.acquire_timeout)
+        .idle_timeout(Duration::from_secs(300))
+        .max_lifetime(Duration::from_secs(1800))
+        .after_connect(move |_, _| {
+            let host = host.clone();
+            Box::pin(async move {
+                crate::telemetry::connection_opened(role.label());
+                if tcp {
+                    enable_keepalive(&host, port).await;
+                }
+                Ok(())
+            })
+        })
+        .connect_lazy_with(options.clone().application_name(role.application_name()))
+}
+
+/// Sets keepalives on this process's sockets to `host:port` (the connection just made among them).
+/// A failure is logged, not fatal: the connection works, only without keepalives.
+async fn enable_keepalive(host: &str, port: u16) {
+    let host = host.trim_matches(['[', ']']);
+    let peers: Vec<std::net::SocketAddr> = match tokio::net::lookup_host((host, port)).await {
+        Ok(addrs) => addrs.collect(),
+        Err(e) => {
+            tracing::warn!(%host, error = %e, "cannot resolve the database host to set TCP keepalives");
+            return;
+        }
+    };
+    if let Err(e) = keepalive::enable_for_peers(&peers, &keepalive::Keepalive::DEFAULT) {
+        tracing::warn!(error = %e, "cannot set TCP keepalives on database connections");
+    }
+}
+
+/// The three pools of a running service.
+#[derive(Debug, Clone)]
+pub struct Pools {
+    /// State database, HTTP intake.
+    pub intake: PgPool,
+    /// State database, worker queue operations.
+    pub queue: PgPool,
+    /// Application (target) database, destructive work.
+    pub target: PgPool,
+}
+
+impl Pools {
+    /// Builds all three pools from the URLs and the `[pools]` bounds.
+    ///
+    /// # Errors
+    /// When a URL does not parse.
+    pub fn new(
+        state_url: &str,
+        target_url: &str,
+        bounds: &crate::config::PoolsConfig,
+    ) -> Result<Self, sqlx::Error> {
+        let state = connect_options(state_url)?;
+        let target = connect_options(target_url)?;
+        Ok(Self {
+            intake: pool(&state, PoolRole::Intake, &bounds.intake),
+            queue: pool(&state, PoolRole::Queue, &bounds.queue),
+            target: pool(&target, PoolRole::Target, &bounds.target),
+        })
+    }
+}
+
+impl Pools {
+    /// Closes all three pools: waits until every connection is back, then ends each gracefully
+    /// (Terminate). Call before the process exits: a connection dropped while sqlx's release ping is
+    /// in flight makes PgBouncer close its server connection ("client disconnect while server was
+    /// not ready").
+    pub async fn close(&self) {
+        tokio::join!(self.intake.close(), self.queue.close(), self.target.close());
+    }
+}
+
+/// Applies deprov's migrations (`migrations/`, embedded at build time) to the state database.
+///
+/// # Errors
+/// Connection or migration failure.
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    sqlx::migrate!("./migrations").run(pool).await
+}
+
+#[cfg(test)]
+mod tests;
