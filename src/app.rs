@@ -4,10 +4,20 @@
 //! database and binds the listener (port 0 picks a free port, for tests); [`Application::run_until_stopped`]
 //! serves until a [`CancellationToken`] fires. [`shutdown_on_signals`] wires SIGTERM and Ctrl-C to such a
 //! token.
+//!
+//! A state database that is down at start-up does not stop deprov: the service serves (`/healthz` 200,
+//! `/readyz` and intake 503), applies its migrations in the background as soon as the database
+//! answers, and only then becomes ready and starts its worker — no restart, no crash loop.
+//! Migrating at start is refused under `DEPROV_POOLER_MODE=transaction` before any connection opens
+//! (sqlx's migrator needs a session), so that background retry only ever migrates over a direct or
+//! session-mode connection.
+//! `deprov worker` serves `GET /metrics` (and `/healthz`) on `--metrics-listen` when given.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use tokio::net::TcpListener;
@@ -16,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, ConfigError};
 use crate::db::{self, PoolerMode, Pools};
 use crate::http::{self, AppState};
+use crate::telemetry::{self, collect::Collector};
 use crate::worker::Worker;
 
 /// Shortest accepted `DEPROV_OPERATOR_TOKEN`, in characters (as for source tokens).
@@ -48,6 +59,11 @@ pub struct Settings {
     /// Serve HTTP only; do not run the worker in this process.
     #[arg(long, env = "DEPROV_NO_WORKER")]
     pub no_worker: bool,
+    /// `deprov worker` only: serve `GET /metrics` and `GET /healthz` on this address (port 0 picks a
+    /// free port). Without it a worker process exposes no metrics. `deprov serve` serves `/metrics` on
+    /// `--listen` and ignores this.
+    #[arg(long, env = "DEPROV_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// `transaction` when the database URLs point at a transaction pooler (PgBouncer
     /// `pool_mode = transaction`): statements become unnamed ([`PoolerMode::apply`]), and URLs with
     /// `options` and migrating at start are refused (see [`crate::db`]).
@@ -105,8 +121,13 @@ pub enum AppError {
     },
 }
 
-/// What a process needs besides HTTP: configuration and pools, with migrations applied if asked.
-async fn prepare(settings: &Settings) -> Result<(Arc<Config>, Pools), AppError> {
+/// What a process needs besides HTTP: configuration, pools, and whether the migrations are applied
+/// (`true` also when not asked for). A state database that cannot be reached is not an error: the
+/// migrations are then `false` and applied later by [`migrate_in_background`]; any other migration
+/// failure is.
+async fn prepare(settings: &Settings) -> Result<(Arc<Config>, Pools, Arc<AtomicBool>), AppError> {
+    // Before any connection opens, so every one is counted.
+    telemetry::install();
     let config = Arc::new(Config::load(&settings.config.to_string_lossy())?);
     let target = settings
         .target_url
@@ -132,11 +153,72 @@ async fn prepare(settings: &Settings) -> Result<(Arc<Config>, Pools), AppError> 
     }
     settings.pooler_mode.apply();
     let pools = Pools::new(&settings.database_url, target, &config.pools).map_err(AppError::Url)?;
+    let migrated = Arc::new(AtomicBool::new(true));
     if settings.migrate {
-        db::migrate(&pools.queue).await?;
+        match db::migrate(&pools.queue).await {
+            Ok(()) => {}
+            Err(sqlx::migrate::MigrateError::Execute(e)) if http::error::is_unavailable(&e) => {
+                tracing::warn!(error = %e, "state database unreachable at start; migrating once it answers");
+                migrated.store(false, Ordering::Release);
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     check_tenant_root(&config, target).await?;
-    Ok((config, pools))
+    Ok((config, pools, migrated))
+}
+
+/// Applies the migrations until they succeed or `cancel` fires, retrying with backoff (1 s doubling
+/// to 5 s, plus the pool's acquire wait) and setting `migrated` on success. Returns whether they were
+/// applied. Errors other than an unreachable database are logged and retried alike: the process stays
+/// up and `/readyz` stays 503 until they are fixed.
+async fn migrate_in_background(
+    pool: sqlx::PgPool,
+    migrated: Arc<AtomicBool>,
+    cancel: CancellationToken,
+) -> bool {
+    let mut attempt = 0u32;
+    while !migrated.load(Ordering::Acquire) {
+        let wait = Duration::from_secs(1 << attempt.min(2)).min(Duration::from_secs(5));
+        tokio::select! {
+            () = cancel.cancelled() => return false,
+            () = tokio::time::sleep(wait) => {}
+        }
+        attempt += 1;
+        let result = tokio::select! {
+            () = cancel.cancelled() => return false,
+            r = db::migrate(&pool) => r,
+        };
+        match result {
+            Ok(()) => {
+                tracing::info!(attempt, "state database reachable; migrations applied");
+                migrated.store(true, Ordering::Release);
+            }
+            Err(e) => {
+                tracing::warn!(attempt, error = %e, "migrating the state database failed; retrying")
+            }
+        }
+    }
+    true
+}
+
+/// Runs `worker` once the migrations are applied (at once when they are).
+fn spawn_worker(
+    worker: Option<Worker>,
+    pool: sqlx::PgPool,
+    migrated: Arc<AtomicBool>,
+    cancel: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if worker.is_none() && migrated.load(Ordering::Acquire) {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        if migrate_in_background(pool, migrated, cancel.clone()).await
+            && let Some(w) = worker
+        {
+            w.run(cancel).await;
+        }
+    }))
 }
 
 /// Refuses to start when `[tenant] root_table` / `key_column` do not exist in the target database.
@@ -185,8 +267,9 @@ pub struct Application {
     listener: TcpListener,
     address: SocketAddr,
     router: Router,
+    limits: crate::config::IntakeConfig,
     worker: Option<Worker>,
-    pools: Pools,
+    state: AppState,
 }
 
 impl Application {
@@ -205,7 +288,8 @@ impl Application {
                 reason,
             });
         }
-        let (config, pools) = prepare(&settings).await?;
+        crate::sources::oidc::install_crypto_provider();
+        let (config, pools, migrated) = prepare(&settings).await?;
         let listener = TcpListener::bind(settings.listen)
             .await
             .map_err(|source| AppError::Io {
@@ -220,13 +304,22 @@ impl Application {
             Worker::new(pools.clone(), config.clone(), worker_id())
                 .with_notify_url(settings.listen_url())
         });
-        let router = http::router(AppState::new(pools.clone(), config, operator));
+        let limits = config.intake.clone();
+        let mut state = AppState::new(pools.clone(), config.clone(), operator);
+        state.migrated = migrated;
+        state.metrics = Arc::new(Collector::new(
+            pools,
+            worker.is_some(),
+            config.metrics.read_timeout,
+        ));
+        let router = http::router(state.clone());
         Ok(Self {
             listener,
             address,
             router,
+            limits,
             worker,
-            pools,
+            state,
         })
     }
 
@@ -242,19 +335,29 @@ impl Application {
 
     /// Serves HTTP and runs the worker (unless `--no-worker`) until `cancel` fires, then stops
     /// accepting, lets in-flight requests finish, stops the worker at its next boundary, closes the
-    /// pools (after handlers still running in their own tasks are done) and returns.
+    /// pools (after handlers still running in their own tasks are done) and returns. Also runs, until
+    /// then: pending migrations ([`Application::build`] on a database that was down), the rate
+    /// limiter's cleanup and the metrics upkeep.
     ///
     /// # Errors
     /// [`AppError::Io`] when serving fails.
     pub async fn run_until_stopped(self, cancel: CancellationToken) -> Result<(), AppError> {
-        let worker = self.worker.map(|w| {
-            let token = cancel.child_token();
-            tokio::spawn(async move { w.run(token).await })
-        });
-        tracing::info!(address = %self.address, worker = worker.is_some(), "deprov serving");
-        let served = axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(cancel.clone().cancelled_owned())
-            .await;
+        let has_worker = self.worker.is_some();
+        let worker = spawn_worker(
+            self.worker,
+            self.state.pools.queue.clone(),
+            self.state.migrated.clone(),
+            cancel.child_token(),
+        );
+        if let Some(limit) = self.state.rate_limit.clone() {
+            http::rate_limit::spawn_retain(limit, cancel.child_token());
+        }
+        telemetry::spawn_upkeep(cancel.child_token());
+        tracing::info!(address = %self.address, worker = has_worker, "deprov serving");
+        // hyper with connection-level limits (header time, idle keep-alive, header buffer); the
+        // peer address is given to handlers as `ConnectInfo` (the rate limiter keys on it).
+        let served =
+            http::serve::serve(self.listener, self.router, &self.limits, cancel.clone()).await;
         cancel.cancel();
         if let Some(task) = worker
             && let Err(e) = task.await
@@ -262,7 +365,7 @@ impl Application {
             tracing::error!(error = %e, "worker task ended abnormally");
         }
         // Waits for handlers still running in their own tasks, then ends every connection cleanly.
-        self.pools.close().await;
+        self.state.pools.close().await;
         tracing::info!("deprov stopped");
         served.map_err(|source| AppError::Io {
             addr: self.address,
@@ -271,19 +374,68 @@ impl Application {
     }
 }
 
-/// Runs only the worker (`deprov worker`) until `cancel` fires; `listen` and `operator_token` are
-/// ignored.
+/// Runs only the worker (`deprov worker`) until `cancel` fires, with `GET /metrics` and
+/// `GET /healthz` on `settings.metrics_listen` when set; `listen` and `operator_token` are ignored.
 ///
 /// # Errors
-/// [`AppError`] from loading the configuration, building pools or migrating.
+/// [`AppError`] from loading the configuration, building pools, migrating (other than an unreachable
+/// database, which is retried), or binding `metrics_listen`.
 pub async fn run_worker(settings: Settings, cancel: CancellationToken) -> Result<(), AppError> {
-    let (config, pools) = prepare(&settings).await?;
+    let (config, pools, migrated) = prepare(&settings).await?;
+    let collector = Arc::new(Collector::new(
+        pools.clone(),
+        true,
+        config.metrics.read_timeout,
+    ));
+    let metrics = match settings.metrics_listen {
+        Some(addr) => Some(serve_metrics(addr, collector, cancel.clone()).await?),
+        None => None,
+    };
+    telemetry::spawn_upkeep(cancel.child_token());
+    let queue = pools.queue.clone();
     let worker =
         Worker::new(pools.clone(), config, worker_id()).with_notify_url(settings.listen_url());
     tracing::info!(worker = %worker.id, listening = worker.notify_url.is_some(), "deprov worker running");
-    worker.run(cancel).await;
+    if let Some(task) = spawn_worker(Some(worker), queue, migrated, cancel.clone()) {
+        let _ = task.await;
+    }
+    cancel.cancel();
+    if let Some(task) = metrics {
+        let _ = task.await;
+    }
     pools.close().await;
     Ok(())
+}
+
+/// Binds `addr` and serves `GET /metrics` and `GET /healthz` from `collector` until `cancel` fires
+/// (the worker process's metrics endpoint). Logs the bound address.
+///
+/// # Errors
+/// [`AppError::Io`] when `addr` cannot be bound.
+pub async fn serve_metrics(
+    addr: SocketAddr,
+    collector: Arc<Collector>,
+    cancel: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, AppError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| AppError::Io { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| AppError::Io { addr, source })?;
+    tracing::info!(address = %bound, "worker metrics serving");
+    let router = Router::new()
+        .route("/metrics", axum::routing::get(http::metrics::metrics))
+        .route("/healthz", axum::routing::get(http::health::healthz))
+        .with_state(collector);
+    Ok(tokio::spawn(async move {
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(cancel.cancelled_owned())
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "worker metrics listener failed");
+        }
+    }))
 }
 
 /// Cancels `cancel` on SIGTERM or Ctrl-C (SIGINT).

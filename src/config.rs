@@ -5,12 +5,15 @@
 //! names the offending key. A full, commented example is `deploy/example.toml`; the README documents
 //! each key.
 
+mod edge;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::sql::QualifiedName;
+pub use edge::{MetricsConfig, RateLimitConfig};
 
 /// Why the configuration was refused. Every message names the key.
 #[derive(Debug, thiserror::Error)]
@@ -72,17 +75,12 @@ pub struct Config {
     pub intake: IntakeConfig,
     /// Vercel Marketplace partner API (`DELETE /v1/installations/{id}`); absent = route answers 404.
     pub vercel: Option<VercelConfig>,
+    /// How `GET /metrics` reads gauges from the databases.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
 }
 
-/// One sender of deletion requests (`[sources.NAME]`). Exactly one of `token`, `token_env`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SourceConfig {
-    /// The bearer token itself.
-    pub token: Option<String>,
-    /// The name of an environment variable holding the token (read once at start-up).
-    pub token_env: Option<String>,
-}
+pub use crate::sources::SourceConfig;
 
 /// `[tenant]`: the root of the foreign-key graph.
 #[derive(Debug, Clone, Deserialize)]
@@ -286,12 +284,24 @@ pub struct PoolConfig {
 pub struct IntakeConfig {
     /// Largest accepted request body in bytes (default 16384); larger bodies get 413.
     pub max_body_bytes: usize,
+    /// Largest accepted request header, names + values in bytes, 1024..=1048576 (default 16384);
+    /// larger gets 431 (see `http::serve`).
+    pub max_header_bytes: usize,
+    /// How long a client may take to send a request's header, and how long an idle keep-alive
+    /// connection stays open, 100ms..=60s (default 5s); then the connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
+    /// Per-source request rate limit (`[intake.rate_limit]`).
+    pub rate_limit: RateLimitConfig,
 }
 
 impl Default for IntakeConfig {
     fn default() -> Self {
         Self {
             max_body_bytes: 16 * 1024,
+            max_header_bytes: 16 * 1024,
+            header_timeout: Duration::from_secs(5),
+            rate_limit: RateLimitConfig::default(),
         }
     }
 }
@@ -325,7 +335,10 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming the key at fault.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let config: Config = toml::from_str(text)?;
+        let mut config: Config = toml::from_str(text)?;
+        for (name, source) in &mut config.sources {
+            source.prepare(name)?;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -349,6 +362,9 @@ impl Config {
                     key,
                     "source names are 1..=64 characters of [A-Za-z0-9-_.]",
                 ));
+            }
+            if source.scheme != crate::sources::Scheme::Bearer {
+                continue;
             }
             let token = source.resolve_token().map_err(|r| invalid(&key, r))?;
             if token.len() < 16 {
@@ -479,12 +495,41 @@ impl Config {
                 "must be between 256 and 10485760",
             ));
         }
+        if !(1024..=1024 * 1024).contains(&self.intake.max_header_bytes) {
+            return Err(invalid(
+                "intake.max_header_bytes",
+                "must be between 1024 and 1048576",
+            ));
+        }
+        if !(Duration::from_millis(100)..=Duration::from_secs(60))
+            .contains(&self.intake.header_timeout)
+        {
+            return Err(invalid(
+                "intake.header_timeout",
+                "must be between 100ms and 60s",
+            ));
+        }
+        self.intake.rate_limit.validate()?;
+        self.metrics.validate()?;
         if let Some(v) = &self.vercel {
-            if !self.sources.contains_key(&v.source) {
-                return Err(invalid(
-                    "vercel.source",
-                    format!("no [sources.{}] is configured", v.source),
-                ));
+            match self.sources.get(&v.source).map(|s| s.scheme) {
+                None => {
+                    return Err(invalid(
+                        "vercel.source",
+                        format!("no [sources.{}] is configured", v.source),
+                    ));
+                }
+                Some(crate::sources::Scheme::Bearer | crate::sources::Scheme::VercelOidc) => {}
+                Some(other) => {
+                    return Err(invalid(
+                        "vercel.source",
+                        format!(
+                            "sources.{} has scheme {:?}; the partner API needs bearer or vercel-oidc",
+                            v.source,
+                            other.as_str()
+                        ),
+                    ));
+                }
             }
             if v.tenant_lookup
                 .as_deref()
@@ -505,19 +550,9 @@ impl Config {
     pub fn source_tokens(&self) -> Vec<(String, String)> {
         self.sources
             .iter()
+            .filter(|(_, s)| s.scheme == crate::sources::Scheme::Bearer)
             .map(|(name, s)| (s.resolve_token().expect("validated at load"), name.clone()))
             .collect()
-    }
-}
-
-impl SourceConfig {
-    fn resolve_token(&self) -> Result<String, String> {
-        match (&self.token, &self.token_env) {
-            (Some(t), None) => Ok(t.clone()),
-            (None, Some(var)) => std::env::var(var)
-                .map_err(|_| format!("token_env: environment variable {var} is not set")),
-            _ => Err("give exactly one of `token` and `token_env`".into()),
-        }
     }
 }
 
@@ -594,6 +629,12 @@ mod tests {
                 "pools.target.max_connections",
             ),
             ("[vercel]\nsource = \"nobody\"", "vercel.source"),
+            (
+                "[intake.rate_limit]\nper_second = -1.0",
+                "intake.rate_limit.per_second",
+            ),
+            ("[intake.rate_limit]\nburst = 0", "intake.rate_limit.burst"),
+            ("[metrics]\nread_timeout = \"0s\"", "metrics.read_timeout"),
         ];
         for (extra, key) in cases {
             let err = Config::from_toml(&format!("{MINIMAL}\n{extra}\n"))

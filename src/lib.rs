@@ -4,7 +4,10 @@
 //! PostgreSQL queue ([`queue`]). A [`worker`] leases jobs, soft-deletes the tenant, then hard-deletes it
 //! with the [`engine`]: leaves of the foreign-key graph first, in short, checkpointed batches with
 //! server-side `lock_timeout` and `statement_timeout`. A kill switch stops all destruction at once.
-//! Database access goes through isolated, bounded pools ([`db`]); all dynamic SQL through [`sql`].
+//! Database access goes through isolated, bounded pools ([`db`]); all dynamic SQL through [`sql`];
+//! Prometheus metrics through [`telemetry`].
+//! Signed senders (Standard Webhooks, Stripe, GitHub, Shopify, Slack, Vercel) are verified by
+//! [`sources`].
 //! [`demo`] holds the demo's schema, data loader and verification checks.
 
 pub mod app;
@@ -17,6 +20,8 @@ pub mod engine;
 pub mod http;
 pub mod ids;
 pub mod queue;
+pub mod sources;
 pub mod sql;
+pub mod telemetry;
 pub mod throwaway;
 pub mod worker;

@@ -48,13 +48,20 @@
 //!
 //! ## TCP keepalives
 //! See [`keepalive`]: set on every new connection's socket in `after_connect`.
+//!
+//! ## Measured acquires
+//! Every connection deprov takes from a pool goes through [`acquire`] (directly, or through [`begin`]),
+//! which times the wait and counts acquire timeouts (sqlx reports neither); the pool's `after_connect`
+//! hook counts new connections. Both feed [`crate::telemetry`] under the pool's [`PoolRole::label`].
 
+pub mod breaker;
 pub mod keepalive;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::query::{Query, QueryAs, QueryScalar};
 use sqlx::{FromRow, PgConnection, Postgres, SqlSafeStr, Transaction};
@@ -156,8 +163,34 @@ impl Bounds {
     }
 }
 
-/// Acquires a connection from `pool` and opens a bounded transaction on it (one round trip, simple
-/// protocol; see the module docs). Commit it; dropping it rolls back.
+/// Takes a connection from `pool`, recording the wait in `deprov_db_pool_acquire_seconds` and a
+/// [`sqlx::Error::PoolTimedOut`] in `deprov_db_pool_acquire_timeouts_total` (both labelled by pool).
+/// Waits at most the pool's `acquire_timeout`. The one place deprov calls sqlx's `Pool::acquire`
+/// (the rule check in `db/tests.rs` allows it here only).
+///
+/// # Errors
+/// sqlx's acquire errors: `PoolTimedOut` (no connection within `acquire_timeout`, which includes
+/// connecting to a database that is down — and at once, while [`breaker`] knows it is down),
+/// `PoolClosed`.
+pub async fn acquire(pool: &PgPool) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+    let started = Instant::now();
+    if !breaker::admit(pool) {
+        // The database is down (see `breaker`): fail at once instead of waiting acquire_timeout.
+        crate::telemetry::pool_acquired(pool_label(pool), started.elapsed(), true);
+        return Err(sqlx::Error::PoolTimedOut);
+    }
+    let result = pool.acquire().await;
+    let timed_out = matches!(result, Err(sqlx::Error::PoolTimedOut));
+    if result.is_ok() || timed_out {
+        breaker::record(pool, timed_out);
+    }
+    crate::telemetry::pool_acquired(pool_label(pool), started.elapsed(), timed_out);
+    result
+}
+
+/// [`acquire`]s a connection from `pool` and opens a bounded transaction on it (one round trip,
+/// simple protocol; see the module docs). Commit it; dropping it rolls back. The acquire wait is
+/// recorded by [`acquire`]; the `BEGIN` round trip is not part of it.
 ///
 /// # Errors
 /// Pool acquire timeout, connection errors.
@@ -165,11 +198,19 @@ pub async fn begin(
     pool: &PgPool,
     bounds: Bounds,
 ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-    pool.begin_with(crate::sql::begin_bounded(
-        bounds.lock_timeout,
-        bounds.statement_timeout,
-        bounds.durable,
-    ))
+    let conn = acquire(pool).await?;
+    // What `Pool::begin_with` does after its acquire (sqlx-core 0.9).
+    Transaction::begin(
+        conn,
+        Some(
+            crate::sql::begin_bounded(
+                bounds.lock_timeout,
+                bounds.statement_timeout,
+                bounds.durable,
+            )
+            .into_sql_str(),
+        ),
+    )
     .await
 }
 
@@ -237,6 +278,44 @@ impl PoolRole {
             Self::Listener => "deprov-listener",
         }
     }
+
+    /// The `pool` label of this role's metrics: `intake`, `queue`, `target`, `cli` (the names of
+    /// `[pools.*]`), and `listener` (a worker's LISTEN connection).
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Intake => "intake",
+            Self::Queue => "queue",
+            Self::Target => "target",
+            Self::Cli => "cli",
+            Self::Listener => "listener",
+        }
+    }
+
+    /// The role whose connections carry `application_name`, if any.
+    pub fn from_application_name(name: &str) -> Option<Self> {
+        [
+            Self::Intake,
+            Self::Queue,
+            Self::Target,
+            Self::Cli,
+            Self::Listener,
+        ]
+        .into_iter()
+            .find(|r| r.application_name() == name)
+    }
+
+    /// The role of a pool built by [`pool`] (read back from its `application_name`).
+    pub fn of(pool: &PgPool) -> Option<Self> {
+        pool.connect_options()
+            .get_application_name()
+            .and_then(Self::from_application_name)
+    }
+}
+
+/// The `pool` metric label of `pool`: its role's [`PoolRole::label`], or `other` for a pool not built
+/// by [`pool`].
+pub fn pool_label(pool: &PgPool) -> &'static str {
+    PoolRole::of(pool).map_or("other", PoolRole::label)
 }
 
 /// Parses a `postgres://` URL.
@@ -249,7 +328,8 @@ pub fn connect_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
 
 /// Builds a lazily connecting pool: start-up never fails because the database is down; the first
 /// acquire fails fast after `acquire_timeout` instead. Every new TCP connection gets
-/// [`keepalive::Keepalive::DEFAULT`] in `after_connect`.
+/// [`keepalive::Keepalive::DEFAULT`] in `after_connect`, and each new connection increments
+/// `deprov_db_connections_opened_total{pool}` (the churn signal).
 pub fn pool(options: &PgConnectOptions, role: PoolRole, bounds: &PoolConfig) -> PgPool {
     let host = options.get_host().to_owned();
     let port = options.get_port();
@@ -263,6 +343,7 @@ pub fn pool(options: &PgConnectOptions, role: PoolRole, bounds: &PoolConfig) -> 
         .after_connect(move |_, _| {
             let host = host.clone();
             Box::pin(async move {
+                crate::telemetry::connection_opened(role.label());
                 if tcp {
                     enable_keepalive(&host, port).await;
                 }

@@ -4,7 +4,8 @@ use std::path::Path;
 
 /// The service's modules open no unbounded transaction and bypass no pooler rule: every query goes
 /// through `db::query*` (unnamed in transaction pooler mode) and every transaction through
-/// `db::begin` (bounded). The demo and
+/// `db::begin` / `db::begin_on` (bounded), and every connection through `db::acquire` (the one
+/// instrumented `Pool::acquire`, in `db/mod.rs`, which times the wait for `/metrics`). The demo and
 /// the benchmarks run on their own throwaway servers and are not checked.
 #[test]
 fn service_statements_are_unnamed_and_bounded() {
@@ -16,6 +17,7 @@ fn service_statements_are_unnamed_and_bounded() {
         root.join("worker"),
         root.join("http"),
         root.join("cli"),
+        root.join("telemetry"),
     ];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(dir).unwrap() {

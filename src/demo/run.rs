@@ -173,6 +173,7 @@ pub async fn run(args: &DemoArgs) -> Result<DemoOutcome, DemoError> {
         operator_token: Some(operator.clone()),
         migrate: true,
         no_worker: false,
+        metrics_listen: None,
         pooler_mode: crate::db::PoolerMode::Session,
         notify_url: None,
     };
@@ -189,6 +190,7 @@ pub async fn run(args: &DemoArgs) -> Result<DemoOutcome, DemoError> {
             tenants.large_vercel_installation_id, args.retries
         ),
     );
+    crate::sources::oidc::install_crypto_provider();
     let client = reqwest::Client::new();
     let url = format!(
         "{base}/v1/installations/{}",

@@ -12,7 +12,11 @@ use subtle::ConstantTimeEq;
 
 use super::AppState;
 use super::error::ApiError;
+use std::sync::Arc;
+
 use crate::config::Config;
+use crate::sources::Scheme;
+use crate::sources::oidc::{JwksSource, OidcError, OidcVerifier};
 
 /// The SHA-256 digest of a secret token; only digests are kept in memory after start-up.
 #[derive(Clone)]
@@ -127,9 +131,9 @@ impl FromRequestParts<AppState> for Operator {
     }
 }
 
-/// How Vercel partner-API requests are authenticated. Today the bearer token of the source named by
-/// `[vercel] source`; Vercel's OIDC JWT (RS256, keys from its JWKS, claims checked against the
-/// integration) becomes another variant here, so handlers keep using [`VercelCaller`] unchanged.
+/// How Vercel partner-API requests are authenticated: the bearer token of the source named by
+/// `[vercel] source`, or — with `scheme = "vercel-oidc"` — Vercel's OIDC JWT checked against the
+/// source's JWKS, issuer and audience ([`OidcVerifier`]).
 #[derive(Debug, Clone)]
 pub enum PartnerVerifier {
     /// `Authorization: Bearer <token>` equal to the source's configured token.
@@ -139,22 +143,80 @@ pub enum PartnerVerifier {
         /// Its token's digest.
         digest: TokenDigest,
     },
+    /// `Authorization: Bearer <OIDC JWT>`.
+    Oidc {
+        /// The source requests are recorded under.
+        source: String,
+        /// The verifier, with its key cache.
+        verifier: Arc<OidcVerifier>,
+    },
+}
+
+/// A verified partner-API caller's identity.
+#[derive(Debug, Clone)]
+pub struct PartnerIdentity {
+    /// The source the request is recorded under.
+    pub source: String,
+    /// The token's `installation_id` claim (OIDC user tokens only).
+    pub installation_id: Option<String>,
 }
 
 impl PartnerVerifier {
+    /// The verifier for `[vercel] source = name`; `None` when the source is missing or has another
+    /// scheme (refused at load).
+    pub fn for_source(config: &Config, tokens: &SourceTokens, name: &str) -> Option<Self> {
+        let source = config.sources.get(name)?;
+        match source.scheme {
+            Scheme::Bearer => Some(Self::SourceToken {
+                source: name.to_owned(),
+                digest: tokens.digest_of(name)?.clone(),
+            }),
+            Scheme::VercelOidc => {
+                let jwks = match (&source.jwks_url, &source.jwks_file) {
+                    (Some(url), _) => JwksSource::Url(url.clone()),
+                    (None, Some(file)) => JwksSource::File(file.clone()),
+                    (None, None) => return None,
+                };
+                let verifier =
+                    OidcVerifier::new(jwks, source.issuer.as_deref()?, source.audience.as_deref()?);
+                Some(Self::Oidc {
+                    source: name.to_owned(),
+                    verifier: Arc::new(verifier),
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// Checks the request's credentials; returns the source to record the request under.
     ///
     /// # Errors
     /// [`ApiError::Unauthorized`] when the credentials are missing or wrong.
-    pub async fn verify(&self, headers: &HeaderMap) -> Result<String, ApiError> {
+    pub async fn verify(&self, headers: &HeaderMap) -> Result<PartnerIdentity, ApiError> {
         match self {
             Self::SourceToken { source, digest } => {
                 let token = bearer(headers).ok_or_else(unauthorized)?;
                 if digest.matches(&TokenDigest::of(token)) {
-                    Ok(source.clone())
+                    Ok(PartnerIdentity {
+                        source: source.clone(),
+                        installation_id: None,
+                    })
                 } else {
                     Err(unauthorized())
                 }
+            }
+            Self::Oidc { source, verifier } => {
+                let token = bearer(headers).ok_or_else(unauthorized)?;
+                let claims = verifier.verify(token).await.map_err(|e| match e {
+                    OidcError::Jwks => ApiError::db_unavailable(
+                        "Vercel's signing keys could not be fetched; retry later",
+                    ),
+                    other => ApiError::Unauthorized(other.to_string()),
+                })?;
+                Ok(PartnerIdentity {
+                    source: source.clone(),
+                    installation_id: claims.installation_id,
+                })
             }
         }
     }
@@ -167,6 +229,8 @@ pub struct VercelCaller {
     pub source: String,
     /// The `X-Vercel-Auth` header (`user` or `system`), if sent; informational.
     pub auth_style: Option<String>,
+    /// The OIDC token's `installation_id` claim, when it carries one: it must name the installation.
+    pub installation_id: Option<String>,
 }
 
 impl FromRequestParts<AppState> for VercelCaller {
@@ -178,12 +242,16 @@ impl FromRequestParts<AppState> for VercelCaller {
                 "the Vercel partner API is not configured ([vercel] section)".into(),
             ));
         };
-        let source = verifier.verify(&parts.headers).await?;
+        let identity = verifier.verify(&parts.headers).await?;
         let auth_style = parts
             .headers
             .get("x-vercel-auth")
             .and_then(|v| v.to_str().ok())
             .map(|s| s.chars().take(32).collect());
-        Ok(Self { source, auth_style })
+        Ok(Self {
+            source: identity.source,
+            auth_style,
+            installation_id: identity.installation_id,
+        })
     }
 }

@@ -53,6 +53,9 @@ pub enum ApiError {
     /// 413: the body exceeds `[intake] max_body_bytes`.
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// 431: the request's header fields exceed `[intake] max_header_bytes`.
+    #[error("{0}")]
+    HeadersTooLarge(String),
     /// 415: the body is not declared as `application/json`.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -63,6 +66,14 @@ pub enum ApiError {
     /// draft-ietf-httpapi-idempotency-key-header §2.7).
     #[error("{0}")]
     IdempotencyMismatch(String),
+    /// 429 with `Retry-After`: the source (or peer address) exceeded `[intake.rate_limit]`.
+    #[error("{detail}")]
+    TooManyRequests {
+        /// What was limited.
+        detail: String,
+        /// Seconds for the `Retry-After` header: when the next request of this source is admitted.
+        retry_after: u64,
+    },
     /// 503 with `Retry-After`: the state database did not answer within the pool's acquire timeout,
     /// or the request exceeded the server's request timeout.
     #[error("{detail}")]
@@ -87,10 +98,12 @@ impl ApiError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unprocessable(_) | Self::IdempotencyMismatch(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
+            Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -104,12 +117,14 @@ impl ApiError {
             Self::NotFound(_) => ("not-found", "Not found"),
             Self::MethodNotAllowed => ("method-not-allowed", "Method not allowed"),
             Self::PayloadTooLarge(_) => ("payload-too-large", "Request body too large"),
+            Self::HeadersTooLarge(_) => ("headers-too-large", "Request header fields too large"),
             Self::UnsupportedMediaType(_) => ("unsupported-media-type", "Unsupported media type"),
             Self::Unprocessable(_) => ("invalid-request", "Invalid request"),
             Self::IdempotencyMismatch(_) => (
                 "idempotency-key-reused",
                 "Idempotency key reused with a different request",
             ),
+            Self::TooManyRequests { .. } => ("rate-limited", "Too many requests"),
             Self::Unavailable { .. } => ("unavailable", "Service temporarily unavailable"),
             Self::Internal(_) => ("internal", "Internal server error"),
         }
@@ -163,7 +178,7 @@ impl IntoResponse for ApiError {
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         match &self {
-            Self::Unavailable { retry_after, .. } => {
+            Self::Unavailable { retry_after, .. } | Self::TooManyRequests { retry_after, .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
             }
             Self::Unauthorized(_) => {

@@ -23,19 +23,26 @@ pub async fn healthz() -> axum::Json<Health> {
     })
 }
 
-/// Readiness: 200 when the state database answers `SELECT 1` through the intake pool within the
-/// pool's acquire timeout (`[pools.intake] acquire_timeout`), else 503 with `Retry-After`.
+/// Readiness: 200 when deprov's migrations are applied and the state database answers `SELECT 1`
+/// through the intake pool within the pool's acquire timeout (`[pools.intake] acquire_timeout`), else
+/// 503 with `Retry-After`. A service started while its database was down becomes ready within seconds
+/// of the database's return (its migrations are retried in the background), without a restart.
 #[utoipa::path(
     get,
     path = "/readyz",
     tag = "health",
     responses(
         (status = 200, description = "Ready", body = Health),
-        (status = 503, description = "State database unreachable", body = Problem, content_type = "application/problem+json",
+        (status = 503, description = "State database unreachable, or migrations not yet applied", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>, ApiError> {
+    if !state.is_migrated() {
+        return Err(ApiError::db_unavailable(
+            "the state database was unreachable at start-up; its migrations are not applied yet",
+        ));
+    }
     // Bounded by the pool's acquire timeout and, on the server, by Bounds::STATE; no client-side
     // deadline abandons the query (see crate::db).
     let check = async {

@@ -130,6 +130,8 @@ fn new_request(
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid or unknown field, invalid Idempotency-Key, or an Idempotency-Key / external_id reused with a different body", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "This source (or, without a known token, this peer address) exceeded `[intake.rate_limit]`; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds until the source's next request is admitted"))),
         (status = 503, description = "State database unavailable; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),

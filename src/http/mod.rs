@@ -3,14 +3,21 @@
 //! Routes (see `openapi.yaml`, generated from this module by [`openapi`]):
 //! - `POST /v1/deletion-requests` — intake, source bearer token ([`intake`]);
 //! - `DELETE /v1/installations/{installationId}` — Vercel Marketplace partner API ([`vercel`]);
+//! - `POST /v1/webhooks/{source}` — signed deliveries from `[sources.NAME]` ([`webhooks`]);
 //! - `GET /v1/jobs/{job_id}`, `GET /v1/jobs`, `GET|PUT /v1/kill-switch` — operator token ([`jobs`],
 //!   [`kill_switch`]);
 //! - `GET /v1/audit` — operator actions, operator token ([`audit`]);
-//! - `GET /healthz`, `GET /readyz` ([`health`]); `GET /openapi.json` (the spec itself).
+//! - `GET /healthz`, `GET /readyz` ([`health`]); `GET /metrics` ([`metrics`]); `GET /openapi.json`
+//!   (the spec itself).
+//!
+//! The intake routes (deletion requests and the Vercel call) are rate limited per source
+//! ([`rate_limit`], `[intake.rate_limit]`): 429 problem+json with `Retry-After`.
 //!
 //! Every error is RFC 9457 problem+json ([`error::ApiError`]). Middleware, outermost first: request ID
 //! (`x-request-id`, generated when absent, echoed back), tracing span per request, panic → 500 problem,
-//! request timeout ([`REQUEST_TIMEOUT`]) → 503 problem, body limit (`[intake] max_body_bytes`) → 413.
+//! request timeout ([`REQUEST_TIMEOUT`]) → 503 problem, body limit (`[intake] max_body_bytes`) → 413,
+//! header limit (`[intake] max_header_bytes`) → 431. [`serve`] adds the connection-level limits
+//! (header read time, idle keep-alive, header buffer).
 //! Handlers run in their own task: the request timeout and a client hanging up end only the wait,
 //! never a statement mid-flight (statements are bounded on the server instead, see [`crate::db`]).
 
@@ -22,17 +29,23 @@ pub mod health;
 pub mod intake;
 pub mod jobs;
 pub mod kill_switch;
+pub mod metrics;
+pub mod rate_limit;
+pub mod serve;
 pub mod vercel;
+pub mod webhooks;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::extract::{DefaultBodyLimit, FromRef, MatchedPath, Request};
 use axum::http::HeaderName;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use tower::ServiceBuilder;
+use tower_governor::GovernorLayer;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
@@ -42,6 +55,7 @@ use utoipa_axum::routes;
 
 use crate::config::Config;
 use crate::db::Pools;
+use crate::telemetry::collect::Collector;
 use auth::{PartnerVerifier, SourceTokens, TokenDigest};
 use error::ApiError;
 
@@ -64,26 +78,52 @@ pub struct AppState {
     pub operator: Option<Arc<TokenDigest>>,
     /// How Vercel partner-API calls are verified; `None` when there is no `[vercel]` section (404).
     pub vercel: Option<Arc<PartnerVerifier>>,
+    /// What `GET /metrics` renders. [`AppState::new`] makes one that does not read the target
+    /// database; a process running a worker replaces it (see [`crate::app`]).
+    pub metrics: Arc<Collector>,
+    /// The intake rate limit (`[intake.rate_limit]`); `None` when off.
+    pub rate_limit: Option<rate_limit::Limit>,
+    /// Whether deprov's migrations are applied (or were not asked for). `false` while a state database
+    /// that was down at start-up has not yet been migrated: `/readyz` answers 503 meanwhile.
+    pub migrated: Arc<AtomicBool>,
+}
+
+impl FromRef<AppState> for Arc<Collector> {
+    fn from_ref(state: &AppState) -> Self {
+        state.metrics.clone()
+    }
 }
 
 impl AppState {
     /// Builds the state; tokens are kept only as SHA-256 digests.
     pub fn new(pools: Pools, config: Arc<Config>, operator_token: Option<&str>) -> Self {
         let sources = SourceTokens::from_config(&config);
-        let vercel = config.vercel.as_ref().and_then(|v| {
-            let digest = sources.digest_of(&v.source)?.clone();
-            Some(Arc::new(PartnerVerifier::SourceToken {
-                source: v.source.clone(),
-                digest,
-            }))
-        });
+        let vercel = config
+            .vercel
+            .as_ref()
+            .and_then(|v| PartnerVerifier::for_source(&config, &sources, &v.source))
+            .map(Arc::new);
+        let sources = Arc::new(sources);
+        let metrics = Arc::new(Collector::new(
+            pools.clone(),
+            false,
+            config.metrics.read_timeout,
+        ));
         Self {
+            rate_limit: rate_limit::limit(&config.intake.rate_limit, sources.clone()),
             pools,
             operator: operator_token.map(|t| Arc::new(TokenDigest::of(t))),
-            sources: Arc::new(sources),
+            sources,
             vercel,
+            metrics,
+            migrated: Arc::new(AtomicBool::new(true)),
             config,
         }
+    }
+
+    /// Whether deprov's migrations are applied (see [`AppState::migrated`]).
+    pub fn is_migrated(&self) -> bool {
+        self.migrated.load(Ordering::Acquire)
     }
 
     /// `[worker] max_attempts` as stored on new jobs.
@@ -103,8 +143,9 @@ impl AppState {
     tags(
         (name = "intake", description = "Deletion requests from configured sources"),
         (name = "vercel", description = "Vercel Marketplace partner API"),
+        (name = "webhooks", description = "Signed deliveries from configured senders"),
         (name = "operator", description = "Jobs and the kill switch (DEPROV_OPERATOR_TOKEN)"),
-        (name = "health", description = "Liveness and readiness"),
+        (name = "health", description = "Liveness, readiness and metrics"),
     ),
     modifiers(&SecuritySchemes),
 )]
@@ -130,16 +171,26 @@ impl utoipa::Modify for SecuritySchemes {
         );
         components.add_security_scheme(
             "vercel_token",
-            bearer("The token of the source named by `[vercel] source` (Vercel's OIDC JWT verification comes later)."),
+            bearer("The source named by `[vercel] source`: its bearer token, or with `scheme = \"vercel-oidc\"` Vercel's OIDC JWT (RS256, checked against the JWKS, issuer and audience)."),
         );
     }
 }
 
-fn api_routes() -> OpenApiRouter<AppState> {
+/// Every route; the intake routes behind `limit` when there is one.
+fn api_routes(limit: Option<rate_limit::Limit>) -> OpenApiRouter<AppState> {
     use utoipa::OpenApi as _;
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let intake = OpenApiRouter::new()
         .routes(routes!(intake::create_deletion_request))
         .routes(routes!(vercel::delete_installation))
+        .routes(routes!(webhooks::receive));
+    let intake = match limit {
+        Some(limit) => {
+            intake.route_layer(GovernorLayer::new(limit).error_handler(rate_limit::refusal))
+        }
+        None => intake,
+    };
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(intake)
         .routes(routes!(jobs::list_jobs))
         .routes(routes!(jobs::get_job))
         .routes(routes!(
@@ -149,11 +200,12 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(audit::list_audit))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
+        .routes(routes!(metrics::metrics))
 }
 
 /// The OpenAPI 3.1 description of the API, generated from the route annotations.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    let (_, mut spec) = api_routes().split_for_parts();
+    let (_, mut spec) = api_routes(None).split_for_parts();
     spec.info.version = env!("CARGO_PKG_VERSION").to_owned();
     spec
 }
@@ -206,7 +258,8 @@ fn request_span(request: &Request) -> tracing::Span {
 /// The complete application: routes, fallbacks, `/openapi.json` and middleware, with `state` applied.
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.intake.max_body_bytes;
-    let (api, spec) = api_routes().split_for_parts();
+    let max_headers = state.config.intake.max_header_bytes;
+    let (api, spec) = api_routes(state.rate_limit.clone()).split_for_parts();
     let spec_json = Arc::new(spec.to_json().unwrap_or_default());
     let api = api
         .route(
@@ -223,7 +276,10 @@ pub fn router(state: AppState) -> Router {
         )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state);
+        .with_state(state)
+        .layer(middleware::from_fn(move |req, next| {
+            serve::limit_headers(max_headers, req, next)
+        }));
     with_middleware(api, max_body)
 }
 

@@ -61,10 +61,13 @@ pub struct DeleteInstallationResponse {
         (status = 200, description = "Recorded; `finalized` tells whether the deletion has completed", body = DeleteInstallationResponse),
         (status = 400, description = "Malformed JSON or installation ID", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong credentials", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The OIDC token's `installation_id` claim names another installation", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No `[vercel]` section configured", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "A non-empty body not declared as application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field or header value", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "This source (or, without a known token, this peer address) exceeded `[intake.rate_limit]`; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds until the source's next request is admitted"))),
         (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
@@ -78,6 +81,13 @@ pub async fn delete_installation(
 ) -> Result<axum::Json<DeleteInstallationResponse>, ApiError> {
     let installation = TenantId::parse(&installation_id)
         .map_err(|r| ApiError::BadRequest(format!("installationId: {r}")))?;
+    if let Some(claimed) = &caller.installation_id
+        && claimed != installation.as_str()
+    {
+        return Err(ApiError::Forbidden(
+            "the token's installation_id claim names another installation".into(),
+        ));
+    }
     idempotency_key(&headers)?;
     let reason = validate_reason(body.reason)?;
     let vercel = state

@@ -23,6 +23,8 @@ pub enum SubjectKind {
     Tenant,
     /// `subject` is a Vercel installation ID; `[vercel] tenant_lookup` maps it to a tenant.
     VercelInstallation,
+    /// `subject` is `{source}:{value}`; `[sources.NAME] tenant_lookup` maps the value to a tenant.
+    Lookup,
 }
 
 impl SubjectKind {
@@ -31,6 +33,7 @@ impl SubjectKind {
         match self {
             Self::Tenant => "tenant",
             Self::VercelInstallation => "vercel_installation",
+            Self::Lookup => "lookup",
         }
     }
 }

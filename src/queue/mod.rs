@@ -1,6 +1,7 @@
 //! deprov's durable queue in PostgreSQL (schema `deprov`, see `migrations/`).
 //!
 //! - [`intake`]: records deletion requests under deterministic IDs and attaches them to jobs.
+//! - [`ignored`]: verified webhook deliveries whose event type does not mean delete.
 //! - [`jobs`]: job rows, leases (`FOR UPDATE SKIP LOCKED`), heartbeats, checkpoints and final states.
 //! - [`kill_switch`]: stops for destructive work: global, per source, per tenant, versioned.
 //! - [`workers`]: live worker processes and the kill switch version each acknowledged.
@@ -10,6 +11,7 @@
 //! Every function takes an executor or a connection; callers own transaction boundaries.
 
 pub mod audit;
+pub mod ignored;
 pub mod intake;
 pub mod jobs;
 pub mod kill_switch;

@@ -25,13 +25,27 @@ pub struct TargetLoad {
 pub async fn target_load(target: &PgPool) -> Result<TargetLoad, sqlx::Error> {
     let bounds = crate::db::Bounds::new(Duration::from_millis(500), Duration::from_secs(1));
     let mut tx = crate::db::begin(target, bounds).await?;
+    let load = read_target_load(&mut tx).await?;
+    tx.commit().await?;
+    Ok(load)
+}
+
+/// Reads [`TargetLoad`] on `conn` (the caller bounds it, e.g. inside a [`crate::db::begin`]
+/// transaction) and sets the gauges `deprov_target_lock_waiters` and
+/// `deprov_target_replication_lag_seconds` from it.
+///
+/// # Errors
+/// Database errors.
+pub async fn read_target_load(conn: &mut sqlx::PgConnection) -> Result<TargetLoad, sqlx::Error> {
     let (lock_waiters, replication_lag_s): (i64, f64) = crate::db::query_as(
         "SELECT (SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'), \
          coalesce((SELECT extract(epoch FROM max(replay_lag))::float8 FROM pg_stat_replication), 0)",
     )
-    .fetch_one(&mut *tx)
+    .fetch_one(conn)
     .await?;
-    tx.commit().await?;
+    #[allow(clippy::cast_precision_loss)] // session counts are small
+    metrics::gauge!(crate::telemetry::TARGET_LOCK_WAITERS).set(lock_waiters as f64);
+    metrics::gauge!(crate::telemetry::TARGET_REPLICATION_LAG).set(replication_lag_s);
     Ok(TargetLoad {
         lock_waiters,
         replication_lag_s,

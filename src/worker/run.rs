@@ -15,8 +15,10 @@ use super::pacing::Pacer;
 use super::presence::Gate;
 use crate::db::{self, Bounds};
 use crate::queue::Job;
+use crate::queue::intake::SubjectKind;
 use crate::queue::jobs::{self, Outcome};
 use crate::queue::kill_switch;
+use crate::telemetry;
 
 /// Statement or lock timeouts in a row a run absorbs by shrinking (and, for a lock, pausing) before
 /// it hands the job back for a retry with backoff.
@@ -262,20 +264,34 @@ impl JobRun {
         }
     }
 
-    /// Resolves a Vercel installation to a tenant key; `None` = no such tenant (nothing to delete).
+    /// Resolves a Vercel installation, or a `lookup` subject (`{source}:{value}`, from a webhook
+    /// source with `tenant_lookup`), to a tenant key; `None` = no such tenant (nothing to delete).
     async fn resolve(&mut self) -> Result<Option<String>, Stop> {
         let w = &self.worker;
-        let lookup = w
-            .config
-            .vercel
-            .as_ref()
-            .and_then(|v| v.tenant_lookup.clone());
-        let tenant = match lookup {
-            Some(sql) => {
-                engine::lookup_tenant(&w.pools.target, &sql, &self.job.subject, &self.limits)
-                    .await?
+        let (lookup, value) = if self.job.subject_kind == SubjectKind::Lookup.as_str() {
+            let (source, value) = self.job.subject.split_once(':').unwrap_or(("", ""));
+            let sql = w
+                .config
+                .sources
+                .get(source)
+                .and_then(|s| s.tenant_lookup.clone());
+            if sql.is_none() {
+                return Err(Stop::Error(EngineError::Statement(format!(
+                    "sources.{source}.tenant_lookup is no longer configured; cannot resolve {value:?}"
+                ))));
             }
-            None => Some(self.job.subject.clone()),
+            (sql, value.to_owned())
+        } else {
+            let sql = w
+                .config
+                .vercel
+                .as_ref()
+                .and_then(|v| v.tenant_lookup.clone());
+            (sql, self.job.subject.clone())
+        };
+        let tenant = match lookup {
+            Some(sql) => engine::lookup_tenant(&w.pools.target, &sql, &value, &self.limits).await?,
+            None => Some(value),
         };
         match &tenant {
             Some(t) => match jobs::resolve_tenant(&w.pools.queue, self.job.id, &w.id, t).await? {
@@ -398,7 +414,7 @@ impl JobRun {
                 ..self.limits
             };
             let started = std::time::Instant::now();
-            let batch = match engine::run_batch(
+            let result = engine::run_batch(
                 &w.pools.target,
                 &plan,
                 cp.step,
@@ -407,8 +423,11 @@ impl JobRun {
                 tenant,
                 &limits,
             )
-            .await
-            {
+            .await;
+            if let Err(e) = &result {
+                telemetry::batch_failed(e.sqlstate().as_deref());
+            }
+            let batch = match result {
                 Ok(batch) => batch,
                 Err(e) if e.sqlstate().as_deref() == Some("57014") && cascades && cp.rows <= 1 => {
                     // One parent row's cascade alone outlasts the budget: its subtree is larger
@@ -457,6 +476,8 @@ impl JobRun {
                 Err(e) => return Err(e.into()),
             };
             timeouts = 0;
+            let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
+            telemetry::batch_committed(batch.elapsed, batch.deleted + cascaded);
             self.progress
                 .record_batch(&table, batch.deleted, batch.elapsed.as_secs_f64() * 1000.0);
             for &(oid, rows) in &batch.cascaded {
@@ -490,20 +511,24 @@ impl JobRun {
                             .expect("the step's own table");
                     } else {
                         let started = std::time::Instant::now();
-                        let n = engine::run_sweep(
+                        let swept = engine::run_sweep(
                             &w.pools.target,
                             &plan,
                             step.table,
                             tenant,
                             &self.limits,
                         )
-                        .await?;
+                        .await;
+                        if let Err(e) = &swept {
+                            telemetry::batch_failed(e.sqlstate().as_deref());
+                        }
+                        let n = swept?;
+                        let elapsed = started.elapsed();
+                        // A sweep is one more short batch transaction of this table.
+                        telemetry::batch_committed(elapsed, n);
                         self.progress.held_sweeps += 1;
-                        self.progress.record_batch(
-                            &table,
-                            n,
-                            started.elapsed().as_secs_f64() * 1000.0,
-                        );
+                        self.progress
+                            .record_batch(&table, n, elapsed.as_secs_f64() * 1000.0);
                         cp.step += 1;
                         self.progress.table_mut(&table).done = true;
                     }
@@ -535,7 +560,6 @@ impl JobRun {
             }
             drop(gate);
             self.heartbeat("hard_delete", Some(&cp)).await?;
-            let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
             let waited = pacer.admit(batch.deleted + cascaded, &w.stop).await;
             self.progress.rate_limited_ms += waited.as_secs_f64() * 1000.0;
             if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {

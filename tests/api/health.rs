@@ -82,3 +82,102 @@ async fn the_server_and_its_worker_stop_gracefully_when_cancelled() {
         "nothing listens after shutdown"
     );
 }
+
+#[tokio::test]
+async fn started_with_its_database_down_deprov_stays_up_and_becomes_ready_when_it_returns() {
+    let pg = crate::process::start_pg(None).await;
+    pg.stop().unwrap();
+    // The real process, migrations on (the default): it must neither exit nor crash-loop.
+    let mut process = crate::process::spawn(
+        pg,
+        "serve",
+        "[pools.intake]\nmax_connections = 4\nacquire_timeout = \"500ms\"\n\
+         [pools.queue]\nmax_connections = 2\nacquire_timeout = \"1s\"\n",
+    )
+    .await;
+    let client = process.client.clone();
+    assert_eq!(
+        client
+            .get(process.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let ready = client.get(process.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.headers()["retry-after"], "1");
+    assert_problem(ready, StatusCode::SERVICE_UNAVAILABLE).await;
+    let started = std::time::Instant::now();
+    let intake = process.post_deletion("1").await;
+    let intake_wait = started.elapsed();
+    assert_eq!(intake.headers()["retry-after"], "1");
+    assert_problem(intake, StatusCode::SERVICE_UNAVAILABLE).await;
+    assert!(
+        intake_wait < std::time::Duration::from_secs(2),
+        "{intake_wait:?}"
+    );
+    // Known down now: the next requests fail fast instead of waiting acquire_timeout again (one
+    // caller per second probes the database).
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        let again = process.post_deletion("1").await;
+        assert_eq!(again.headers()["retry-after"], "1");
+        assert_problem(again, StatusCode::SERVICE_UNAVAILABLE).await;
+    }
+    let fast = started.elapsed();
+    assert!(
+        fast < std::time::Duration::from_millis(500),
+        "3 requests took {fast:?}: not failing fast"
+    );
+    // A scrape answers at once with what is known.
+    let started = std::time::Instant::now();
+    let m = process.scrape().await;
+    let scrape_wait = started.elapsed();
+    assert!(
+        scrape_wait < std::time::Duration::from_secs(4),
+        "{scrape_wait:?}"
+    );
+    assert_eq!(m.value("deprov_db_up", &[("database", "state")]), 0.0);
+    assert!(m.value("deprov_db_read_errors_total", &[("database", "state")]) >= 1.0);
+    assert!(process.is_running());
+    println!(
+        "database down: intake answered 503 in {intake_wait:?}, the next 3 in {fast:?}, /metrics in {scrape_wait:?}"
+    );
+
+    process.pg.restart().unwrap();
+    let back = std::time::Instant::now();
+    let deadline = back + std::time::Duration::from_secs(30);
+    loop {
+        let status = client
+            .get(process.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        if status == StatusCode::OK {
+            break;
+        }
+        assert!(
+            process.is_running(),
+            "deprov exited while waiting for its database"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready 30 s after the database returned"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    println!("ready {:?} after the database returned", back.elapsed());
+    let accepted: Value = process.post_deletion("1").await.json().await.unwrap();
+    assert_eq!(accepted["duplicate"], false, "{accepted}");
+    let db = crate::process::connect(&process.pg).await;
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM deprov.deletion_requests")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(stored, 1);
+    let m = process.scrape().await;
+    assert_eq!(m.value("deprov_db_up", &[("database", "state")]), 1.0);
+    assert!(process.is_running());
+}

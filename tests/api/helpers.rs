@@ -43,6 +43,14 @@ pub struct TestOptions {
     pub state_unreachable: bool,
     /// Run the worker in the server process.
     pub worker: bool,
+    /// Replaces the body of `[sources.vercel]` (e.g. a `vercel-oidc` entry).
+    pub vercel_source: Option<String>,
+    /// Appended to the configuration file (more `[sources.NAME]` tables).
+    pub extra_config: String,
+    /// More `[intake]` keys (lines).
+    pub intake_extra: String,
+    /// `[intake.rate_limit]` as (per_second, burst); `None` = off (`per_second = 0`).
+    pub rate_limit: Option<(f64, u32)>,
 }
 
 impl Default for TestOptions {
@@ -53,6 +61,10 @@ impl Default for TestOptions {
             target_url: None,
             state_unreachable: false,
             worker: false,
+            vercel_source: None,
+            extra_config: String::new(),
+            intake_extra: String::new(),
+            rate_limit: None,
         }
     }
 }
@@ -90,12 +102,21 @@ fn config_text(options: &TestOptions) -> String {
     } else {
         "5s"
     };
+    let vercel_source = options
+        .vercel_source
+        .clone()
+        .unwrap_or_else(|| format!("token = \"{VERCEL_TOKEN}\""));
+    let intake_extra = &options.intake_extra;
     let mut text = format!(
-        "[sources.billing]\ntoken = \"{SOURCE_TOKEN}\"\n[sources.vercel]\ntoken = \"{VERCEL_TOKEN}\"\n\
+        "[sources.billing]\ntoken = \"{SOURCE_TOKEN}\"\n[sources.vercel]\n{vercel_source}\n\
          [tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n\
-         [intake]\nmax_body_bytes = {MAX_BODY}\n\
+         [intake]\nmax_body_bytes = {MAX_BODY}\n{intake_extra}\n\
          [pools.intake]\nmax_connections = 8\nacquire_timeout = \"{acquire}\"\n"
     );
+    let (per_second, burst) = options.rate_limit.unwrap_or((0.0, 1));
+    text.push_str(&format!(
+        "[intake.rate_limit]\nper_second = {per_second:?}\nburst = {burst}\n"
+    ));
     match options.vercel {
         VercelMode::Off => {}
         VercelMode::InstallationIsTenant => text.push_str("[vercel]\nsource = \"vercel\"\n"),
@@ -103,6 +124,7 @@ fn config_text(options: &TestOptions) -> String {
             "[vercel]\nsource = \"vercel\"\ntenant_lookup = \"SELECT id FROM app.accounts WHERE installation_id = $1\"\n",
         ),
     }
+    text.push_str(&options.extra_config);
     text
 }
 
@@ -153,6 +175,7 @@ pub async fn spawn_app_with(options: TestOptions) -> TestApp {
         operator_token: options.operator.then(|| OPERATOR_TOKEN.to_owned()),
         migrate: !options.state_unreachable,
         no_worker: !options.worker,
+        metrics_listen: None,
         pooler_mode: deprov::db::PoolerMode::Session,
         notify_url: None,
     };

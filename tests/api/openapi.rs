@@ -29,12 +29,21 @@ fn every_route_is_documented_with_its_errors() {
         (
             "/v1/deletion-requests",
             "post",
-            &["202", "400", "401", "403", "413", "415", "422", "503"][..],
+            &[
+                "202", "400", "401", "403", "413", "415", "422", "429", "503",
+            ][..],
         ),
         (
             "/v1/installations/{installationId}",
             "delete",
-            &["200", "400", "401", "404", "413", "415", "422", "503"],
+            &[
+                "200", "400", "401", "403", "404", "413", "415", "422", "429", "503",
+            ],
+        ),
+        (
+            "/v1/webhooks/{source}",
+            "post",
+            &["200", "202", "401", "413", "422", "429", "503"],
         ),
         (
             "/v1/jobs",
@@ -54,6 +63,7 @@ fn every_route_is_documented_with_its_errors() {
         ),
         ("/healthz", "get", &["200"]),
         ("/readyz", "get", &["200", "503"]),
+        ("/metrics", "get", &["200"]),
     ];
     for (path, method, statuses) in expected {
         let operation = &spec["paths"][path][method];
@@ -68,6 +78,9 @@ fn every_route_is_documented_with_its_errors() {
     let retry_after = &spec["paths"]["/v1/deletion-requests"]["post"]["responses"]["503"]["headers"]
         ["Retry-After"];
     assert!(retry_after.is_object(), "503 documents Retry-After");
+    let retry_after = &spec["paths"]["/v1/deletion-requests"]["post"]["responses"]["429"]["headers"]
+        ["Retry-After"];
+    assert!(retry_after.is_object(), "429 documents Retry-After");
     let params = spec["paths"]["/v1/deletion-requests"]["post"]["parameters"]
         .as_array()
         .unwrap();

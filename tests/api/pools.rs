@@ -111,6 +111,7 @@ async fn a_root_table_missing_from_a_reachable_target_is_a_start_up_error() {
         operator_token: None,
         migrate: true,
         no_worker: true,
+        metrics_listen: None,
         pooler_mode: deprov::db::PoolerMode::Session,
         notify_url: None,
     };

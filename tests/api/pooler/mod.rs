@@ -1,11 +1,13 @@
 //! deprov behind a real PgBouncer 1.18 in transaction mode (`DEPROV_POOLER_MODE=transaction`), with
 //! fewer server connections than deprov has clients ([`service`]); the failures this mode guards
 //! against, shown on the same PgBouncer with sqlx's defaults and with the CLI without the mode
-//! ([`failures`]); TCP keepalives on pool sockets ([`keepalive`]).
+//! ([`failures`]); TCP keepalives on pool sockets ([`keepalive`]); `GET /metrics` of a real process
+//! through the same PgBouncer ([`metrics`]).
 
 mod failures;
 mod keepalive;
 mod kill_switch;
+mod metrics;
 mod service;
 
 use std::collections::BTreeMap;
@@ -128,6 +130,7 @@ pub(crate) async fn start_app(s: &Setup, worker: bool) -> RunningApp {
         operator_token: Some(OPERATOR_TOKEN.into()),
         migrate: false,
         no_worker: !worker,
+        metrics_listen: None,
         pooler_mode: PoolerMode::Transaction,
         notify_url: None,
     };

@@ -45,7 +45,10 @@ async fn intake_to_completed_through_pgbouncer_in_transaction_mode_without_serve
     let before = sessions(&s.direct).await;
     let app = start_app(&s, true).await;
     let (base, cancel) = (app.base.clone(), app.cancel.clone());
-    let client = reqwest::Client::new();
+    let client = {
+        deprov::sources::oidc::install_crypto_provider();
+        reqwest::Client::new()
+    };
 
     // 4 tenants × 10 distinct requests, all at once: 40 intake transactions over 2 server connections
     // while the worker claims, heartbeats and deletes through the same PgBouncer.
@@ -143,10 +146,13 @@ async fn a_client_hanging_up_does_not_abandon_its_transaction() {
         .execute(&mut *holder)
         .await
         .unwrap();
-    let impatient = reqwest::Client::builder()
-        .timeout(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let impatient = {
+        deprov::sources::oidc::install_crypto_provider();
+        reqwest::Client::builder()
+    }
+    .timeout(Duration::from_millis(200))
+    .build()
+    .unwrap();
     let gave_up = impatient
         .put(format!("{base}/v1/kill-switch"))
         .bearer_auth(OPERATOR_TOKEN)

@@ -1,0 +1,258 @@
+//! `POST /v1/webhooks/{source}`: deliveries from signed senders (`[sources.NAME]`, see
+//! [`crate::sources`]).
+//!
+//! The body is read as raw bytes (at most `[intake] max_body_bytes`) and verified by the source's
+//! scheme before anything is parsed or stored; any failure — unknown source, missing, malformed or
+//! wrong signature, a timestamp outside the tolerance — is 401 problem+json and stores nothing. A
+//! verified delivery whose event type is in `delete_events` is recorded like any deletion request
+//! (deterministic ID over the delivery ID or the natural key, so a replay is a duplicate); any other
+//! event type is acknowledged 200, recorded in `deprov.ignored_deliveries`, and starts nothing.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::AppState;
+use super::auth::bearer;
+use super::error::{ApiError, Problem};
+use super::extract::ApiPath;
+use super::intake::job_state;
+use crate::ids::DedupBasis;
+use crate::queue::JobState;
+use crate::queue::intake::{self, NewRequest, SubjectKind};
+use crate::sources::payload::{self, Delivery};
+use crate::sources::{Dedup, Scheme, SourceConfig, unix_now, verify_hmac};
+
+/// The raw request body, with problem+json rejections (413 over `[intake] max_body_bytes`).
+#[derive(Debug)]
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        Bytes::from_request(req, state)
+            .await
+            .map(Self)
+            .map_err(|r| ApiError::from_rejection(r.status(), r.body_text()))
+    }
+}
+
+/// What deprov did with a verified delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookOutcome {
+    /// A deletion request was recorded (or had been: `duplicate`).
+    Recorded,
+    /// The event type does not mean delete: recorded as ignored, nothing started.
+    Ignored,
+    /// Slack's `url_verification` handshake: `challenge` echoed, nothing stored.
+    Challenge,
+}
+
+/// The answer to a verified delivery.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct WebhookAnswer {
+    /// What was done.
+    pub outcome: WebhookOutcome,
+    /// The delivery's event type, as read (see README "Signed senders").
+    pub event_type: Option<String>,
+    /// The deterministic ID the delivery was recorded under (absent for a challenge).
+    pub request_id: Option<Uuid>,
+    /// The deletion job (recorded deliveries only).
+    pub job_id: Option<Uuid>,
+    /// The job's state now (recorded deliveries only).
+    pub state: Option<JobState>,
+    /// `true` when this delivery had been received before.
+    pub duplicate: bool,
+    /// Slack `url_verification` only: the challenge, echoed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<String>,
+}
+
+fn unauthorized(detail: String) -> ApiError {
+    ApiError::Unauthorized(detail)
+}
+
+/// Checks the delivery's credentials under `source`'s scheme.
+fn authenticate(
+    state: &AppState,
+    name: &str,
+    source: &SourceConfig,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), ApiError> {
+    match source.scheme {
+        Scheme::Bearer => {
+            let token = bearer(headers).ok_or_else(|| {
+                unauthorized(format!(
+                    "source {name}: send `Authorization: Bearer <token>`"
+                ))
+            })?;
+            if state.sources.identify(token) == Some(name) {
+                Ok(())
+            } else {
+                Err(unauthorized(format!("source {name}: wrong token")))
+            }
+        }
+        Scheme::VercelOidc => Err(unauthorized(format!(
+            "source {name} is the Vercel partner API (DELETE /v1/installations/{{id}}); it sends no webhooks"
+        ))),
+        scheme => verify_hmac(
+            scheme,
+            &source.keys.0,
+            headers,
+            body,
+            unix_now(),
+            source.tolerance(),
+        )
+        .map_err(|r| unauthorized(format!("source {name}: {r}"))),
+    }
+}
+
+/// The request a deleting delivery records.
+fn new_request(
+    name: &str,
+    source: &SourceConfig,
+    delivery: &Delivery,
+) -> Result<NewRequest, ApiError> {
+    let tenant = delivery.tenant.clone().ok_or_else(|| {
+        ApiError::Unprocessable(format!(
+            "no tenant at sources.{name}.tenant ({:?})",
+            source.tenant
+        ))
+    })?;
+    let key = delivery.dedup.clone().ok_or_else(|| {
+        ApiError::Unprocessable(format!(
+            "no deduplication key (sources.{name}.dedup = {:?})",
+            source.dedup
+        ))
+    })?;
+    let (basis, external_id) = match source.dedup {
+        Dedup::Tenant => (DedupBasis::TenantId, None),
+        _ => (DedupBasis::ExternalId, Some(key.clone())),
+    };
+    let (subject_kind, subject) = if source.tenant_lookup.is_some() {
+        (SubjectKind::Lookup, format!("{name}:{tenant}"))
+    } else {
+        (SubjectKind::Tenant, tenant)
+    };
+    Ok(NewRequest {
+        source: name.to_owned(),
+        basis,
+        dedup_key: key,
+        subject_kind,
+        subject,
+        external_id,
+        reason: delivery.event.as_ref().map(|e| format!("event {e}")),
+    })
+}
+
+/// Receives a signed delivery from a configured source.
+///
+/// Verification is over the raw body bytes with the source's scheme and secrets (any configured
+/// secret may match). A delivery whose event type is in the source's `delete_events` is recorded as
+/// a deletion request (202); a replay answers the same IDs with `duplicate: true`. Other event types
+/// are acknowledged (200), recorded as ignored, and start nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/webhooks/{source}",
+    tag = "webhooks",
+    params(
+        ("source" = String, Path, description = "The `NAME` of a `[sources.NAME]` table"),
+        ("webhook-signature" = Option<String>, Header, description = "standard-webhooks (with `webhook-id`, `webhook-timestamp`)"),
+        ("Stripe-Signature" = Option<String>, Header, description = "stripe: `t=…,v1=…`"),
+        ("X-Hub-Signature-256" = Option<String>, Header, description = "github: `sha256=<hex>`"),
+        ("X-Shopify-Hmac-Sha256" = Option<String>, Header, description = "shopify: base64"),
+        ("X-Slack-Signature" = Option<String>, Header, description = "slack: `v0=<hex>` (with `X-Slack-Request-Timestamp`)"),
+        ("x-vercel-signature" = Option<String>, Header, description = "vercel-webhook: hex HMAC-SHA1"),
+    ),
+    request_body(content = Object, content_type = "application/json",
+                 description = "The sender's own payload, verified over its exact bytes"),
+    responses(
+        (status = 200, description = "Verified; the event type does not mean delete (recorded as ignored), or a Slack challenge", body = WebhookAnswer),
+        (status = 202, description = "Verified and recorded as a deletion request (or already recorded: `duplicate: true`)", body = WebhookAnswer),
+        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature, or a timestamp outside the tolerance", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A deleting event without a tenant or deduplication key where the source says they are, or a delivery ID reused with a different body", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "This peer address exceeded `[intake.rate_limit]`; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 503, description = "State database unavailable; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ),
+)]
+pub async fn receive(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<(StatusCode, axum::Json<WebhookAnswer>), ApiError> {
+    let Some(source) = state.config.sources.get(&name) else {
+        return Err(unauthorized("unknown source".into()));
+    };
+    authenticate(&state, &name, source, &headers, &body)?;
+    let delivery = payload::extract(source, &headers, &body);
+    if source.scheme == Scheme::Slack && delivery.event.as_deref() == Some("url_verification") {
+        let challenge = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("challenge")?.as_str().map(str::to_owned));
+        return Ok((
+            StatusCode::OK,
+            axum::Json(WebhookAnswer {
+                outcome: WebhookOutcome::Challenge,
+                event_type: delivery.event,
+                request_id: None,
+                job_id: None,
+                state: None,
+                duplicate: false,
+                challenge,
+            }),
+        ));
+    }
+    if !delivery.deletes {
+        let key = delivery
+            .dedup
+            .clone()
+            .unwrap_or_else(|| hex::encode(Sha256::digest(&body)));
+        let (id, duplicate) = crate::queue::ignored::record(
+            &state.pools.intake,
+            &name,
+            delivery.event.as_deref(),
+            &key,
+        )
+        .await?;
+        tracing::info!(source = %name, event = ?delivery.event, duplicate, "webhook ignored: not a delete event");
+        return Ok((
+            StatusCode::OK,
+            axum::Json(WebhookAnswer {
+                outcome: WebhookOutcome::Ignored,
+                event_type: delivery.event,
+                request_id: Some(id),
+                job_id: None,
+                state: None,
+                duplicate,
+                challenge: None,
+            }),
+        ));
+    }
+    let req = new_request(&name, source, &delivery)?;
+    let accepted = intake::record_tx(&state.pools.intake, &req, state.max_attempts()).await?;
+    tracing::info!(source = %name, event = ?delivery.event, request_id = %accepted.request_id,
+        job_id = %accepted.job_id, duplicate = accepted.duplicate, "webhook deletion recorded");
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(WebhookAnswer {
+            outcome: WebhookOutcome::Recorded,
+            event_type: delivery.event,
+            request_id: Some(accepted.request_id),
+            job_id: Some(accepted.job_id),
+            state: Some(job_state(&accepted.state)?),
+            duplicate: accepted.duplicate,
+            challenge: None,
+        }),
+    ))
+}

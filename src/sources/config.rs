@@ -1,0 +1,319 @@
+//! `[sources.NAME]`: one sender of deletion requests, its scheme, secrets and payload locations.
+//!
+//! Secrets come from environment variables (`secret_env`) or files (`secret_file`, trailing
+//! newline trimmed), never from the file itself, and are read once at start-up by [`SourceConfig::prepare`],
+//! which also derives each scheme's HMAC key. They are kept only as [`Keys`], whose `Debug` prints
+//! nothing. See the README ("Configuration", "Signed senders") for a complete entry per scheme.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::DEFAULT_TOLERANCE;
+use crate::config::ConfigError;
+
+/// How a source authenticates its requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheme {
+    /// `Authorization: Bearer <token>` (`token` / `token_env`); the token names the source.
+    #[default]
+    Bearer,
+    /// Standard Webhooks `v1` (webhook-id / webhook-timestamp / webhook-signature).
+    StandardWebhooks,
+    /// Stripe-Signature `t=`/`v1=`.
+    Stripe,
+    /// GitHub `X-Hub-Signature-256`.
+    Github,
+    /// Shopify `X-Shopify-Hmac-Sha256`.
+    Shopify,
+    /// Slack `v0` over timestamp and body.
+    Slack,
+    /// Vercel integration webhooks, `x-vercel-signature` (HMAC-SHA1).
+    VercelWebhook,
+    /// Vercel partner API: `Authorization: Bearer <OIDC JWT>` checked against a JWKS.
+    VercelOidc,
+}
+
+impl Scheme {
+    /// The name used in the configuration file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Bearer => "bearer",
+            Self::StandardWebhooks => "standard-webhooks",
+            Self::Stripe => "stripe",
+            Self::Github => "github",
+            Self::Shopify => "shopify",
+            Self::Slack => "slack",
+            Self::VercelWebhook => "vercel-webhook",
+            Self::VercelOidc => "vercel-oidc",
+        }
+    }
+
+    /// Whether the scheme signs deliveries with an HMAC over the body.
+    pub fn is_hmac(self) -> bool {
+        !matches!(self, Self::Bearer | Self::VercelOidc)
+    }
+
+    /// Whether the scheme signs a timestamp (and so has a tolerance).
+    pub fn has_timestamp(self) -> bool {
+        matches!(self, Self::StandardWebhooks | Self::Stripe | Self::Slack)
+    }
+
+    /// The HMAC key for `secret` under this scheme: base64 after `whsec_` for standard-webhooks, the
+    /// secret's UTF-8 bytes for the others.
+    ///
+    /// # Errors
+    /// A reason when the secret is empty or (standard-webhooks) not base64.
+    pub fn derive_key(self, secret: &str) -> Result<Vec<u8>, String> {
+        match self {
+            Self::StandardWebhooks => super::standard_webhooks::derive_key(secret),
+            _ if secret.is_empty() => Err("the secret is empty".into()),
+            _ => Ok(secret.as_bytes().to_vec()),
+        }
+    }
+}
+
+/// Where a value is read from a verified delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum Locator {
+    /// An RFC 6901 JSON pointer into the body, e.g. `"/data/object/id"`; strings and integers are read.
+    Pointer(String),
+    /// A request header, e.g. `"X-Shopify-Shop-Domain"`.
+    Header(String),
+}
+
+/// What a delivery's deterministic request ID derives from.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum Dedup {
+    /// The sender's delivery/event ID, where the scheme defines one (default; see
+    /// [`super::payload::default_delivery`]).
+    #[default]
+    Delivery,
+    /// The tenant value itself (a natural key such as an installation ID): every delivery for the
+    /// tenant collapses into one request.
+    Tenant,
+    /// A JSON pointer into the body.
+    Pointer(String),
+    /// A request header.
+    Header(String),
+}
+
+/// The derived HMAC keys of a source (one per configured secret). `Debug` prints only the count.
+#[derive(Clone, Default)]
+pub struct Keys(pub Vec<Vec<u8>>);
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Keys({} redacted)", self.0.len())
+    }
+}
+
+/// One `[sources.NAME]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// How requests are authenticated (default `bearer`).
+    #[serde(default)]
+    pub scheme: Scheme,
+    /// `bearer`: the token itself (≥ 16 characters).
+    pub token: Option<String>,
+    /// `bearer`: the environment variable holding the token.
+    pub token_env: Option<String>,
+    /// HMAC schemes: environment variables each holding one secret (rotation: any may match).
+    #[serde(default)]
+    pub secret_env: Vec<String>,
+    /// HMAC schemes: files each holding one secret (trailing whitespace trimmed).
+    #[serde(default)]
+    pub secret_file: Vec<String>,
+    /// Timestamp tolerance, past and future, of schemes that sign one (default 5m; 1s..=1h).
+    #[serde(default, with = "humantime_serde")]
+    pub tolerance: Option<Duration>,
+    /// Where the tenant is (required on `POST /v1/webhooks/{source}`).
+    pub tenant: Option<Locator>,
+    /// Optional statement run by the worker on the target, `$1` = the value read by `tenant`,
+    /// returning the tenant key in its first column; without it the value is the tenant key.
+    pub tenant_lookup: Option<String>,
+    /// Where the event type is, overriding the scheme's default (see [`super::payload`]).
+    pub event: Option<Locator>,
+    /// Event types that mean "delete this tenant"; any other is acknowledged and recorded as ignored.
+    /// Empty on a `bearer` source = every request deletes.
+    #[serde(default)]
+    pub delete_events: Vec<String>,
+    /// The deduplication key (default: the sender's delivery ID).
+    #[serde(default)]
+    pub dedup: Dedup,
+    /// `vercel-oidc`: the JWKS URL (e.g. `https://marketplace.vercel.com/.well-known/jwks`).
+    pub jwks_url: Option<String>,
+    /// `vercel-oidc`: a file holding the JWKS (instead of `jwks_url`).
+    pub jwks_file: Option<String>,
+    /// `vercel-oidc`: the required `iss` claim (e.g. `https://marketplace.vercel.com`).
+    pub issuer: Option<String>,
+    /// `vercel-oidc`: the required `aud` claim (the integration's client ID, `oac_…`).
+    pub audience: Option<String>,
+    /// The derived keys, filled by [`SourceConfig::prepare`]; not part of the file.
+    #[serde(skip)]
+    pub keys: Keys,
+}
+
+fn invalid(key: String, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        reason: reason.into(),
+    }
+}
+
+impl SourceConfig {
+    /// Reads the secrets of source `name` and derives their keys; checks that the keys the scheme
+    /// needs are present and the others absent.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `sources.NAME.<key>` (never the secret's value).
+    pub fn prepare(&mut self, name: &str) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("sources.{name}.{k}");
+        let scheme = self.scheme;
+        let has_secrets = !self.secret_env.is_empty() || !self.secret_file.is_empty();
+        if scheme.is_hmac() {
+            if self.token.is_some() || self.token_env.is_some() {
+                return Err(invalid(
+                    key("token"),
+                    "only for scheme = \"bearer\"; use secret_env or secret_file",
+                ));
+            }
+            let mut keys = Vec::new();
+            for var in &self.secret_env {
+                let secret = std::env::var(var).map_err(|_| {
+                    invalid(
+                        key("secret_env"),
+                        format!("environment variable {var} is not set"),
+                    )
+                })?;
+                keys.push(
+                    scheme
+                        .derive_key(secret.trim_end())
+                        .map_err(|r| invalid(key("secret_env"), format!("{var}: {r}")))?,
+                );
+            }
+            for path in &self.secret_file {
+                let secret = std::fs::read_to_string(path)
+                    .map_err(|e| invalid(key("secret_file"), format!("{path}: {e}")))?;
+                keys.push(
+                    scheme
+                        .derive_key(secret.trim_end())
+                        .map_err(|r| invalid(key("secret_file"), format!("{path}: {r}")))?,
+                );
+            }
+            if keys.is_empty() {
+                return Err(invalid(
+                    key("secret_env"),
+                    "give at least one secret (secret_env or secret_file)",
+                ));
+            }
+            if self.delete_events.is_empty() {
+                return Err(invalid(
+                    key("delete_events"),
+                    "list the event types that mean delete",
+                ));
+            }
+            if self.tenant.is_none() {
+                return Err(invalid(
+                    key("tenant"),
+                    "say where the tenant is: { pointer = \"/…\" } or { header = \"…\" }",
+                ));
+            }
+            self.keys = Keys(keys);
+        } else if has_secrets {
+            return Err(invalid(key("secret_env"), "only for HMAC schemes"));
+        }
+        if scheme == Scheme::VercelOidc {
+            if self.jwks_url.is_some() == self.jwks_file.is_some() {
+                return Err(invalid(
+                    key("jwks_url"),
+                    "give exactly one of jwks_url and jwks_file",
+                ));
+            }
+            if self.issuer.as_deref().is_none_or(str::is_empty) {
+                return Err(invalid(key("issuer"), "required for vercel-oidc"));
+            }
+            if self.audience.as_deref().is_none_or(str::is_empty) {
+                return Err(invalid(key("audience"), "required for vercel-oidc"));
+            }
+        } else if self.jwks_url.is_some()
+            || self.jwks_file.is_some()
+            || self.issuer.is_some()
+            || self.audience.is_some()
+        {
+            return Err(invalid(
+                key("jwks_url"),
+                "jwks_url, jwks_file, issuer and audience are only for vercel-oidc",
+            ));
+        }
+        if let Some(t) = self.tolerance {
+            if !scheme.has_timestamp() {
+                return Err(invalid(
+                    key("tolerance"),
+                    format!("{} signs no timestamp", scheme.as_str()),
+                ));
+            }
+            if t < Duration::from_secs(1) || t > Duration::from_secs(3600) {
+                return Err(invalid(key("tolerance"), "must be between 1s and 1h"));
+            }
+        }
+        if self
+            .tenant_lookup
+            .as_deref()
+            .is_some_and(|s| s.trim().is_empty())
+        {
+            return Err(invalid(key("tenant_lookup"), "must not be empty"));
+        }
+        let dedup = match &self.dedup {
+            Dedup::Pointer(p) => Some(Locator::Pointer(p.clone())),
+            Dedup::Header(h) => Some(Locator::Header(h.clone())),
+            Dedup::Delivery | Dedup::Tenant => None,
+        };
+        for (k, loc) in [
+            ("tenant", &self.tenant),
+            ("event", &self.event),
+            ("dedup", &dedup),
+        ] {
+            match loc {
+                Some(Locator::Pointer(p)) if !(p.is_empty() || p.starts_with('/')) => {
+                    return Err(invalid(
+                        key(k),
+                        "a JSON pointer is empty or starts with `/`",
+                    ));
+                }
+                Some(Locator::Header(h))
+                    if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() =>
+                {
+                    return Err(invalid(key(k), format!("{h:?} is not a header name")));
+                }
+                _ => {}
+            }
+        }
+        if self.dedup == Dedup::Delivery && !super::payload::has_delivery_id(scheme) {
+            self.dedup = Dedup::Tenant;
+        }
+        Ok(())
+    }
+
+    /// The timestamp tolerance in effect.
+    pub fn tolerance(&self) -> Duration {
+        self.tolerance.unwrap_or(DEFAULT_TOLERANCE)
+    }
+
+    /// The bearer token (`bearer` sources only).
+    ///
+    /// # Errors
+    /// A reason when not exactly one of `token`, `token_env` is given or the variable is unset.
+    pub fn resolve_token(&self) -> Result<String, String> {
+        match (&self.token, &self.token_env) {
+            (Some(t), None) => Ok(t.clone()),
+            (None, Some(var)) => std::env::var(var)
+                .map_err(|_| format!("token_env: environment variable {var} is not set")),
+            _ => Err("give exactly one of `token` and `token_env`".into()),
+        }
+    }
+}

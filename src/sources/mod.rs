@@ -1,0 +1,188 @@
+//! Signed senders: how each `[sources.NAME]` scheme authenticates a delivery, and how a verified
+//! payload names its event, tenant and deduplication key.
+//!
+//! One small module per scheme, each a pure function over the header map, the **raw body bytes** and
+//! the current Unix time, so every rule is testable without a server:
+//! [`standard_webhooks`], [`stripe`], [`github`], [`shopify`], [`slack`], [`vercel`] (the
+//! `x-vercel-signature` webhook) and [`oidc`] (`vercel-oidc`, the partner API's JWTs). HMACs are
+//! checked with `hmac`'s constant-time `verify_slice`, against every configured secret (rotation: any
+//! may match) and every signature the header carries, without stopping at the first match.
+//! [`payload`] reads the event type, tenant and dedup key from a verified delivery; [`config`] is the
+//! `[sources.NAME]` table.
+
+pub mod config;
+pub mod github;
+pub mod oidc;
+pub mod payload;
+pub mod shopify;
+pub mod slack;
+pub mod standard_webhooks;
+pub mod stripe;
+pub mod vercel;
+
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use hmac::{EagerHash, Hmac, KeyInit, Mac};
+
+pub use config::{Dedup, Locator, Scheme, SourceConfig};
+
+/// Default timestamp tolerance of the schemes that sign a timestamp (standard-webhooks, Stripe,
+/// Slack): 5 minutes, in the past and in the future. All three document 300 s.
+pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+
+/// Longest signature-carrying header value read, in bytes (longer = malformed).
+pub const MAX_SIGNATURE_HEADER_LEN: usize = 4096;
+
+/// Why a delivery was refused. Every variant is answered 401 with a problem+json body; the message
+/// names the header, never a secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Reject {
+    /// A required header is absent.
+    #[error("missing header {0}")]
+    Missing(&'static str),
+    /// A header is present but unparseable, repeated, empty or too long.
+    #[error("malformed header {0}")]
+    Malformed(&'static str),
+    /// The signed timestamp is older than the tolerance.
+    #[error("timestamp too old (tolerance {0} s)")]
+    Stale(u64),
+    /// The signed timestamp is further in the future than the tolerance.
+    #[error("timestamp too far in the future (tolerance {0} s)")]
+    Future(u64),
+    /// No signature matches any configured secret.
+    #[error("no signature matches")]
+    Mismatch,
+}
+
+/// The value of header `name` as text: `Ok(None)` when absent, [`Reject::Malformed`] when repeated,
+/// empty, not visible ASCII, or longer than [`MAX_SIGNATURE_HEADER_LEN`].
+///
+/// # Errors
+/// [`Reject::Malformed`].
+pub fn header<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<Option<&'h str>, Reject> {
+    let mut all = headers.get_all(name).iter();
+    let Some(value) = all.next() else {
+        return Ok(None);
+    };
+    if all.next().is_some() || value.len() > MAX_SIGNATURE_HEADER_LEN {
+        return Err(Reject::Malformed(name));
+    }
+    let text = value.to_str().map_err(|_| Reject::Malformed(name))?.trim();
+    if text.is_empty() {
+        return Err(Reject::Malformed(name));
+    }
+    Ok(Some(text))
+}
+
+/// [`header`], absent = [`Reject::Missing`].
+///
+/// # Errors
+/// [`Reject::Missing`] or [`Reject::Malformed`].
+pub fn required<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str, Reject> {
+    header(headers, name)?.ok_or(Reject::Missing(name))
+}
+
+/// Parses a decimal Unix timestamp (seconds) and checks it lies within `tolerance` of `now`, both ways.
+///
+/// # Errors
+/// [`Reject::Malformed`] (named `name`), [`Reject::Stale`] or [`Reject::Future`].
+pub fn check_timestamp(
+    raw: &str,
+    name: &'static str,
+    now: i64,
+    tolerance: Duration,
+) -> Result<i64, Reject> {
+    if raw.is_empty() || raw.len() > 12 || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Reject::Malformed(name));
+    }
+    let ts: i64 = raw.parse().map_err(|_| Reject::Malformed(name))?;
+    let tol = i64::try_from(tolerance.as_secs()).unwrap_or(i64::MAX);
+    if ts < now.saturating_sub(tol) {
+        return Err(Reject::Stale(tolerance.as_secs()));
+    }
+    if ts > now.saturating_add(tol) {
+        return Err(Reject::Future(tolerance.as_secs()));
+    }
+    Ok(ts)
+}
+
+/// Whether HMAC-`D`(`key`, concatenation of `message`) equals `tag`, compared in constant time
+/// (`Mac::verify_slice`). A tag of the wrong length never matches.
+pub fn hmac_matches<D>(key: &[u8], message: &[&[u8]], tag: &[u8]) -> bool
+where
+    D: EagerHash,
+{
+    let Ok(mut mac) = <Hmac<D> as KeyInit>::new_from_slice(key) else {
+        return false;
+    };
+    for part in message {
+        mac.update(part);
+    }
+    mac.verify_slice(tag).is_ok()
+}
+
+/// HMAC-`D`(`key`, concatenation of `message`): for signing in tests and clients.
+pub fn hmac_tag<D>(key: &[u8], message: &[&[u8]]) -> Vec<u8>
+where
+    D: EagerHash,
+{
+    let Ok(mut mac) = <Hmac<D> as KeyInit>::new_from_slice(key) else {
+        return Vec::new();
+    };
+    for part in message {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// Whether any of `tags` is a valid HMAC-`D` under any of `keys`. Every pair is checked (no early
+/// exit), so the time taken does not reveal which secret or signature matched.
+pub fn any_matches<D>(keys: &[Vec<u8>], message: &[&[u8]], tags: &[Vec<u8>]) -> bool
+where
+    D: EagerHash,
+{
+    let mut ok = false;
+    for key in keys {
+        for tag in tags {
+            ok |= hmac_matches::<D>(key, message, tag);
+        }
+    }
+    ok
+}
+
+/// Verifies a delivery for one of the HMAC schemes (`bearer` and `vercel-oidc` are checked
+/// elsewhere). `keys` are the source's derived keys ([`Scheme::derive_key`]); `now` is Unix seconds.
+///
+/// # Errors
+/// [`Reject`] — always 401 at the HTTP edge.
+pub fn verify_hmac(
+    scheme: Scheme,
+    keys: &[Vec<u8>],
+    headers: &HeaderMap,
+    body: &[u8],
+    now: i64,
+    tolerance: Duration,
+) -> Result<(), Reject> {
+    match scheme {
+        Scheme::StandardWebhooks => standard_webhooks::verify(keys, headers, body, now, tolerance),
+        Scheme::Stripe => stripe::verify(keys, headers, body, now, tolerance),
+        Scheme::Github => github::verify(keys, headers, body),
+        Scheme::Shopify => shopify::verify(keys, headers, body),
+        Scheme::Slack => slack::verify(keys, headers, body, now, tolerance),
+        Scheme::VercelWebhook => vercel::verify(keys, headers, body),
+        Scheme::Bearer | Scheme::VercelOidc => Err(Reject::Mismatch),
+    }
+}
+
+/// The current Unix time in seconds.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;

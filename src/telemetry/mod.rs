@@ -1,0 +1,184 @@
+//! Prometheus metrics: the process-wide recorder, the names deprov records, and the scrape-time
+//! collector ([`collect`]).
+//!
+//! deprov records through the `metrics` facade (0.24) into one process-wide
+//! `metrics-exporter-prometheus` recorder, installed once by [`install`] and rendered by our own
+//! axum route (`GET /metrics`, [`crate::http::metrics`]); the exporter's own HTTP listener is not used.
+//! Counters and histograms are recorded where things happen (pool acquires in [`crate::db`], batches in
+//! the worker, refusals at the HTTP edge); gauges that describe pools and databases are set at scrape
+//! time by [`collect::Collector`]. Every metric is listed, with type, labels and meaning, in README →
+//! Operations → Metrics.
+//!
+//! One registry per process, as Prometheus expects: `deprov serve` and each `deprov worker` expose
+//! their own counters; the database-wide gauges (`deprov_jobs`, `deprov_queue_oldest_age_seconds`,
+//! `deprov_kill_switch_engaged`, `deprov_target_lock_waiters`) read the same facts from every process.
+
+pub mod collect;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, histogram};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio_util::sync::CancellationToken;
+
+/// Counter `{pool}`: new connections a pool opened (sqlx `after_connect`): the churn signal.
+pub const CONNECTIONS_OPENED: &str = "deprov_db_connections_opened_total";
+/// Histogram `{pool}`, seconds: time to get a connection from a pool ([`crate::db::acquire`]).
+pub const ACQUIRE_SECONDS: &str = "deprov_db_pool_acquire_seconds";
+/// Counter `{pool}`: acquires that gave up after the pool's `acquire_timeout`.
+pub const ACQUIRE_TIMEOUTS: &str = "deprov_db_pool_acquire_timeouts_total";
+/// Gauge `{pool, state="idle"|"in_use"}`: the pool's open connections, read at scrape.
+pub const POOL_CONNECTIONS: &str = "deprov_db_pool_connections";
+/// Gauge `{pool}`: the pool's `max_connections`.
+pub const POOL_MAX: &str = "deprov_db_pool_max_connections";
+/// Histogram, seconds: committed hard-delete batch transactions, BEGIN to COMMIT.
+pub const BATCH_SECONDS: &str = "deprov_batch_duration_seconds";
+/// Counter: rows deleted by hard-delete batches, including rows PostgreSQL's cascade removed under them.
+pub const ROWS_DELETED: &str = "deprov_rows_deleted_total";
+/// Counter: hard-delete batches rolled back on `lock_timeout` (SQLSTATE 55P03).
+pub const LOCK_TIMEOUTS: &str = "deprov_lock_timeouts_total";
+/// Counter: hard-delete batches rolled back on `statement_timeout` (SQLSTATE 57014).
+pub const STATEMENT_TIMEOUTS: &str = "deprov_statement_timeouts_total";
+/// Counter: intake requests refused 429 by the per-source rate limit.
+pub const RATE_LIMITED: &str = "deprov_intake_rate_limited_total";
+/// Gauge `{state}`: jobs per state in the state database (every state, 0 included).
+pub const JOBS: &str = "deprov_jobs";
+/// Gauge, seconds: how long the oldest claimable queued job has waited since it became claimable
+/// (`now() - run_after`); 0 when none waits.
+pub const QUEUE_OLDEST_AGE: &str = "deprov_queue_oldest_age_seconds";
+/// Gauge: 1 while the kill switch is engaged.
+pub const KILL_SWITCH: &str = "deprov_kill_switch_engaged";
+/// Gauge: sessions on the target database waiting on a heavyweight lock.
+pub const TARGET_LOCK_WAITERS: &str = "deprov_target_lock_waiters";
+/// Gauge, seconds: the target's largest standby `replay_lag` (0 without standbys).
+pub const TARGET_REPLICATION_LAG: &str = "deprov_target_replication_lag_seconds";
+/// Gauge `{database="state"|"target"}`: 1 when the last scrape-time read of that database succeeded.
+pub const DB_UP: &str = "deprov_db_up";
+/// Counter `{database}`: scrape-time reads of a database that failed or timed out.
+pub const DB_READ_ERRORS: &str = "deprov_db_read_errors_total";
+
+/// Bucket bounds (seconds) of every histogram: 1 ms to 30 s.
+pub const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder (once; later calls return the same handle) and
+/// describes every metric. When another global recorder was installed first (not done by deprov), the
+/// returned handle renders an empty registry.
+pub fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets(BUCKETS)
+            .expect("BUCKETS is not empty");
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        match metrics::set_global_recorder(recorder) {
+            Ok(()) => describe(),
+            Err(e) => tracing::warn!(error = %e, "a metrics recorder was already installed"),
+        }
+        handle
+    })
+}
+
+fn describe() {
+    describe_counter!(CONNECTIONS_OPENED, "New connections opened by a pool");
+    describe_histogram!(
+        ACQUIRE_SECONDS,
+        Unit::Seconds,
+        "Time to get a connection from a pool"
+    );
+    describe_counter!(ACQUIRE_TIMEOUTS, "Pool acquires that hit acquire_timeout");
+    describe_gauge!(
+        POOL_CONNECTIONS,
+        "Open connections of a pool, idle or in use"
+    );
+    describe_gauge!(POOL_MAX, "max_connections of a pool");
+    describe_histogram!(
+        BATCH_SECONDS,
+        Unit::Seconds,
+        "Committed hard-delete batch transactions"
+    );
+    describe_counter!(ROWS_DELETED, "Rows deleted by hard-delete batches");
+    describe_counter!(LOCK_TIMEOUTS, "Batches rolled back on lock_timeout");
+    describe_counter!(
+        STATEMENT_TIMEOUTS,
+        "Batches rolled back on statement_timeout"
+    );
+    describe_counter!(RATE_LIMITED, "Intake requests refused by the rate limit");
+    describe_gauge!(JOBS, "Jobs per state");
+    describe_gauge!(
+        QUEUE_OLDEST_AGE,
+        Unit::Seconds,
+        "Wait of the oldest claimable queued job"
+    );
+    describe_gauge!(KILL_SWITCH, "1 while the kill switch is engaged");
+    describe_gauge!(TARGET_LOCK_WAITERS, "Target sessions waiting on a lock");
+    describe_gauge!(
+        TARGET_REPLICATION_LAG,
+        Unit::Seconds,
+        "Largest standby replay_lag of the target"
+    );
+    describe_gauge!(
+        DB_UP,
+        "1 when the last scrape-time read of the database succeeded"
+    );
+    describe_counter!(DB_READ_ERRORS, "Scrape-time database reads that failed");
+}
+
+/// Renders the registry as Prometheus text exposition (format 0.0.4), after draining histogram
+/// samples ([`PrometheusHandle::run_upkeep`]).
+pub fn render() -> String {
+    let handle = install();
+    handle.run_upkeep();
+    handle.render()
+}
+
+/// Drains histogram samples every 5 s until `cancel` fires, so memory stays bounded between scrapes.
+pub fn spawn_upkeep(cancel: CancellationToken) {
+    let handle = install();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep(Duration::from_secs(5)) => handle.run_upkeep(),
+            }
+        }
+    });
+}
+
+/// Records one pool acquire by pool `label` that waited `waited` (and timed out, if `timed_out`).
+pub fn pool_acquired(label: &'static str, waited: Duration, timed_out: bool) {
+    histogram!(ACQUIRE_SECONDS, "pool" => label).record(waited.as_secs_f64());
+    if timed_out {
+        counter!(ACQUIRE_TIMEOUTS, "pool" => label).increment(1);
+    }
+}
+
+/// Records a new connection of pool `label`.
+pub fn connection_opened(label: &'static str) {
+    counter!(CONNECTIONS_OPENED, "pool" => label).increment(1);
+}
+
+/// Records a committed hard-delete batch: its transaction time and the rows it deleted (cascaded
+/// rows included).
+pub fn batch_committed(elapsed: Duration, rows: i64) {
+    histogram!(BATCH_SECONDS).record(elapsed.as_secs_f64());
+    counter!(ROWS_DELETED).increment(u64::try_from(rows).unwrap_or(0));
+}
+
+/// Records a hard-delete batch that failed with `sqlstate` (only timeouts are counted).
+pub fn batch_failed(sqlstate: Option<&str>) {
+    match sqlstate {
+        Some("55P03") => counter!(LOCK_TIMEOUTS).increment(1),
+        Some("57014") => counter!(STATEMENT_TIMEOUTS).increment(1),
+        _ => {}
+    }
+}
+
+/// Records an intake request refused by the rate limit.
+pub fn rate_limited() {
+    counter!(RATE_LIMITED).increment(1);
+}
