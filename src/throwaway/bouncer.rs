@@ -268,6 +268,23 @@ impl Bouncer {
             .count()
     }
 
+    /// Why PgBouncer closed database `db`'s server connections so far: each `closing because:`
+    /// reason of its log with how often it appeared.
+    pub fn server_close_reasons_of(&self, db: &str) -> BTreeMap<String, usize> {
+        let tag = format!(" {db}/");
+        let mut reasons = BTreeMap::new();
+        for line in self.log().lines() {
+            if line.contains(" S-")
+                && line.contains(&tag)
+                && let Some((_, why)) = line.split_once("closing because: ")
+            {
+                let why = why.split(" (age").next().unwrap_or(why).trim().to_owned();
+                *reasons.entry(why).or_insert(0) += 1;
+            }
+        }
+        reasons
+    }
+
     /// Client connections PgBouncer refused because `max_client_conn` was reached (its `no more
     /// connections allowed (max_client_conn)` log lines).
     pub fn max_client_conn_rejections(&self) -> usize {

@@ -89,6 +89,8 @@ pub struct DeadlineSide {
     pub sessions: i64,
     /// Server connections PgBouncer closed over the same window (its log, this database).
     pub server_closes: usize,
+    /// Why PgBouncer closed those server connections (its log's reasons, counted).
+    pub close_reasons: std::collections::BTreeMap<String, usize>,
     /// Usable server connections (active + idle + used) when the burst started.
     pub usable_at_burst: i64,
     /// The lowest usable server connections from the burst's start to the end.
@@ -177,7 +179,7 @@ pub async fn run(args: &DeadlineArgs) -> Result<DeadlineReport, ReplayError> {
             match stage::post_request(&client, &base, &tenant, None).await {
                 Ok(202) => Outcome::Ok,
                 Ok(status) => Outcome::Error(format!("HTTP {status}")),
-                Err(e) if e.contains("timed out") || e.contains("timeout") => Outcome::Deadline,
+                Err(e) if e.starts_with(stage::TIMEOUT) => Outcome::Deadline,
                 Err(e) => Outcome::Error(e),
             }
         }
@@ -243,6 +245,7 @@ where
     let burst_at = running.started + Duration::from_secs(args.warmup_secs);
     let end_at = burst_at + Duration::from_secs(args.burst_secs + args.after_secs);
     tokio::time::sleep_until(burst_at.into()).await;
+    let reasons0 = stage.bouncer.server_close_reasons_of(db);
     let (sessions0, logins0, closes0) = (
         stage.sessions(db).await?,
         stage.bouncer.server_logins_of(db),
@@ -258,6 +261,13 @@ where
         stage.bouncer.server_logins_of(db),
         stage.bouncer.server_closes_of(db),
     );
+    let mut close_reasons = stage.bouncer.server_close_reasons_of(db);
+    for (why, n) in reasons0 {
+        if let Some(now) = close_reasons.get_mut(&why) {
+            *now -= n;
+        }
+    }
+    close_reasons.retain(|_, n| *n > 0);
     let sampler_started = sampler.started;
     let series = sampler.stop().await;
     let shots: Vec<Shot> = running.finish(Duration::from_secs(30)).await;
@@ -275,6 +285,7 @@ where
         server_logins: logins1 - logins0,
         sessions: sessions1 - sessions0,
         server_closes: closes1 - closes0,
+        close_reasons,
         usable_at_burst: at_burst.usable(),
         lowest_usable: peaks.min_usable,
         peak_cl_waiting: peaks.cl_waiting,
@@ -389,6 +400,13 @@ impl DeadlineReport {
         both("PgBouncer maxwait, peak (s)", &|s| {
             format!("{:.3}", s.peak_maxwait_s)
         });
+        for (name, side) in [("naive", n), ("deprov", d)] {
+            for (why, count) in &side.close_reasons {
+                out.push_str(&format!(
+                    "{name}: {count} server connection(s) closed because: {why}\n"
+                ));
+            }
+        }
         out.push_str(&format!(
             "\nPgBouncer pool {} servers per database; base {:.0} req/s, burst {:.0} req/s; deadline {} ms; \
              counts from the burst's start to the end\n",

@@ -100,9 +100,15 @@ where
             let mut i = 0usize;
             let mut segment_start = Duration::ZERO;
             'segments: for (length, rate) in segments {
-                let period = Duration::from_secs_f64(1.0 / rate.max(0.001));
-                let mut at = segment_start;
-                while at.saturating_sub(segment_start) < length {
+                let rate = rate.max(0.001);
+                // Whole operations per segment (no drift from adding a rounded period).
+                let count = if length == Duration::MAX {
+                    u64::MAX
+                } else {
+                    (length.as_secs_f64() * rate).round() as u64
+                };
+                for k in 0..count {
+                    let at = segment_start + Duration::from_secs_f64(k as f64 / rate);
                     tokio::select! {
                         () = cancel.cancelled() => break 'segments,
                         () = tokio::time::sleep_until((started + at).into()) => {}
@@ -122,7 +128,6 @@ where
                     // Reap finished tasks as we go, so the set stays small.
                     while tasks.try_join_next().is_some() {}
                     i += 1;
-                    at += period;
                 }
                 segment_start = segment_start.saturating_add(length);
             }

@@ -208,9 +208,22 @@ pub(crate) async fn post_request(
         .json(&body)
         .send()
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(describe)?;
     let status = answer.status().as_u16();
     // Read to the end, so the keep-alive connection can carry the next request.
-    answer.bytes().await.map_err(|e| e.to_string())?;
+    answer.bytes().await.map_err(describe)?;
     Ok(status)
 }
+
+/// A transport error as text; the client's timeout (the caller's deadline) starts with
+/// [`TIMEOUT`].
+fn describe(e: reqwest::Error) -> String {
+    if e.is_timeout() {
+        format!("{TIMEOUT}: {e}")
+    } else {
+        e.to_string()
+    }
+}
+
+/// How [`post_request`]'s error starts when the client's timeout fired.
+pub(crate) const TIMEOUT: &str = "deadline";
