@@ -66,6 +66,15 @@ pub enum Command {
 pub enum BenchCommand {
     /// deprov's hard delete against the naive cascading DELETE, same data, same run, same load.
     Delete(crate::bench::BenchArgs),
+    /// Incident 1 replayed through PgBouncer: a cascading DELETE and 20 retries versus deprov, under
+    /// other tenants' traffic.
+    CascadeIncident(crate::bench::replay::cascade::CascadeArgs),
+    /// Incident 2 replayed through PgBouncer: a 3x burst with short caller deadlines, deprov's intake
+    /// versus a client that closes its connection when the deadline fires.
+    DeadlineIncident(crate::bench::replay::deadline::DeadlineArgs),
+    /// Intake's accepted-and-durable requests/s beside pgbench's single-row INSERT rate, and its p99
+    /// with the target database saturated with lock waits.
+    Intake(crate::bench::replay::intake::IntakeArgs),
 }
 
 /// Just the state database.
@@ -149,6 +158,16 @@ fn cli_pool(database_url: &str) -> anyhow::Result<sqlx::PgPool> {
     ))
 }
 
+/// Prints a bench report: as JSON, or its text.
+fn print_report(json: bool, report: &impl serde::Serialize, text: &str) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{text}");
+    }
+    Ok(())
+}
+
 /// Runs one parsed command line.
 ///
 /// # Errors
@@ -203,6 +222,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 report.equals_cascade,
                 "deprov's result differs from the cascade's"
             );
+        }
+        Command::Bench(BenchCommand::CascadeIncident(args)) => {
+            let report = crate::bench::replay::cascade::run(&args).await?;
+            print_report(args.json, &report, &report.to_text())?;
+        }
+        Command::Bench(BenchCommand::DeadlineIncident(args)) => {
+            let report = crate::bench::replay::deadline::run(&args).await?;
+            print_report(args.json, &report, &report.to_text())?;
+        }
+        Command::Bench(BenchCommand::Intake(args)) => {
+            let report = crate::bench::replay::intake::run(&args).await?;
+            print_report(args.json, &report, &report.to_text())?;
         }
     }
     Ok(())

@@ -3,6 +3,7 @@
 //!
 //! See [`run::run`] for the procedure and [`run::BenchReport`] for every printed figure.
 
+pub mod replay;
 pub mod run;
 pub mod workload;
 

@@ -355,15 +355,19 @@ fn side(
 
 /// Row keys the workloads use, sampled before the copy (so both copies have them).
 #[derive(Debug, Clone)]
-struct Keys {
+pub(crate) struct Keys {
     /// Other tenants: reads of an account's users, writes to single users.
-    foreground: Vec<(Op, i64)>,
+    pub(crate) foreground: Vec<(Op, i64)>,
     /// The deleted tenant: its account row, its users and its projects.
-    tenant: Vec<(Op, i64)>,
+    pub(crate) tenant: Vec<(Op, i64)>,
 }
 
 impl Keys {
-    async fn sample(pool: &PgPool, tenant: i64, others: &[i64]) -> Result<Self, sqlx::Error> {
+    pub(crate) async fn sample(
+        pool: &PgPool,
+        tenant: i64,
+        others: &[i64],
+    ) -> Result<Self, sqlx::Error> {
         let other_users: Vec<i64> = sqlx::query_scalar(
             "SELECT id FROM app.users WHERE account_id <> $1 ORDER BY id LIMIT 2000",
         )

@@ -62,7 +62,7 @@ pub enum Op {
 }
 
 impl Op {
-    fn sql(self) -> &'static str {
+    pub(crate) fn sql(self) -> &'static str {
         match self {
             Op::ReadUsers => "SELECT id, email FROM app.users WHERE account_id = $1",
             Op::TouchUser => "UPDATE app.users SET email = email WHERE id = $1",

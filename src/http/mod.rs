@@ -218,23 +218,43 @@ async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
-/// Answers 503 after [`REQUEST_TIMEOUT`]. The handler runs in its own task, so neither this deadline
-/// nor a client hanging up drops it mid-statement: it finishes (its transaction bounded on the server,
-/// see [`crate::db`]) and its answer is discarded. A handler's panic is passed on to `CatchPanicLayer`.
-async fn request_timeout(request: Request, next: Next) -> Response {
+/// Answers 503 after [`REQUEST_TIMEOUT`]. The body (at most `max_body` bytes, else 413) is read
+/// first, in the caller's future: a client sending it too slowly is answered 503 at the deadline and
+/// its connection closed with the dropped body. Then the handler runs in its own task, so neither
+/// the deadline nor a client hanging up drops it mid-statement: it finishes (its transaction bounded
+/// on the server, see [`crate::db`]) and its answer is discarded. A handler's panic is passed on to
+/// `CatchPanicLayer`.
+async fn request_timeout(max_body: usize, request: Request, next: Next) -> Response {
     use tracing::Instrument as _;
+    let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+    let unavailable = || {
+        ApiError::Unavailable {
+            detail: format!("request not answered within {REQUEST_TIMEOUT:?}"),
+            retry_after: 1,
+        }
+        .into_response()
+    };
+    let (parts, body) = request.into_parts();
+    let bytes = match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, max_body)).await
+    {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => {
+            return ApiError::PayloadTooLarge(format!(
+                "the body was larger than {max_body} bytes, or was cut off"
+            ))
+            .into_response();
+        }
+        Err(_) => return unavailable(),
+    };
+    let request = Request::from_parts(parts, axum::body::Body::from(bytes));
     let handler = tokio::spawn(next.run(request).in_current_span());
-    match tokio::time::timeout(REQUEST_TIMEOUT, handler).await {
+    match tokio::time::timeout_at(deadline, handler).await {
         Ok(Ok(response)) => response,
         Ok(Err(join)) => match join.try_into_panic() {
             Ok(panic) => std::panic::resume_unwind(panic),
             Err(_) => ApiError::Internal("handler task cancelled".into()).into_response(),
         },
-        Err(_) => ApiError::Unavailable {
-            detail: format!("request not answered within {REQUEST_TIMEOUT:?}"),
-            retry_after: 1,
-        }
-        .into_response(),
+        Err(_) => unavailable(),
     }
 }
 
@@ -293,7 +313,9 @@ fn with_middleware(router: Router, max_body: usize) -> Router {
             .layer(TraceLayer::new_for_http().make_span_with(request_span))
             .layer(PropagateRequestIdLayer::new(request_id))
             .layer(CatchPanicLayer::custom(panic_response))
-            .layer(middleware::from_fn(request_timeout))
+            .layer(middleware::from_fn(move |req, next| {
+                request_timeout(max_body, req, next)
+            }))
             .layer(DefaultBodyLimit::max(max_body)),
     )
 }

@@ -250,6 +250,49 @@ impl Bouncer {
         self.log().matches("new connection to server").count()
     }
 
+    /// [`Self::server_logins`] of database `db`'s pools only (log lines naming `db/`).
+    pub fn server_logins_of(&self, db: &str) -> usize {
+        let tag = format!(" {db}/");
+        self.log()
+            .lines()
+            .filter(|l| l.contains("new connection to server") && l.contains(&tag))
+            .count()
+    }
+
+    /// [`Self::server_closes`] of database `db`'s pools only.
+    pub fn server_closes_of(&self, db: &str) -> usize {
+        let tag = format!(" {db}/");
+        self.log()
+            .lines()
+            .filter(|l| l.contains(" S-") && l.contains("closing because") && l.contains(&tag))
+            .count()
+    }
+
+    /// Why PgBouncer closed database `db`'s server connections so far: each `closing because:`
+    /// reason of its log with how often it appeared.
+    pub fn server_close_reasons_of(&self, db: &str) -> BTreeMap<String, usize> {
+        let tag = format!(" {db}/");
+        let mut reasons = BTreeMap::new();
+        for line in self.log().lines() {
+            if line.contains(" S-")
+                && line.contains(&tag)
+                && let Some((_, why)) = line.split_once("closing because: ")
+            {
+                let why = why.split(" (age").next().unwrap_or(why).trim().to_owned();
+                *reasons.entry(why).or_insert(0) += 1;
+            }
+        }
+        reasons
+    }
+
+    /// Client connections PgBouncer refused because `max_client_conn` was reached (its `no more
+    /// connections allowed (max_client_conn)` log lines).
+    pub fn max_client_conn_rejections(&self) -> usize {
+        self.log()
+            .matches("no more connections allowed (max_client_conn)")
+            .count()
+    }
+
     /// Server connections PgBouncer has closed so far (`closing because:` lines of server
     /// connections, e.g. `client disconnect while server was not ready`).
     pub fn server_closes(&self) -> usize {
@@ -266,8 +309,21 @@ impl Bouncer {
     /// Connection or query errors.
     pub async fn show(&self, what: Show) -> Result<Vec<BTreeMap<String, String>>, sqlx::Error> {
         let mut conn = sqlx::PgConnection::connect(&self.admin_url()).await?;
-        let rows = sqlx::raw_sql(what.command()).fetch_all(&mut conn).await?;
+        let rows = Self::show_on(&mut conn, what).await;
         conn.close().await?;
+        rows
+    }
+
+    /// [`Self::show`] on an admin-console connection the caller holds open (to [`Self::admin_url`]):
+    /// a sampler keeps one, so it is not refused when `max_client_conn` is reached.
+    ///
+    /// # Errors
+    /// Query errors.
+    pub async fn show_on(
+        conn: &mut sqlx::PgConnection,
+        what: Show,
+    ) -> Result<Vec<BTreeMap<String, String>>, sqlx::Error> {
+        let rows = sqlx::raw_sql(what.command()).fetch_all(&mut *conn).await?;
         Ok(rows
             .iter()
             .map(|row| {

@@ -63,7 +63,7 @@ pub(crate) fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-fn find_bin_dir() -> Result<PathBuf, ThrowawayError> {
+pub(crate) fn find_bin_dir() -> Result<PathBuf, ThrowawayError> {
     if let Ok(dir) = std::env::var("DEPROV_PG_BIN") {
         return Ok(PathBuf::from(dir));
     }

@@ -1,0 +1,423 @@
+//! `deprov bench intake`: how many deletion requests deprov's intake accepts durably per second on
+//! this machine, beside pgbench's single-row `INSERT` rate on the same server in the same run, and
+//! intake's p99 while the target database is saturated with lock waits.
+//!
+//! deprov serves in-process (HTTP intake only, no worker) with its state database through PgBouncer
+//! in transaction mode (`DEPROV_POOLER_MODE=transaction`; `--direct` for both it and pgbench without
+//! PgBouncer). Every request names a distinct tenant, so each is a new stored request and job.
+//! 1. Throughput: `--concurrency` HTTP clients in a closed loop for `--secs` (each sends its next
+//!    request when the last is answered): accepted (202) per second, their p99, and the rows
+//!    counted in `deprov.deletion_requests` afterwards (accepted must equal durable: intake commits
+//!    with `synchronous_commit = on` before answering).
+//! 2. pgbench, `--pgbench-clients` (deprov's intake pool, 8) for `--secs`, one autocommitted
+//!    single-row `INSERT` per transaction, through the same path (`-M extended` through PgBouncer,
+//!    `-M prepared` directly). Goal: intake ≥ 1.0× pgbench's rate.
+//! 3. Latency at a fixed rate (`--rate`, default half the measured throughput) for
+//!    `--latency-secs`, open loop: the baseline p99.
+//! 4. The same with the target database (`saas`) saturated: one transaction holds `LOCK TABLE
+//!    app.accounts IN ACCESS EXCLUSIVE MODE` and `--lock-waiters` sessions wait on it. Goal: p99 ≤
+//!    1.5× the baseline.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sqlx::{Connection as _, PgConnection};
+
+use super::load::{self, Outcome, Shot};
+use super::pgbench::{self, PgbenchResult};
+use super::stage::{self, Stage, connect};
+use super::{Goal, ReplayError};
+use crate::demo::DemoSize;
+use crate::throwaway::BouncerOptions;
+
+/// `deprov bench intake` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IntakeArgs {
+    /// Seconds of the throughput phase, and of pgbench.
+    #[arg(long, default_value_t = 10)]
+    pub secs: u64,
+    /// HTTP clients of the closed loop.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+    /// pgbench clients (deprov's intake pool has 8 connections).
+    #[arg(long, default_value_t = 8)]
+    pub pgbench_clients: u32,
+    /// Fixed rate of the latency phases, requests/s (default: half the measured throughput).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Seconds of each latency phase.
+    #[arg(long, default_value_t = 5)]
+    pub latency_secs: u64,
+    /// Sessions waiting on a lock in the target database during the saturated phase.
+    #[arg(long, default_value_t = 50)]
+    pub lock_waiters: u32,
+    /// PgBouncer `default_pool_size`.
+    #[arg(long, default_value_t = 20)]
+    pub pool_size: u32,
+    /// Connect deprov and pgbench to PostgreSQL directly instead of through PgBouncer.
+    #[arg(long)]
+    pub direct: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One fixed-rate latency phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencyPhase {
+    /// Requests sent.
+    pub sent: usize,
+    /// Answered 202.
+    pub accepted: usize,
+    /// Not 202 (or a transport error).
+    pub errors: usize,
+    /// p99 of the accepted, from their scheduled start, in ms.
+    pub p99_ms: f64,
+    /// p50, in ms.
+    pub p50_ms: f64,
+}
+
+/// Everything `deprov bench intake` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct IntakeReport {
+    /// `pgbouncer` or `direct`.
+    pub via: String,
+    /// Closed-loop HTTP clients.
+    pub concurrency: usize,
+    /// Seconds of the throughput phase.
+    pub secs: u64,
+    /// Requests answered 202 in the throughput phase.
+    pub accepted: usize,
+    /// Requests not answered 202 there.
+    pub errors: usize,
+    /// Rows added to `deprov.deletion_requests` by the throughput phase.
+    pub durable: i64,
+    /// Accepted and durable requests per second.
+    pub intake_per_s: f64,
+    /// p99 of the throughput phase, in ms.
+    pub saturated_p99_ms: f64,
+    /// pgbench's run.
+    pub pgbench: PgbenchResult,
+    /// pgbench clients.
+    pub pgbench_clients: u32,
+    /// intake ÷ pgbench.
+    pub ratio: f64,
+    /// The latency phases' rate, requests/s.
+    pub rate: f64,
+    /// Latency with the target idle.
+    pub baseline: LatencyPhase,
+    /// Latency with the target saturated with lock waits.
+    pub locked: LatencyPhase,
+    /// Sessions waiting on a lock in the target, lowest of the two readings (start and end).
+    pub lock_waiters_seen: i64,
+    /// The goals.
+    pub goals: Vec<Goal>,
+}
+
+/// Runs the bench (see the module docs).
+///
+/// # Errors
+/// [`ReplayError`] when a step cannot run.
+pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
+    let say = |t: &str| {
+        if !args.json {
+            eprintln!("  {t}");
+        }
+    };
+    let bouncer = BouncerOptions {
+        default_pool_size: args.pool_size,
+        max_client_conn: 100 + args.lock_waiters,
+        ..BouncerOptions::default()
+    };
+    let size = DemoSize {
+        small_tenants: 20,
+        large_tenant_rows: 5_000,
+    };
+    let stage = Stage::start(&size, &[], &bouncer).await?;
+    let state = connect(&stage.pg.url("deprov"), 2).await?;
+    pgbench::prepare(&state).await?;
+    let deprov = stage
+        .start_deprov_with(&stage::deprov_config(), "saas", false, !args.direct)
+        .await?;
+    let client = reqwest::Client::new();
+    let next = Arc::new(AtomicUsize::new(0));
+
+    say("warm-up: 1 s");
+    closed_loop(
+        &client,
+        &deprov.base,
+        &next,
+        args.concurrency,
+        Duration::from_secs(1),
+    )
+    .await;
+    say("throughput: closed loop");
+    let before = stored(&state).await?;
+    let secs = Duration::from_secs(args.secs);
+    let (shots, elapsed) = closed_loop(&client, &deprov.base, &next, args.concurrency, secs).await;
+    let durable = stored(&state).await? - before;
+    let (accepted, _, errors) = load::counts(&shots);
+    let intake_per_s = accepted as f64 / elapsed.as_secs_f64();
+
+    say("pgbench: single-row INSERTs on the same server");
+    let (port, mode) = if args.direct {
+        (stage.pg.port(), "prepared")
+    } else {
+        (stage.bouncer.port(), "extended")
+    };
+    let pgbench = pgbench::run(&state, port, args.pgbench_clients, args.secs, mode).await?;
+
+    let rate = args.rate.unwrap_or((intake_per_s / 2.0).max(1.0));
+    say("latency at a fixed rate, target idle");
+    let baseline = fixed_rate(&client, &deprov.base, &next, rate, args.latency_secs).await;
+    say("latency at a fixed rate, target saturated with lock waits");
+    let saturation = Saturation::start(&stage, args.lock_waiters).await?;
+    let at_start = saturation.waiters(&stage).await?;
+    let locked = fixed_rate(&client, &deprov.base, &next, rate, args.latency_secs).await;
+    let at_end = saturation.waiters(&stage).await?;
+    saturation.release().await?;
+    deprov.stop().await;
+
+    let ratio = super::ratio(intake_per_s, pgbench.tps);
+    let goals = vec![
+        Goal::new(
+            format!("every accepted request is durable ({accepted} accepted, {durable} rows)"),
+            accepted as i64 == durable,
+        ),
+        Goal::new(
+            format!(
+                "intake ≥ 1.0× pgbench's single-row INSERT rate ({intake_per_s:.0}/s vs {:.0}/s = {ratio:.2}×)",
+                pgbench.tps
+            ),
+            ratio >= 1.0,
+        ),
+        Goal::new(
+            format!(
+                "intake p99 with the target saturated with lock waits ≤ 1.5× baseline ({:.1} ms vs {:.1} ms = {:.2}×)",
+                locked.p99_ms,
+                baseline.p99_ms,
+                super::ratio(locked.p99_ms, baseline.p99_ms)
+            ),
+            locked.errors == 0 && locked.p99_ms <= 1.5 * baseline.p99_ms,
+        ),
+    ];
+    Ok(IntakeReport {
+        via: if args.direct { "direct" } else { "pgbouncer" }.into(),
+        concurrency: args.concurrency,
+        secs: args.secs,
+        accepted,
+        errors,
+        durable,
+        intake_per_s,
+        saturated_p99_ms: load::quantile_ms(&shots, 0.99),
+        pgbench,
+        pgbench_clients: args.pgbench_clients,
+        ratio,
+        rate,
+        baseline,
+        locked,
+        lock_waiters_seen: at_start.min(at_end),
+        goals,
+    })
+}
+
+/// Rows in `deprov.deletion_requests`.
+async fn stored(pool: &sqlx::PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM deprov.deletion_requests")
+        .fetch_one(pool)
+        .await
+}
+
+/// `clients` HTTP clients, each sending a request for a new tenant as soon as its last one was
+/// answered, for `length`. Returns every request and the time the phase took.
+async fn closed_loop(
+    client: &reqwest::Client,
+    base: &str,
+    next: &Arc<AtomicUsize>,
+    clients: usize,
+    length: Duration,
+) -> (Vec<Shot>, Duration) {
+    let started = Instant::now();
+    let end = started + length;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let (client, base, next) = (client.clone(), base.to_owned(), next.clone());
+        tasks.spawn(async move {
+            let mut shots = Vec::new();
+            while Instant::now() < end {
+                let tenant = (20_000_000 + next.fetch_add(1, Ordering::Relaxed)).to_string();
+                let at = started.elapsed();
+                let outcome = answer(stage::post_request(&client, &base, &tenant, None).await);
+                shots.push(Shot {
+                    at,
+                    latency: started.elapsed() - at,
+                    outcome,
+                });
+            }
+            shots
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(shots) = tasks.join_next().await {
+        all.extend(shots.unwrap_or_default());
+    }
+    (all, started.elapsed())
+}
+
+fn answer(result: Result<u16, String>) -> Outcome {
+    match result {
+        Ok(202) => Outcome::Ok,
+        Ok(status) => Outcome::Error(format!("HTTP {status}")),
+        Err(e) => Outcome::Error(e),
+    }
+}
+
+/// `rate` requests/s (new tenants), open loop, for `secs`.
+async fn fixed_rate(
+    client: &reqwest::Client,
+    base: &str,
+    next: &Arc<AtomicUsize>,
+    rate: f64,
+    secs: u64,
+) -> LatencyPhase {
+    let (client, base, next) = (client.clone(), Arc::new(base.to_owned()), next.clone());
+    let running = load::start(vec![(Duration::from_secs(secs), rate)], move |_| {
+        let (client, base, next) = (client.clone(), base.clone(), next.clone());
+        async move {
+            let tenant = (20_000_000 + next.fetch_add(1, Ordering::Relaxed)).to_string();
+            answer(stage::post_request(&client, &base, &tenant, None).await)
+        }
+    });
+    let shots = running.finish(Duration::from_secs(30)).await;
+    let (accepted, _, errors) = load::counts(&shots);
+    LatencyPhase {
+        sent: shots.len(),
+        accepted,
+        errors,
+        p99_ms: load::quantile_ms(&shots, 0.99),
+        p50_ms: load::quantile_ms(&shots, 0.5),
+    }
+}
+
+/// The target saturated with lock waits: a holder of an exclusive lock on `app.accounts` and
+/// sessions queued behind it, all directly on PostgreSQL.
+struct Saturation {
+    holder: PgConnection,
+    waiters: tokio::task::JoinSet<()>,
+}
+
+impl Saturation {
+    /// Takes the lock and starts `n` waiters; returns once PostgreSQL shows `n` sessions waiting
+    /// (polled, at most 30 s).
+    async fn start(stage: &Stage, n: u32) -> Result<Self, ReplayError> {
+        let url = stage.pg.url("saas");
+        let mut holder = PgConnection::connect(&url).await?;
+        sqlx::raw_sql("BEGIN; LOCK TABLE app.accounts IN ACCESS EXCLUSIVE MODE")
+            .execute(&mut holder)
+            .await?;
+        let mut waiters = tokio::task::JoinSet::new();
+        for _ in 0..n {
+            let url = url.clone();
+            waiters.spawn(async move {
+                if let Ok(mut conn) = PgConnection::connect(&url).await {
+                    let _ = sqlx::query("SELECT count(*) FROM app.accounts")
+                        .execute(&mut conn)
+                        .await;
+                    let _ = conn.close().await;
+                }
+            });
+        }
+        let saturation = Self { holder, waiters };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while saturation.waiters(stage).await? < i64::from(n) {
+            if Instant::now() > deadline {
+                return Err(ReplayError::Run(format!(
+                    "{n} lock waiters did not appear in 30 s"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(saturation)
+    }
+
+    /// Sessions of `saas` waiting on a lock now.
+    async fn waiters(&self, stage: &Stage) -> Result<i64, sqlx::Error> {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = 'saas' AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&stage.direct)
+        .await
+    }
+
+    /// Releases the lock and waits for the waiters to finish.
+    async fn release(mut self) -> Result<(), ReplayError> {
+        sqlx::raw_sql("ROLLBACK").execute(&mut self.holder).await?;
+        while self.waiters.join_next().await.is_some() {}
+        self.holder.close().await?;
+        Ok(())
+    }
+}
+
+impl IntakeReport {
+    /// The printed table and goal lines.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let mut line =
+            |name: &str, value: String| out.push_str(&format!("{name:<60} {value:>16}\n"));
+        line("path to PostgreSQL", self.via.clone());
+        line(
+            &format!(
+                "intake, {} HTTP clients, {} s: accepted (errors)",
+                self.concurrency, self.secs
+            ),
+            format!("{} ({})", self.accepted, self.errors),
+        );
+        line(
+            "  rows stored in deprov.deletion_requests",
+            self.durable.to_string(),
+        );
+        line(
+            "  accepted and durable requests/s",
+            format!("{:.0}", self.intake_per_s),
+        );
+        line(
+            "  p99 at saturation (ms)",
+            format!("{:.1}", self.saturated_p99_ms),
+        );
+        line(
+            &format!(
+                "pgbench single-row INSERT, {} clients: tps",
+                self.pgbench_clients
+            ),
+            format!("{:.0}", self.pgbench.tps),
+        );
+        line(
+            "  transactions (rows counted)",
+            format!("{} ({})", self.pgbench.transactions, self.pgbench.rows),
+        );
+        line("intake ÷ pgbench", format!("{:.2}", self.ratio));
+        let mut phase = |name: &str, p: &LatencyPhase| {
+            out.push_str(&format!(
+                "{:<60} {:>16}\n",
+                format!("{name} at {:.0} req/s: p50 / p99 (ms)", self.rate),
+                format!("{:.1} / {:.1}", p.p50_ms, p.p99_ms)
+            ));
+            out.push_str(&format!(
+                "{:<60} {:>16}\n",
+                "  sent (accepted, errors)",
+                format!("{} ({}, {})", p.sent, p.accepted, p.errors)
+            ));
+        };
+        phase("intake, target idle", &self.baseline);
+        phase("intake, target saturated with lock waits", &self.locked);
+        out.push_str(&format!(
+            "{:<60} {:>16}\n",
+            "  sessions waiting on a lock in the target (lowest reading)", self.lock_waiters_seen
+        ));
+        out.push('\n');
+        out.push_str(&super::goal_lines(&self.goals));
+        out
+    }
+}

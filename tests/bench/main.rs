@@ -1,0 +1,122 @@
+//! Smoke tests of `deprov bench cascade-incident`, `deadline-incident` and `intake` at tiny sizes:
+//! each runs the real procedure (PostgreSQL, PgBouncer 1.18, deprov in-process, pgbench) and checks
+//! that the figures are produced and agree with each other and with the database, so the benches
+//! cannot silently rot. They do not assert the goals: those are figures of a full-size run.
+
+use deprov::bench::replay::cascade::{self, CascadeArgs};
+use deprov::bench::replay::deadline::{self, DeadlineArgs};
+use deprov::bench::replay::intake::{self, IntakeArgs};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cascade_incident_figures_are_consistent() {
+    let args = CascadeArgs {
+        rows: 5_000,
+        small_tenants: 3,
+        retries: 3,
+        retry_interval_ms: 10,
+        fg_rate: 50,
+        fg_max_conns: 20,
+        pool_size: 4,
+        max_client_conn: 100,
+        baseline_secs: 1,
+        recovery_timeout_secs: 30,
+        json: true,
+    };
+    let r = cascade::run(&args).await.expect("bench runs");
+    // deprov's job completed (run() fails otherwise) and the two databases are equal: both deleted.
+    assert!(r.equals_cascade, "{r:#?}");
+    assert!(r.baseline_p99_ms > 0.0 && r.slow_ms >= r.baseline_p99_ms + 10.0);
+    for side in [&r.naive, &r.deprov] {
+        assert_eq!(side.requests, 4, "{side:#?}");
+        assert!(side.fg_ops > 0 && side.peaks.samples > 0, "{side:#?}");
+        assert!(side.fg_errors >= side.fg_max_client_conn_errors);
+        assert!(side.fg_p99_ms <= side.fg_max_ms);
+        assert!(side.deletion_s > 0.0 && side.recovered);
+        assert!(
+            side.disturbed_s <= side.deletion_s + side.recovery_s + 1e-9,
+            "{side:#?}"
+        );
+    }
+    assert_eq!(r.naive.jobs, None);
+    assert_eq!(r.naive.requests_failed, 0, "{:#?}", r.naive);
+    assert_eq!(
+        r.deprov.jobs,
+        Some(1),
+        "four requests for one tenant: one job"
+    );
+    assert_eq!(r.deprov.requests_failed, 0);
+    let text = r.to_text();
+    assert_eq!(
+        text.matches("PASS  ").count() + text.matches("MISSED").count(),
+        r.goals.len()
+    );
+    assert_eq!(r.goals.len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deadline_incident_figures_are_consistent() {
+    let args = DeadlineArgs {
+        pool_size: 2,
+        service_ms: 10,
+        base_rate: Some(50.0),
+        burst_factor: 3.0,
+        deadline_ms: 100,
+        warmup_secs: 1,
+        burst_secs: 1,
+        after_secs: 1,
+        client_conns: 4,
+        json: true,
+    };
+    let r = deadline::run(&args).await.expect("bench runs");
+    assert!((r.burst_rate - 150.0).abs() < 1e-9);
+    for side in [&r.deprov, &r.naive] {
+        // 50 + 150 + 50 scheduled; every one ends one way.
+        assert!((245..=255).contains(&side.sent), "{side:#?}");
+        assert_eq!(side.ok + side.deadline_fired + side.errors, side.sent);
+        assert!(side.ok > 0, "{side:#?}");
+        assert!(
+            side.usable_at_burst <= 2 && side.lowest_usable <= 2,
+            "{side:#?}"
+        );
+        assert!(side.sessions >= 0);
+    }
+    let stored = r.deprov.recorded.expect("deprov counts its rows");
+    assert!(
+        stored >= r.deprov.ok as i64 && stored <= r.deprov.sent as i64,
+        "every 202 is stored, nothing more than was sent: {stored} {:#?}",
+        r.deprov
+    );
+    assert_eq!(r.naive.recorded, None);
+    assert_eq!(r.goals.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn intake_figures_are_consistent() {
+    let args = IntakeArgs {
+        secs: 1,
+        concurrency: 4,
+        pgbench_clients: 2,
+        rate: Some(20.0),
+        latency_secs: 1,
+        lock_waiters: 3,
+        pool_size: 4,
+        direct: false,
+        json: true,
+    };
+    let r = intake::run(&args).await.expect("bench runs");
+    assert!(r.accepted > 0, "{r:#?}");
+    assert_eq!(r.accepted as i64, r.durable, "accepted == rows stored");
+    assert!(r.intake_per_s > 0.0);
+    assert!(r.pgbench.transactions > 0 && r.pgbench.tps > 0.0, "{r:#?}");
+    assert_eq!(
+        r.pgbench.rows, r.pgbench.transactions,
+        "pgbench's count == rows inserted"
+    );
+    assert!(r.lock_waiters_seen >= 3, "the target was saturated: {r:#?}");
+    for phase in [&r.baseline, &r.locked] {
+        assert!((19..=21).contains(&phase.sent), "{phase:#?}");
+        assert_eq!(phase.accepted + phase.errors, phase.sent);
+        assert!(phase.p50_ms <= phase.p99_ms);
+    }
+    assert_eq!(r.goals.len(), 3);
+}
