@@ -301,7 +301,7 @@ impl PoolRole {
             Self::Listener,
         ]
         .into_iter()
-            .find(|r| r.application_name() == name)
+        .find(|r| r.application_name() == name)
     }
 
     /// The role of a pool built by [`pool`] (read back from its `application_name`).

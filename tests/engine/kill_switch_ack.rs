@@ -178,7 +178,10 @@ async fn engaged_mid_delete_the_last_destructive_statement_starts_within_a_secon
         .map(|s| {
             let (base, sending) = (base.clone(), sending.clone());
             tokio::spawn(async move {
-                let client = reqwest::Client::new();
+                let client = {
+                    deprov::sources::oidc::install_crypto_provider();
+                    reqwest::Client::new()
+                };
                 let mut answers: Vec<(u16, Value)> = Vec::new();
                 let mut i = 0;
                 while sending.load(Ordering::Acquire) {
