@@ -151,6 +151,7 @@ impl Stage {
             } else {
                 PoolerMode::Session
             },
+            metrics_listen: None,
         };
         let app = Application::build(settings).await?;
         let base = format!("http://{}", app.address());
