@@ -384,6 +384,7 @@ async fn deprov_deletion(
     retries: usize,
     interval: Duration,
 ) -> Result<Deletion, ReplayError> {
+    crate::sources::oidc::install_crypto_provider();
     let client = reqwest::Client::new();
     let start = tokio::time::Instant::now();
     let mut set = JoinSet::new();

@@ -141,6 +141,7 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
     let deprov = stage
         .start_deprov_with(&stage::deprov_config(), "saas", false, !args.direct)
         .await?;
+    crate::sources::oidc::install_crypto_provider();
     let client = reqwest::Client::new();
     let next = Arc::new(AtomicUsize::new(0));
 

@@ -211,8 +211,6 @@ pub async fn simulate(
     max_rows: u64,
 ) -> Result<Verdict, SimError> {
     let facts = load::facts(target, plan, limits).await?;
-    let mut store = Store::new(plan);
-    let root = store.probe(plan.root, std::slice::from_ref(&plan.key_column));
     let ctx = Ctx {
         target,
         plan,
@@ -220,9 +218,7 @@ pub async fn simulate(
         facts: &facts,
         max_rows,
     };
-    ctx.fetch(&mut store, vec![(root, vec![tenant.to_owned()])])
-        .await?;
-    let roots: Vec<usize> = (0..store.rows.len()).collect();
+    let (mut store, roots) = ctx.start(tenant).await?;
     let (forward, multi) = ctx.run(&mut store, &roots, false).await?;
     let rows_read = store.rows.len();
     if !multi {
@@ -250,6 +246,16 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// A store holding the root rows of `tenant`, and their indexes: where both runs start.
+    async fn start(&self, tenant: &str) -> Result<(Store, Vec<usize>), SimError> {
+        let mut store = Store::new(self.plan);
+        let root = store.probe(self.plan.root, std::slice::from_ref(&self.plan.key_column));
+        self.fetch(&mut store, vec![(root, vec![tenant.to_owned()])])
+            .await?;
+        let roots = (0..store.rows.len()).collect();
+        Ok((store, roots))
+    }
+
     /// Reads the rows of the given `(probe, key)` lookups, one query per probe.
     async fn fetch(
         &self,

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use sqlx::PgPool;
 
-use super::{Ctx, SimError, load, store::Store};
+use super::{Ctx, SimError, load};
 use crate::engine::catalog::OnDelete;
 use crate::engine::{BatchLimits, EngineError, Plan};
 use crate::sql::{SqlBuilder, Statement};
@@ -65,8 +65,6 @@ pub async fn presets(
     max_rows: u64,
 ) -> Result<Vec<Preset>, SimError> {
     let facts = load::facts(target, plan, limits).await?;
-    let mut store = Store::new(plan);
-    let root = store.probe(plan.root, std::slice::from_ref(&plan.key_column));
     let ctx = Ctx {
         target,
         plan,
@@ -74,9 +72,7 @@ pub async fn presets(
         facts: &facts,
         max_rows,
     };
-    ctx.fetch(&mut store, vec![(root, vec![tenant.to_owned()])])
-        .await?;
-    let roots: Vec<usize> = (0..store.rows.len()).collect();
+    let (mut store, roots) = ctx.start(tenant).await?;
     let (outcome, run) = ctx.run_keeping(&mut store, &roots, false).await?;
     if let Err(f) = outcome {
         return Err(SimError::Unsupported(format!(
