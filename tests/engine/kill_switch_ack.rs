@@ -27,7 +27,8 @@ fn config(heartbeat: &str, stale_after: &str, rate_limit: u32) -> String {
     config_hard(
         "batch_rows = 20\nmax_batch_rows = 20\nmax_batch_duration = \"800ms\"\nlock_timeout = \"100ms\"\ncascade_rows = 0",
         "installation",
-        &format!("[pacing]\nrate_limit = {rate_limit}\n"),
+        // Intake's per-source limit off: the senders below measure loss, not admission.
+        &format!("[pacing]\nrate_limit = {rate_limit}\n[intake.rate_limit]\nper_second = 0\n"),
     )
     .replace(
         "max_attempts = 5\n",
