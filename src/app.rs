@@ -69,6 +69,23 @@ pub struct Settings {
     /// `options` and migrating at start are refused (see [`crate::db`]).
     #[arg(long, env = "DEPROV_POOLER_MODE", value_enum, default_value_t = PoolerMode::Session)]
     pub pooler_mode: PoolerMode,
+    /// A URL of the state database on which the worker `LISTEN`s for kill switch changes: direct or
+    /// through a session-mode pooler, never a transaction pooler (`LISTEN` needs a session). Default:
+    /// `DEPROV_DATABASE_URL` in session mode; none in transaction mode, where workers then learn of
+    /// changes by heartbeat (`[worker] heartbeat_interval`) and before every batch.
+    #[arg(long, env = "DEPROV_NOTIFY_URL", hide_env_values = true)]
+    pub notify_url: Option<String>,
+}
+
+impl Settings {
+    /// Where the worker listens for kill switch changes (see [`Self::notify_url`]).
+    pub fn listen_url(&self) -> Option<String> {
+        match (&self.notify_url, self.pooler_mode) {
+            (Some(url), _) => Some(url.clone()),
+            (None, PoolerMode::Session) => Some(self.database_url.clone()),
+            (None, PoolerMode::Transaction) => None,
+        }
+    }
 }
 
 /// Why the service could not start or stopped with an error.
@@ -283,8 +300,10 @@ impl Application {
             addr: settings.listen,
             source,
         })?;
-        let worker =
-            (!settings.no_worker).then(|| Worker::new(pools.clone(), config.clone(), worker_id()));
+        let worker = (!settings.no_worker).then(|| {
+            Worker::new(pools.clone(), config.clone(), worker_id())
+                .with_notify_url(settings.listen_url())
+        });
         let limits = config.intake.clone();
         let mut state = AppState::new(pools.clone(), config.clone(), operator);
         state.migrated = migrated;
@@ -374,8 +393,9 @@ pub async fn run_worker(settings: Settings, cancel: CancellationToken) -> Result
     };
     telemetry::spawn_upkeep(cancel.child_token());
     let queue = pools.queue.clone();
-    let worker = Worker::new(pools.clone(), config, worker_id());
-    tracing::info!(worker = %worker.id, "deprov worker running");
+    let worker =
+        Worker::new(pools.clone(), config, worker_id()).with_notify_url(settings.listen_url());
+    tracing::info!(worker = %worker.id, listening = worker.notify_url.is_some(), "deprov worker running");
     if let Some(task) = spawn_worker(Some(worker), queue, migrated, cancel.clone()) {
         let _ = task.await;
     }

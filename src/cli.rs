@@ -1,16 +1,21 @@
 //! The `deprov` command line: parses nothing itself beyond clap, dispatches to the library.
 //!
 //! Subcommands: `serve` (HTTP + worker), `worker` (worker only), `migrate`, `kill-switch on|off|status`,
+//! `jobs list|show|retry|cancel`, `audit list`,
 //! `plan --tenant ID`, `demo`. Every flag is also an environment variable (`DEPROV_*`).
 
 use clap::{Parser, Subcommand};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::{self, Application, Settings};
 use crate::config::PoolConfig;
 use crate::db::{self, PoolRole};
-use crate::queue::kill_switch::{self, KillSwitch};
+
+mod jobs;
+mod kill_switch;
+
+pub use jobs::{Acting, AuditAction, AuditArgs, JobsAction, JobsArgs, jobs_table};
+pub use kill_switch::{ChangeArgs, KillSwitchAction, KillSwitchArgs, describe};
 
 /// `deprov`: deletes a SaaS tenant's data safely.
 #[derive(Debug, Parser)]
@@ -30,8 +35,13 @@ pub enum Command {
     Worker(Settings),
     /// Apply deprov's migrations to the state database.
     Migrate(StateDb),
-    /// Engage, release or show the kill switch (talks to the state database directly).
+    /// Engage, release or show kill switches (global, per source, per tenant) and which workers
+    /// acknowledged them (talks to the state database directly).
     KillSwitch(KillSwitchArgs),
+    /// List, show, retry or cancel jobs (talks to the state database directly).
+    Jobs(JobsArgs),
+    /// The audit log of operator actions.
+    Audit(AuditArgs),
     /// Print the deletion plan of a tenant without deleting anything.
     Plan {
         /// The tenant key.
@@ -77,39 +87,6 @@ pub struct StateDb {
     /// `migrate` then refuses to run.
     #[arg(long, env = "DEPROV_POOLER_MODE", value_enum, default_value_t = db::PoolerMode::Session)]
     pub pooler_mode: db::PoolerMode,
-}
-
-/// `deprov kill-switch`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct KillSwitchArgs {
-    /// The state database.
-    #[command(flatten)]
-    pub db: StateDb,
-    /// Print JSON instead of a sentence.
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// What to do.
-    #[command(subcommand)]
-    pub action: KillSwitchAction,
-}
-
-/// `on`, `off` or `status`.
-#[derive(Debug, Clone, Subcommand)]
-pub enum KillSwitchAction {
-    /// Engage: stop all deletion at the next batch boundary; intake keeps recording.
-    On {
-        /// Why (stored and shown by `status`).
-        #[arg(long, default_value = "engaged from the command line")]
-        reason: String,
-    },
-    /// Release: held jobs resume from their checkpoints.
-    Off {
-        /// Why (stored and shown by `status`).
-        #[arg(long, default_value = "released from the command line")]
-        reason: String,
-    },
-    /// Show the current setting.
-    Status,
 }
 
 /// `deprov plan`: reads the target's catalog and prints the plan, row counts and blockers. Read-only.
@@ -168,6 +145,7 @@ pub fn init_tracing(cli: &Cli) {
     };
 }
 
+/// A one-connection `deprov-cli` pool on `database_url`.
 fn cli_pool(database_url: &str) -> anyhow::Result<sqlx::PgPool> {
     let options = db::connect_options(database_url)?;
     Ok(db::pool(
@@ -178,69 +156,6 @@ fn cli_pool(database_url: &str) -> anyhow::Result<sqlx::PgPool> {
             acquire_timeout: std::time::Duration::from_secs(10),
         },
     ))
-}
-
-/// A readable line for the kill switch.
-pub fn describe(switch: &KillSwitch, moved: Option<u64>) -> String {
-    let at = switch
-        .changed_at
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default();
-    let mut line = format!(
-        "kill switch {} (version {}, changed {at} by {}): {}",
-        if switch.engaged {
-            "ENGAGED"
-        } else {
-            "released"
-        },
-        switch.version,
-        switch.changed_by.as_deref().unwrap_or("nobody"),
-        switch.reason.as_deref().unwrap_or("no reason given"),
-    );
-    if let Some(n) = moved {
-        line.push_str(&format!(
-            "; {n} job(s) moved to {}",
-            if switch.engaged { "held" } else { "queued" }
-        ));
-    }
-    line
-}
-
-/// Reads or sets the kill switch, each in one bounded transaction.
-async fn kill_switch_change(
-    pool: &sqlx::PgPool,
-    action: &KillSwitchAction,
-) -> Result<(KillSwitch, Option<u64>), sqlx::Error> {
-    let mut tx = db::begin(pool, db::Bounds::STATE).await?;
-    let result = match action {
-        KillSwitchAction::Status => (kill_switch::get(&mut *tx).await?, None),
-        KillSwitchAction::On { reason } | KillSwitchAction::Off { reason } => {
-            let engage = matches!(action, KillSwitchAction::On { .. });
-            let (switch, moved) = kill_switch::set(&mut tx, engage, reason, "cli").await?;
-            (switch, Some(moved))
-        }
-    };
-    tx.commit().await?;
-    Ok(result)
-}
-
-async fn kill_switch_command(args: KillSwitchArgs) -> anyhow::Result<()> {
-    args.db.pooler_mode.apply();
-    let pool = cli_pool(&args.db.database_url)?;
-    let result = kill_switch_change(&pool, &args.action).await;
-    pool.close().await; // see plan_command
-    let (switch, moved) = result?;
-    if args.json {
-        let at = switch
-            .changed_at
-            .format(&time::format_description::well_known::Rfc3339)?;
-        let value = json!({"engaged": switch.engaged, "reason": switch.reason, "changed_by": switch.changed_by,
-                           "version": switch.version, "changed_at": at, "jobs_moved": moved});
-        println!("{value}");
-    } else {
-        println!("{}", describe(&switch, moved));
-    }
-    Ok(())
 }
 
 /// Prints a bench report: as JSON, or its text.
@@ -283,7 +198,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             migrated?;
             println!("state database migrated");
         }
-        Command::KillSwitch(args) => kill_switch_command(args).await?,
+        Command::KillSwitch(args) => kill_switch::run(args).await?,
+        Command::Jobs(args) => jobs::run_jobs(args).await?,
+        Command::Audit(args) => jobs::run_audit(args).await?,
         Command::Plan {
             tenant,
             json,

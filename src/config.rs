@@ -210,6 +210,16 @@ pub struct WorkerConfig {
     /// Largest retry delay (default 5m).
     #[serde(with = "humantime_serde")]
     pub backoff_max: Duration,
+    /// How often a running worker refreshes its row in `deprov.workers` and re-reads the kill
+    /// switch version (default 1s). Without a `LISTEN` connection this is how fast an idle worker
+    /// acknowledges a change.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+    /// How long after its latest heartbeat a worker still counts as live (default 10s; at least
+    /// twice `heartbeat_interval`). Live workers are the ones whose acknowledgement of a kill switch
+    /// change is awaited.
+    #[serde(with = "humantime_serde")]
+    pub stale_after: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -220,6 +230,8 @@ impl Default for WorkerConfig {
             max_attempts: 10,
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
+            heartbeat_interval: Duration::from_secs(1),
+            stale_after: Duration::from_secs(10),
         }
     }
 }
@@ -440,6 +452,15 @@ impl Config {
         }
         if w.poll_interval.is_zero() {
             return Err(invalid("worker.poll_interval", "must be above 0"));
+        }
+        if w.heartbeat_interval.is_zero() {
+            return Err(invalid("worker.heartbeat_interval", "must be above 0"));
+        }
+        if w.stale_after < w.heartbeat_interval * 2 {
+            return Err(invalid(
+                "worker.stale_after",
+                "must be at least twice worker.heartbeat_interval",
+            ));
         }
         if !(1..=1000).contains(&w.max_attempts) {
             return Err(invalid("worker.max_attempts", "must be between 1 and 1000"));

@@ -2,8 +2,9 @@
 //! blockers, soft delete, wait out the grace period, hard delete in checkpointed batches — and always
 //! hands the job back as `completed`, `failed`, `held` or `queued` (retry with backoff).
 //!
-//! Before every destructive statement the worker re-reads the kill switch; engaged, it records its
-//! checkpoint and hands the job back `held`. After every batch it heartbeats: the lease is extended and
+//! Before every destructive statement the worker re-reads the kill switches (global, its job's
+//! source and tenant); engaged, it records its checkpoint and hands the job back `held`. It records the
+//! switch version it acts on, and learns of changes at once while idle ([`presence`]). After every batch it heartbeats: the lease is extended and
 //! the checkpoint and progress are saved in one guarded `UPDATE` (see [`crate::queue::jobs`]). Queue
 //! statements run in transactions bounded by [`crate::db::Bounds::STATE`], the engine's by
 //! `[hard_delete]`; the worker awaits every statement to its end (a stop takes effect between them).
@@ -12,6 +13,7 @@
 //! `failed`: no job is ever left `running` by a live worker; a dead worker's lease expires.
 
 pub mod pacing;
+pub mod presence;
 mod progress;
 mod run;
 pub mod sizing;
@@ -53,6 +55,10 @@ pub struct Worker {
     pub id: String,
     /// Fired to stop at the next batch boundary (SIGTERM): the job is handed back `queued`.
     pub stop: CancellationToken,
+    /// Heartbeat and kill switch acknowledgement, shared by clones ([`presence`]).
+    pub presence: presence::Presence,
+    /// Where [`Self::run`] `LISTEN`s for kill switch changes (`None`: heartbeats only).
+    pub notify_url: Option<String>,
 }
 
 /// Worker failures that are not a job's own error (the state database is unreachable).
@@ -81,7 +87,16 @@ impl Worker {
             config,
             id,
             stop: CancellationToken::new(),
+            presence: presence::Presence::default(),
+            notify_url: None,
         }
+    }
+
+    /// The same worker, listening for kill switch changes on `url` (a direct or session-mode URL of
+    /// the state database; `None`: learn of changes by heartbeats only).
+    pub fn with_notify_url(mut self, url: Option<String>) -> Self {
+        self.notify_url = url;
+        self
     }
 
     /// Claims at most one job and runs it until it is handed back. Tests drive this directly.
@@ -150,6 +165,7 @@ impl Worker {
                 Outcome::Failed(_) => "failed",
                 Outcome::RetryAfter(..) | Outcome::Wait(_) => "queued",
                 Outcome::Held => "held",
+                Outcome::Cancelled => "cancelled",
             }
         };
         Ok(StepOutcome::Ran {
@@ -160,8 +176,24 @@ impl Worker {
 
     /// Runs [`Self::step`] until `cancel` fires, polling every `worker.poll_interval` when idle and
     /// backing off when the state database is unreachable. `cancel` also stops a running job at its
-    /// next batch boundary.
+    /// next batch boundary. Meanwhile the worker is live in `deprov.workers` and acknowledges kill
+    /// switch changes ([`presence`]); at the end it is marked stopped.
     pub async fn run(&self, cancel: CancellationToken) {
+        let presence_stop = CancellationToken::new();
+        let mut tasks = self.presence.spawn(
+            self.pools.queue.clone(),
+            self.id.clone(),
+            self.config.worker.clone(),
+            self.notify_url.clone(),
+            presence_stop.clone(),
+        );
+        self.run_jobs(cancel).await;
+        presence_stop.cancel();
+        while tasks.join_next().await.is_some() {}
+        presence::Presence::stopped(&self.pools.queue, &self.id).await;
+    }
+
+    async fn run_jobs(&self, cancel: CancellationToken) {
         let mut worker = self.clone();
         worker.stop = cancel.clone();
         let mut failures = 0u32;

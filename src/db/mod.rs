@@ -263,6 +263,8 @@ pub enum PoolRole {
     Target,
     /// Operator commands run from the CLI.
     Cli,
+    /// A worker's `LISTEN` connection for kill switch changes (`crate::worker::presence`).
+    Listener,
 }
 
 impl PoolRole {
@@ -273,25 +275,33 @@ impl PoolRole {
             Self::Queue => "deprov-worker",
             Self::Target => "deprov-target",
             Self::Cli => "deprov-cli",
+            Self::Listener => "deprov-listener",
         }
     }
 
     /// The `pool` label of this role's metrics: `intake`, `queue`, `target`, `cli` (the names of
-    /// `[pools.*]`).
+    /// `[pools.*]`), and `listener` (a worker's LISTEN connection).
     pub fn label(self) -> &'static str {
         match self {
             Self::Intake => "intake",
             Self::Queue => "queue",
             Self::Target => "target",
             Self::Cli => "cli",
+            Self::Listener => "listener",
         }
     }
 
     /// The role whose connections carry `application_name`, if any.
     pub fn from_application_name(name: &str) -> Option<Self> {
-        [Self::Intake, Self::Queue, Self::Target, Self::Cli]
-            .into_iter()
-            .find(|r| r.application_name() == name)
+        [
+            Self::Intake,
+            Self::Queue,
+            Self::Target,
+            Self::Cli,
+            Self::Listener,
+        ]
+        .into_iter()
+        .find(|r| r.application_name() == name)
     }
 
     /// The role of a pool built by [`pool`] (read back from its `application_name`).

@@ -16,6 +16,7 @@ fn service_statements_are_unnamed_and_bounded() {
         root.join("engine"),
         root.join("worker"),
         root.join("http"),
+        root.join("cli"),
         root.join("telemetry"),
     ];
     while let Some(dir) = dirs.pop() {

@@ -175,6 +175,7 @@ pub async fn run(args: &DemoArgs) -> Result<DemoOutcome, DemoError> {
         no_worker: false,
         metrics_listen: None,
         pooler_mode: crate::db::PoolerMode::Session,
+        notify_url: None,
     };
     let app = Application::build(settings).await?;
     let base = format!("http://{}", app.address());

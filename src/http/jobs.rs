@@ -114,7 +114,7 @@ impl From<Job> for JobView {
 #[derive(Debug, Clone, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
-    /// Only jobs in this state: `queued`, `held`, `running`, `completed` or `failed`.
+    /// Only jobs in this state: `queued`, `held`, `running`, `completed`, `failed` or `cancelled`.
     pub state: Option<String>,
     /// At most this many jobs, 1..=1000 (default 100).
     pub limit: Option<i64>,
@@ -182,7 +182,7 @@ pub async fn list_jobs(
         None => None,
         Some(s) => Some(JobState::parse(s).ok_or_else(|| {
             ApiError::Unprocessable(format!(
-                "state: {s:?} is not one of queued, held, running, completed, failed"
+                "state: {s:?} is not one of queued, held, running, completed, failed, cancelled"
             ))
         })?),
     };

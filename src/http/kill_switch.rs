@@ -1,4 +1,7 @@
-//! Operator routes for the kill switch: `GET` and `PUT /v1/kill-switch`.
+//! Operator routes for the kill switches: `GET` and `PUT /v1/kill-switch`.
+//!
+//! `GET` answers whether each switch's current version has been acknowledged by every live worker
+//! and names the workers that have not (see [`crate::queue::workers`] and [`crate::worker::presence`]).
 
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
@@ -11,18 +14,29 @@ use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::intake::MAX_REASON_CHARS;
 use crate::db::{self, Bounds};
-use crate::queue::kill_switch::{self, KillSwitch};
+use crate::queue::kill_switch::{self, Scope, ScopeKind, ScopeSwitch, Status};
+use crate::queue::workers::LiveWorker;
 
-/// The switch as operators see it.
+/// Longest `actor` accepted, in characters.
+pub const MAX_ACTOR_CHARS: usize = 100;
+
+/// A switch as `PUT` answers it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct KillSwitchView {
-    /// `true`: no destructive statement starts; new and queued jobs wait as `held`.
+    /// `global`, `source` or `tenant`.
+    pub scope: ScopeKind,
+    /// The source name or tenant key; absent for `global`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `true`: no destructive statement of the jobs this switch covers starts; their new and queued
+    /// jobs wait as `held`.
     pub engaged: bool,
     /// Why it was last changed.
     pub reason: Option<String>,
-    /// Who last changed it: `operator` (HTTP API), `cli`, or a source name.
+    /// Who last changed it: `operator` (HTTP API; `operator:<actor>` when the body names one),
+    /// `cli:<user>`, or another caller's name.
     pub changed_by: Option<String>,
-    /// Incremented by every change; compare to see whether a change took effect.
+    /// The change counter's value at this switch's last change (one counter over all scopes).
     pub version: i64,
     /// When it was last changed (RFC 3339).
     #[serde(with = "time::serde::rfc3339")]
@@ -33,9 +47,19 @@ pub struct KillSwitchView {
     pub jobs_moved: Option<u64>,
 }
 
+fn scope_kind(s: &str) -> ScopeKind {
+    match s {
+        "source" => ScopeKind::Source,
+        "tenant" => ScopeKind::Tenant,
+        _ => ScopeKind::Global,
+    }
+}
+
 impl KillSwitchView {
-    fn new(switch: KillSwitch, jobs_moved: Option<u64>) -> Self {
+    fn new(switch: ScopeSwitch, jobs_moved: Option<u64>) -> Self {
         Self {
+            scope: scope_kind(&switch.scope),
+            key: switch.key,
             engaged: switch.engaged,
             reason: switch.reason,
             changed_by: switch.changed_by,
@@ -46,24 +70,134 @@ impl KillSwitchView {
     }
 }
 
+/// One switch with its acknowledgement by the live workers.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ScopeStatusView {
+    /// The switch.
+    #[serde(flatten)]
+    pub switch: KillSwitchView,
+    /// Every live worker has observed this switch's `version` (vacuously true with no live worker:
+    /// then nothing deletes).
+    pub acknowledged: bool,
+    /// Live workers that have not yet observed it.
+    pub pending_workers: Vec<String>,
+}
+
+/// A live worker (heartbeat current, not stopped).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct WorkerView {
+    /// Its name (`hostname-pid-random`).
+    pub id: String,
+    /// The highest switch version it acknowledged: none of its destructive statements started on an
+    /// older reading is still running.
+    pub observed_version: i64,
+    /// When it acknowledged it.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub observed_at: Option<OffsetDateTime>,
+    /// Its latest heartbeat.
+    #[serde(with = "time::serde::rfc3339")]
+    pub heartbeat_at: OffsetDateTime,
+    /// Whether it holds a `LISTEN` connection (else it learns of changes by heartbeat).
+    pub listening: bool,
+}
+
+impl From<LiveWorker> for WorkerView {
+    fn from(w: LiveWorker) -> Self {
+        Self {
+            id: w.id,
+            observed_version: w.observed_version,
+            observed_at: w.observed_at,
+            heartbeat_at: w.heartbeat_at,
+            listening: w.listening,
+        }
+    }
+}
+
+/// `GET /v1/kill-switch`: the global switch at the top level (as before scopes existed), every
+/// switch under `scopes`, and the live workers.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct KillSwitchStatusView {
+    /// The global switch is engaged.
+    pub engaged: bool,
+    /// Why the global switch was last changed.
+    pub reason: Option<String>,
+    /// Who last changed the global switch.
+    pub changed_by: Option<String>,
+    /// The global switch's version.
+    pub version: i64,
+    /// When the global switch last changed (RFC 3339).
+    #[serde(with = "time::serde::rfc3339")]
+    pub changed_at: OffsetDateTime,
+    /// The latest change of any scope.
+    pub latest_version: i64,
+    /// Every live worker has observed `latest_version` (every switch's current setting).
+    pub acknowledged: bool,
+    /// Live workers that have not observed `latest_version`.
+    pub pending_workers: Vec<String>,
+    /// Every switch: global first, then source and tenant switches (engaged first, newest first;
+    /// released ones stay listed), each with its own acknowledgement.
+    pub scopes: Vec<ScopeStatusView>,
+    /// Workers whose heartbeat is current.
+    pub live_workers: Vec<WorkerView>,
+}
+
+impl KillSwitchStatusView {
+    /// Builds the view from a [`Status`] read.
+    pub fn new(status: Status) -> Self {
+        let scopes: Vec<ScopeStatusView> = status
+            .switches
+            .iter()
+            .map(|s| {
+                let pending = status.pending(s.version);
+                ScopeStatusView {
+                    switch: KillSwitchView::new(s.clone(), None),
+                    acknowledged: pending.is_empty(),
+                    pending_workers: pending,
+                }
+            })
+            .collect();
+        let global = scopes[0].switch.clone();
+        let pending = status.pending(status.latest_version);
+        Self {
+            engaged: global.engaged,
+            reason: global.reason,
+            changed_by: global.changed_by,
+            version: global.version,
+            changed_at: global.changed_at,
+            latest_version: status.latest_version,
+            acknowledged: pending.is_empty(),
+            pending_workers: pending,
+            scopes,
+            live_workers: status.workers.into_iter().map(WorkerView::from).collect(),
+        }
+    }
+}
+
 /// The body of `PUT /v1/kill-switch`. Unknown fields are refused (422).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetKillSwitch {
-    /// `true` engages (stops all deletion), `false` releases.
+    /// `true` engages (stops deletion in the scope), `false` releases.
     pub engaged: bool,
-    /// Why (1..=1000 characters); stored and shown by `GET`.
+    /// Why (1..=1000 characters); stored, shown by `GET` and written to the audit log.
     pub reason: String,
+    /// `global` (default), `source` or `tenant`.
+    #[serde(default)]
+    pub scope: ScopeKind,
+    /// The source name (`scope = source`) or tenant key (`scope = tenant`); not with `global`.
+    pub key: Option<String>,
+    /// Who is acting (1..=100 characters), recorded as `operator:<actor>`; default `operator`.
+    pub actor: Option<String>,
 }
 
-/// The kill switch's current setting.
+/// Every switch, with whether each change has been acknowledged by every live worker.
 #[utoipa::path(
     get,
     path = "/v1/kill-switch",
     tag = "operator",
     security(("operator_token" = [])),
     responses(
-        (status = 200, description = "Current setting", body = KillSwitchView),
+        (status = 200, description = "Every switch and the live workers' acknowledgements", body = KillSwitchStatusView),
         (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "No operator token configured", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
@@ -73,14 +207,44 @@ pub struct SetKillSwitch {
 pub async fn get_kill_switch(
     _: Operator,
     State(state): State<AppState>,
-) -> Result<axum::Json<KillSwitchView>, ApiError> {
+) -> Result<axum::Json<KillSwitchStatusView>, ApiError> {
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
-    let switch = kill_switch::get(&mut *tx).await?;
+    let status = Status::read(&mut tx).await?;
     tx.commit().await?;
-    Ok(axum::Json(KillSwitchView::new(switch, None)))
+    Ok(axum::Json(KillSwitchStatusView::new(status)))
 }
 
-/// Engages or releases the kill switch. Intake keeps recording requests while it is engaged.
+/// The actor recorded for an API change: `operator`, or `operator:<name>` when the body names one.
+///
+/// # Errors
+/// 422 when the name is empty or longer than [`MAX_ACTOR_CHARS`].
+pub fn api_actor(named: Option<&str>) -> Result<String, ApiError> {
+    match named.map(str::trim) {
+        None => Ok("operator".into()),
+        Some(a) if a.is_empty() || a.chars().count() > MAX_ACTOR_CHARS => Err(
+            ApiError::Unprocessable(format!("actor: must be 1..={MAX_ACTOR_CHARS} characters")),
+        ),
+        Some(a) => Ok(format!("operator:{a}")),
+    }
+}
+
+/// Checks an operator's reason: 1..=1000 characters after trimming.
+///
+/// # Errors
+/// 422 otherwise.
+pub fn operator_reason(reason: &str) -> Result<&str, ApiError> {
+    let reason = reason.trim();
+    if reason.is_empty() || reason.chars().count() > MAX_REASON_CHARS {
+        return Err(ApiError::Unprocessable(format!(
+            "reason: must be 1..={MAX_REASON_CHARS} characters"
+        )));
+    }
+    Ok(reason)
+}
+
+/// Engages or releases a kill switch (global, one source's, or one tenant's). Intake keeps recording
+/// requests while it is engaged. The change is versioned, kept in the history, written to the audit
+/// log and announced to listening workers; `GET` shows when every live worker has acknowledged it.
 #[utoipa::path(
     put,
     path = "/v1/kill-switch",
@@ -88,7 +252,7 @@ pub async fn get_kill_switch(
     security(("operator_token" = [])),
     request_body(content = SetKillSwitch, content_type = "application/json"),
     responses(
-        (status = 200, description = "The new setting, with the number of jobs moved", body = KillSwitchView),
+        (status = 200, description = "The switch as changed, with the number of jobs moved", body = KillSwitchView),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "No operator token configured", body = Problem, content_type = "application/problem+json"),
@@ -104,15 +268,13 @@ pub async fn put_kill_switch(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<SetKillSwitch>,
 ) -> Result<axum::Json<KillSwitchView>, ApiError> {
-    let reason = body.reason.trim();
-    if reason.is_empty() || reason.chars().count() > MAX_REASON_CHARS {
-        return Err(ApiError::Unprocessable(format!(
-            "reason: must be 1..={MAX_REASON_CHARS} characters"
-        )));
-    }
+    let reason = operator_reason(&body.reason)?;
+    let scope = Scope::new(body.scope, body.key.as_deref()).map_err(ApiError::Unprocessable)?;
+    let actor = api_actor(body.actor.as_deref())?;
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
-    let (switch, moved) = kill_switch::set(&mut tx, body.engaged, reason, "operator").await?;
+    let (switch, moved) =
+        kill_switch::set_scope(&mut tx, &scope, body.engaged, reason, &actor).await?;
     tx.commit().await?;
-    tracing::warn!(engaged = switch.engaged, version = switch.version, jobs_moved = moved, %reason, "kill switch changed");
+    tracing::warn!(scope = %scope.label(), engaged = switch.engaged, version = switch.version, jobs_moved = moved, %actor, %reason, "kill switch changed");
     Ok(axum::Json(KillSwitchView::new(switch, Some(moved))))
 }

@@ -6,6 +6,7 @@
 //! - `POST /v1/webhooks/{source}` — signed deliveries from `[sources.NAME]` ([`webhooks`]);
 //! - `GET /v1/jobs/{job_id}`, `GET /v1/jobs`, `GET|PUT /v1/kill-switch` — operator token ([`jobs`],
 //!   [`kill_switch`]);
+//! - `GET /v1/audit` — operator actions, operator token ([`audit`]);
 //! - `GET /healthz`, `GET /readyz` ([`health`]); `GET /metrics` ([`metrics`]); `GET /openapi.json`
 //!   (the spec itself).
 //!
@@ -20,6 +21,7 @@
 //! Handlers run in their own task: the request timeout and a client hanging up end only the wait,
 //! never a statement mid-flight (statements are bounded on the server instead, see [`crate::db`]).
 
+pub mod audit;
 pub mod auth;
 pub mod error;
 pub mod extract;
@@ -195,6 +197,7 @@ fn api_routes(limit: Option<rate_limit::Limit>) -> OpenApiRouter<AppState> {
             kill_switch::get_kill_switch,
             kill_switch::put_kill_switch
         ))
+        .routes(routes!(audit::list_audit))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(metrics::metrics))

@@ -5,7 +5,7 @@
 //!    `duplicates` count grows) — unless the same Idempotency-Key / external ID now comes with another
 //!    body, which is refused ([`IntakeError::Mismatch`], HTTP 422 per the IETF Idempotency-Key draft);
 //! 2. otherwise the subject's active job (`queued`, `held` or `running`) is reused, or a new job is
-//!    created (`held` when the kill switch is engaged); the partial unique index
+//!    created (`held` when a kill switch blocks it: global, the request's source or its tenant); the partial unique index
 //!    `jobs_one_active_per_subject` makes this safe under any concurrency;
 //! 3. the request row is inserted. If a concurrent transaction inserted the same request ID first,
 //!    [`IntakeError::Race`] tells the caller to roll back and run [`record`] again (it then takes path 1).
@@ -153,10 +153,10 @@ pub async fn record(
         });
     }
 
-    let held: bool = crate::db::query_scalar("SELECT engaged FROM deprov.kill_switch")
-        .fetch_one(&mut *conn)
-        .await?;
     let tenant_id = (req.subject_kind == SubjectKind::Tenant).then_some(req.subject.as_str());
+    let held = super::kill_switch::blocking_request(&mut *conn, &req.source, tenant_id)
+        .await?
+        .is_some();
     let created: Option<(Uuid, String)> = crate::db::query_as(
         "INSERT INTO deprov.jobs (id, subject_kind, subject, tenant_id, state, step, max_attempts) \
          VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN 'held' ELSE 'queued' END, \

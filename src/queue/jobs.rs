@@ -1,6 +1,6 @@
 //! Jobs: the unit of deletion work, leased by one worker at a time.
 //!
-//! States: `queued` → `running` → `completed` | `failed`; `held` while the kill switch is engaged.
+//! States: `queued` → `running` → `completed` | `failed`; `held` while a kill switch blocks the job.
 //! A running job carries a lease (`lease_owner`, `lease_expires_at`); its owner extends the lease at
 //! every batch boundary (the heartbeat). A job whose lease expired is claimable again, so a lost worker's
 //! job is taken over. Every state change by a worker is guarded by `lease_owner = $worker AND
@@ -27,6 +27,8 @@ pub enum JobState {
     Completed,
     /// Finished without deleting everything; `last_error` says why.
     Failed,
+    /// Stopped by an operator (`deprov jobs cancel`); what was deleted stays deleted.
+    Cancelled,
 }
 
 impl JobState {
@@ -38,6 +40,7 @@ impl JobState {
             Self::Running => "running",
             Self::Completed => "completed",
             Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
         }
     }
 
@@ -49,6 +52,7 @@ impl JobState {
             "running" => Self::Running,
             "completed" => Self::Completed,
             "failed" => Self::Failed,
+            "cancelled" => Self::Cancelled,
             _ => return None,
         })
     }
@@ -139,9 +143,10 @@ pub async fn list(
     .await
 }
 
-/// Leases the oldest claimable job to `worker` for `lease`: a `queued` job whose `run_after` has come, or
-/// a `running` job whose lease expired (its worker is gone). Nothing is claimed while the kill switch
-/// is engaged. Increments `attempts`.
+/// Leases the oldest claimable job to `worker` for `lease`: a `queued` job whose `run_after` has come, a
+/// `held` job no kill switch blocks any more (handed back `held` while its switch was being released),
+/// or a `running` job whose lease expired (its worker is gone). No job a kill switch blocks is claimed
+/// (`deprov.job_blocked_by`); nothing at all while the global switch is engaged. Increments `attempts`.
 ///
 /// # Errors
 /// Database errors.
@@ -153,8 +158,9 @@ pub async fn claim(
     crate::db::query_as(
         "WITH next AS ( \
            SELECT id FROM deprov.jobs \
-           WHERE ((state = 'queued' AND run_after <= now()) OR (state = 'running' AND lease_expires_at < now())) \
-             AND NOT (SELECT engaged FROM deprov.kill_switch) \
+           WHERE ((state = 'queued' AND run_after <= now()) OR state = 'held' \
+                  OR (state = 'running' AND lease_expires_at < now())) \
+             AND NOT (SELECT engaged FROM deprov.kill_switch) AND deprov.job_blocked_by(id) IS NULL \
            ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
          UPDATE deprov.jobs j SET state = 'running', attempts = j.attempts + 1, lease_owner = $1, \
            lease_expires_at = now() + make_interval(secs => $2::float8 / 1000), heartbeat_at = now(), \
@@ -297,6 +303,8 @@ pub enum Outcome {
     /// Not an error: hand the job back `queued` until `delay` has passed (grace period, worker
     /// shutdown). The claim is not counted as an attempt.
     Wait(Duration),
+    /// An operator cancelled the job while it ran: `cancelled`.
+    Cancelled,
 }
 
 /// Ends the worker's lease with `outcome`. Returns `false` when the worker no longer held the job (its
@@ -317,13 +325,19 @@ pub async fn finish(
         Outcome::RetryAfter(e, d) => ("queued", Some(e.as_str()), *d, 0),
         Outcome::Held => ("held", None, Duration::ZERO, 1),
         Outcome::Wait(d) => ("queued", None, *d, 1),
+        Outcome::Cancelled => (
+            "cancelled",
+            Some("cancelled by an operator while running"),
+            Duration::ZERO,
+            0,
+        ),
     };
     let r = crate::db::query(
         "UPDATE deprov.jobs SET state = $3, \
            last_error = CASE WHEN $3 = 'completed' THEN NULL ELSE coalesce($4, last_error) END, \
            run_after = now() + make_interval(secs => $5::float8 / 1000), progress = $6, \
            step = CASE WHEN $3 = 'completed' THEN 'done' ELSE step END, \
-           finished_at = CASE WHEN $3 IN ('completed', 'failed') THEN now() END, \
+           finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END, \
            attempts = attempts - $7, lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
     )

@@ -3,13 +3,19 @@
 //! - [`intake`]: records deletion requests under deterministic IDs and attaches them to jobs.
 //! - [`ignored`]: verified webhook deliveries whose event type does not mean delete.
 //! - [`jobs`]: job rows, leases (`FOR UPDATE SKIP LOCKED`), heartbeats, checkpoints and final states.
-//! - [`kill_switch`]: the global stop for all destructive work.
+//! - [`kill_switch`]: stops for destructive work: global, per source, per tenant, versioned.
+//! - [`workers`]: live worker processes and the kill switch version each acknowledged.
+//! - [`audit`]: the append-only log of operator actions.
+//! - [`operator`]: operators cancel and retry jobs.
 //!
 //! Every function takes an executor or a connection; callers own transaction boundaries.
 
+pub mod audit;
 pub mod ignored;
 pub mod intake;
 pub mod jobs;
 pub mod kill_switch;
+pub mod operator;
+pub mod workers;
 
 pub use jobs::{Job, JobState};

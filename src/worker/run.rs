@@ -12,6 +12,7 @@ use crate::engine::simulate::{self, SimError, Verdict};
 use crate::engine::{self, BatchLimits, Cursor, EngineError, Plan};
 
 use super::pacing::Pacer;
+use super::presence::Gate;
 use crate::db::{self, Bounds};
 use crate::queue::Job;
 use crate::queue::intake::SubjectKind;
@@ -96,18 +97,29 @@ impl JobRun {
         }
     }
 
-    /// Stops before a destructive statement when the kill switch is engaged or the worker is stopping.
-    async fn may_destroy(&self) -> Result<(), Stop> {
+    /// Stops before a destructive statement when an operator cancelled the job, a kill switch blocks
+    /// it (global, its tenant, a source of its requests) or the worker is stopping. Otherwise returns the gate: hold it until
+    /// the destructive statement has ended (see [`super::presence`]). Records the switch version read.
+    async fn may_destroy(&self) -> Result<Gate, Stop> {
         if self.worker.stop.is_cancelled() {
             return Err(Stop::Outcome(Outcome::Wait(Duration::ZERO)));
         }
-        let mut tx = db::begin(&self.worker.pools.queue, Bounds::STATE).await?;
-        let engaged = kill_switch::is_engaged(&mut *tx).await?;
+        let w = &self.worker;
+        let gate = w.presence.enter().await;
+        let mut tx = db::begin(&w.pools.queue, Bounds::STATE).await?;
+        let (version, blocked_by, cancel) = kill_switch::check_job(&mut *tx, self.job.id).await?;
+        w.presence.record(&mut tx, &w.id, version).await?;
         tx.commit().await?;
-        if engaged {
+        w.presence.note(version);
+        if cancel {
+            tracing::info!(job = %self.job.id, "cancelled by an operator: stopping");
+            return Err(Stop::Outcome(Outcome::Cancelled));
+        }
+        if let Some(switch) = blocked_by {
+            tracing::info!(job = %self.job.id, %switch, version, "kill switch engaged: holding the job");
             return Err(Stop::Outcome(Outcome::Held));
         }
-        Ok(())
+        Ok(gate)
     }
 
     async fn heartbeat(&self, step: &str, checkpoint: Option<&Checkpoint>) -> Result<(), Stop> {
@@ -209,7 +221,7 @@ impl JobRun {
         .await?;
 
         if self.job.step == "soft_delete" || self.job.step == "resolve" {
-            self.may_destroy().await?;
+            let gate = self.may_destroy().await?;
             let rows = engine::soft_delete(
                 &w.pools.target,
                 &config.soft_delete.statements,
@@ -217,6 +229,7 @@ impl JobRun {
                 &self.limits,
             )
             .await?;
+            drop(gate);
             self.progress.soft_deleted_rows = Some(rows);
             self.progress.soft_deleted_at = OffsetDateTime::now_utc().format(&Rfc3339).ok();
             self.heartbeat("hard_delete", None).await?;
@@ -358,7 +371,7 @@ impl JobRun {
         if starting && simulate::detaches(leaves_first) {
             // The cascade's SET NULL / SET DEFAULT updates that keep rows out of a later CASCADE
             // (engine::simulate::preset) go first, so the batches meet those rows as it would.
-            self.may_destroy().await?;
+            let gate = self.may_destroy().await?;
             let presets = simulate::presets(
                 &w.pools.target,
                 leaves_first,
@@ -371,6 +384,7 @@ impl JobRun {
             let updated =
                 simulate::apply_presets(&w.pools.target, leaves_first, &presets, &self.limits)
                     .await?;
+            drop(gate);
             self.progress.presets = updated;
         }
         let mut timeouts = 0;
@@ -381,7 +395,7 @@ impl JobRun {
             hd.max_batch_duration,
         );
         while cp.step < plan.steps.len() {
-            self.may_destroy().await?;
+            let gate = self.may_destroy().await?;
             let step = &plan.steps[cp.step];
             let table = plan.name(step.table).to_string();
             let cascades = plan.absorbs_below(step.table);
@@ -444,6 +458,7 @@ impl JobRun {
                     // The batch hit statement_timeout or lock_timeout and rolled back: retry
                     // smaller; after a lock timeout first give the lock holder a moment.
                     self.note_rollback(started);
+                    drop(gate);
                     timeouts += 1;
                     cp.rows = self.sizing.after_timeout(cp.rows);
                     cp.parents = cp.parents.min(cp.rows);
@@ -543,6 +558,7 @@ impl JobRun {
                     }
                 }
             }
+            drop(gate);
             self.heartbeat("hard_delete", Some(&cp)).await?;
             let waited = pacer.admit(batch.deleted + cascaded, &w.stop).await;
             self.progress.rate_limited_ms += waited.as_secs_f64() * 1000.0;

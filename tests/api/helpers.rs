@@ -177,6 +177,7 @@ pub async fn spawn_app_with(options: TestOptions) -> TestApp {
         no_worker: !options.worker,
         metrics_listen: None,
         pooler_mode: deprov::db::PoolerMode::Session,
+        notify_url: None,
     };
     let app = Application::build(settings)
         .await

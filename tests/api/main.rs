@@ -5,6 +5,7 @@ mod health;
 mod helpers;
 mod intake;
 mod kill_switch;
+mod kill_switch_scopes;
 mod limits;
 mod metrics;
 mod oidc;

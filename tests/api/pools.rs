@@ -10,7 +10,8 @@ async fn every_connection_names_its_pool_and_intake_uses_only_its_own() {
     })
     .await;
     accepted(app.post_deletion(&deletion("8")).await).await;
-    // Intake's connections are `deprov-intake`; the in-process worker's are `deprov-worker`.
+    // Intake's connections are `deprov-intake`; the in-process worker's are `deprov-worker` (and
+    // `deprov-listener`, its LISTEN connection for kill switch changes).
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let names: Vec<String> = sqlx::query_scalar(
@@ -23,10 +24,13 @@ async fn every_connection_names_its_pool_and_intake_uses_only_its_own() {
             && names.contains(&"deprov-worker".to_owned())
         {
             assert!(
-                names
-                    .iter()
-                    .all(|n| ["deprov-intake", "deprov-worker", "deprov-target"]
-                        .contains(&n.as_str())),
+                names.iter().all(|n| [
+                    "deprov-intake",
+                    "deprov-worker",
+                    "deprov-target",
+                    "deprov-listener"
+                ]
+                .contains(&n.as_str())),
                 "{names:?}"
             );
             let intake: i64 = sqlx::query_scalar(
@@ -109,6 +113,7 @@ async fn a_root_table_missing_from_a_reachable_target_is_a_start_up_error() {
         no_worker: true,
         metrics_listen: None,
         pooler_mode: deprov::db::PoolerMode::Session,
+        notify_url: None,
     };
     let err = deprov::app::Application::build(settings)
         .await

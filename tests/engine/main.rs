@@ -7,5 +7,7 @@ mod crash_resume;
 mod demo_env;
 mod demo_equivalence;
 mod harness;
+mod kill_switch_ack;
+mod operator_jobs;
 mod plan_report;
 mod worker_jobs;

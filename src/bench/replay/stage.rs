@@ -152,6 +152,7 @@ impl Stage {
                 PoolerMode::Session
             },
             metrics_listen: None,
+            notify_url: None,
         };
         let app = Application::build(settings).await?;
         let base = format!("http://{}", app.address());

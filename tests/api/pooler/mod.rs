@@ -6,6 +6,7 @@
 
 mod failures;
 mod keepalive;
+mod kill_switch;
 mod metrics;
 mod service;
 
@@ -131,6 +132,7 @@ pub(crate) async fn start_app(s: &Setup, worker: bool) -> RunningApp {
         no_worker: !worker,
         metrics_listen: None,
         pooler_mode: PoolerMode::Transaction,
+        notify_url: None,
     };
     let app = Application::build(settings).await.expect("build");
     let base = format!("http://127.0.0.1:{}", app.port());

@@ -1,0 +1,101 @@
+//! Worker processes (`deprov.workers`): a heartbeat that defines "live", and the kill switch
+//! version each has observed (its acknowledgement).
+//!
+//! A worker upserts its row every `[worker] heartbeat_interval`, setting `live_until = now() +
+//! [worker] stale_after`; it is live while `live_until` is in the future and it has not stopped
+//! (`stopped_at`, set at graceful shutdown). Readers (the API, the CLI) need no configuration: each
+//! worker states how long its heartbeat holds. A worker records `observed_version` only once it acts
+//! on that version: no destructive statement of its own, started on an older reading, is still
+//! running (see `crate::worker` for how this is kept true).
+
+use std::time::Duration;
+
+use sqlx::PgExecutor;
+use time::OffsetDateTime;
+
+/// A live worker as `GET /v1/kill-switch` shows it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LiveWorker {
+    /// Its lease owner name (`hostname-pid-random`).
+    pub id: String,
+    /// When it started.
+    pub started_at: OffsetDateTime,
+    /// Its latest heartbeat.
+    pub heartbeat_at: OffsetDateTime,
+    /// The highest kill switch version it has acknowledged.
+    pub observed_version: i64,
+    /// When it acknowledged that version.
+    pub observed_at: Option<OffsetDateTime>,
+    /// Whether it holds a `LISTEN` connection (else it learns of changes by polling).
+    pub listening: bool,
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Registers or refreshes worker `id`: live for `stale_after` from now. Returns the kill switch's
+/// latest version, so the caller learns of a change it missed.
+///
+/// # Errors
+/// Database errors.
+pub async fn heartbeat(
+    db: impl PgExecutor<'_>,
+    id: &str,
+    stale_after: Duration,
+    listening: bool,
+) -> Result<i64, sqlx::Error> {
+    crate::db::query_scalar(
+        "INSERT INTO deprov.workers (id, live_until, listening) \
+         VALUES ($1, now() + make_interval(secs => $2::float8 / 1000), $3) \
+         ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), live_until = EXCLUDED.live_until, \
+           listening = EXCLUDED.listening, stopped_at = NULL \
+         RETURNING (SELECT latest_version FROM deprov.kill_switch)",
+    )
+    .bind(id)
+    .bind(millis(stale_after))
+    .bind(listening)
+    .fetch_one(db)
+    .await
+}
+
+/// Records that worker `id` acts on kill switch `version` (never lowers it).
+///
+/// # Errors
+/// Database errors.
+pub async fn observe(db: impl PgExecutor<'_>, id: &str, version: i64) -> Result<(), sqlx::Error> {
+    crate::db::query(
+        "UPDATE deprov.workers SET observed_version = $2, observed_at = now() \
+         WHERE id = $1 AND observed_version < $2",
+    )
+    .bind(id)
+    .bind(version)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Marks worker `id` stopped (graceful shutdown): it is no longer live.
+///
+/// # Errors
+/// Database errors.
+pub async fn stopped(db: impl PgExecutor<'_>, id: &str) -> Result<(), sqlx::Error> {
+    crate::db::query("UPDATE deprov.workers SET stopped_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// The live workers, by ID.
+///
+/// # Errors
+/// Database errors.
+pub async fn live(db: impl PgExecutor<'_>) -> Result<Vec<LiveWorker>, sqlx::Error> {
+    crate::db::query_as(
+        "SELECT id, started_at, heartbeat_at, observed_version, observed_at, listening \
+         FROM deprov.workers WHERE stopped_at IS NULL AND live_until > now() ORDER BY id",
+    )
+    .fetch_all(db)
+    .await
+}

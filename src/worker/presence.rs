@@ -1,0 +1,236 @@
+//! A worker's presence in `deprov.workers` and its acknowledgement of kill switch changes.
+//!
+//! ## What an acknowledgement means
+//! A worker records version N (`observed_version`) only when no destructive statement of its own that
+//! started on a reading older than N is still running, and every later one is preceded by a reading
+//! of at least N. Kept true by one in-process lock, the *gate*: the job run holds it from its
+//! kill-switch reading before a destructive statement until that statement has ended
+//! ([`Presence::enter`]); the acknowledger takes the same lock to read the version and record it.
+//! An acknowledgement therefore waits for a batch in flight (bounded by `[hard_delete]
+//! statement_timeout`), never for a pause between batches.
+//!
+//! ## How a worker learns of a change
+//! - `LISTEN deprov_kill_switch` on a connection of its own (`deprov-listener`), when a URL is given
+//!   ([`Presence::spawn`]). After connecting and after every reconnect it re-reads, because a
+//!   `NOTIFY` sent while it was not listening is lost.
+//! - Every heartbeat (`[worker] heartbeat_interval`) returns the latest version: a change missed by
+//!   the listener, or a worker without one, is acknowledged within one heartbeat.
+//! - Before every destructive statement the job run re-reads the switch anyway (and records what it
+//!   read), so destruction stops at the next batch whatever happens to notifications.
+//!
+//! `LISTEN` needs a session of its own: it cannot pass a transaction pooler (PgBouncer
+//! `pool_mode = transaction`). Behind one, give `DEPROV_NOTIFY_URL` (a direct URL of the state
+//! database, or a session-mode pool) or do without: then heartbeats and the per-batch re-read do the
+//! work, and idle workers acknowledge within `heartbeat_interval`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::sync::{Mutex, Notify, OwnedMutexGuard};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{PoolConfig, WorkerConfig};
+use crate::db::{self, Bounds, PoolRole};
+use crate::queue::{kill_switch, workers};
+
+/// Held while a destructive statement started on a kill switch reading runs (see the module docs).
+pub type Gate = OwnedMutexGuard<()>;
+
+/// Shared by all clones of one [`super::Worker`].
+#[derive(Debug, Clone, Default)]
+pub struct Presence {
+    gate: Arc<Mutex<()>>,
+    acked: Arc<AtomicI64>,
+    wake: Arc<Notify>,
+    listening: Arc<AtomicBool>,
+    /// Heartbeat now (the listener's state changed), not at the next interval.
+    beat: Arc<Notify>,
+}
+
+impl Presence {
+    /// Takes the gate: hold it from the kill switch reading until the destructive statement ends.
+    pub async fn enter(&self) -> Gate {
+        self.gate.clone().lock_owned().await
+    }
+
+    /// The highest version this process has recorded as acknowledged.
+    pub fn acknowledged(&self) -> i64 {
+        self.acked.load(Ordering::Acquire)
+    }
+
+    /// Records `version` for worker `id` in the caller's transaction when it is newer than the last
+    /// recorded one; call [`Self::note`] after the commit. The caller must hold the gate.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn record(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        id: &str,
+        version: i64,
+    ) -> Result<(), sqlx::Error> {
+        if version > self.acknowledged() {
+            workers::observe(conn, id, version).await?;
+        }
+        Ok(())
+    }
+
+    /// Remembers that `version` is recorded (after the commit of [`Self::record`]).
+    pub fn note(&self, version: i64) {
+        self.acked.fetch_max(version, Ordering::AcqRel);
+    }
+
+    /// Reads the latest version under the gate and records it.
+    async fn acknowledge(&self, pool: &PgPool, id: &str) -> Result<(), sqlx::Error> {
+        let _gate = self.enter().await;
+        let mut tx = db::begin(pool, Bounds::STATE).await?;
+        let version = kill_switch::latest_version(&mut *tx).await?;
+        self.record(&mut tx, id, version).await?;
+        tx.commit().await?;
+        self.note(version);
+        Ok(())
+    }
+
+    /// Starts the heartbeat, the acknowledger and (with `notify_url`) the listener for worker `id`;
+    /// they run until `cancel` fires. Await the returned set, then call [`Self::stopped`].
+    pub fn spawn(
+        &self,
+        pool: PgPool,
+        id: String,
+        config: WorkerConfig,
+        notify_url: Option<String>,
+        cancel: CancellationToken,
+    ) -> JoinSet<()> {
+        let mut tasks = JoinSet::new();
+        let this = self.clone();
+        let (p, i, c) = (pool.clone(), id.clone(), cancel.clone());
+        tasks.spawn(async move { this.heartbeats(&p, &i, &config, c).await });
+        let this = self.clone();
+        let c = cancel.clone();
+        tasks.spawn(async move { this.acknowledger(&pool, &id, c).await });
+        if let Some(url) = notify_url {
+            let this = self.clone();
+            tasks.spawn(async move { this.listener(&url, cancel).await });
+        }
+        tasks
+    }
+
+    async fn heartbeats(
+        &self,
+        pool: &PgPool,
+        id: &str,
+        config: &WorkerConfig,
+        cancel: CancellationToken,
+    ) {
+        while !cancel.is_cancelled() {
+            let listening = self.listening.load(Ordering::Acquire);
+            let beat = async {
+                let mut tx = db::begin(pool, Bounds::STATE).await?;
+                let latest =
+                    workers::heartbeat(&mut *tx, id, config.stale_after, listening).await?;
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>(latest)
+            };
+            match beat.await {
+                Ok(latest) if latest > self.acknowledged() => self.wake.notify_one(),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "worker heartbeat failed"),
+            }
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = self.beat.notified() => {}
+                () = tokio::time::sleep(config.heartbeat_interval) => {}
+            }
+        }
+    }
+
+    async fn acknowledger(&self, pool: &PgPool, id: &str, cancel: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = self.wake.notified() => {}
+            }
+            if let Err(e) = self.acknowledge(pool, id).await {
+                // The next heartbeat wakes this again while the version is unacknowledged.
+                tracing::warn!(error = %e, "cannot acknowledge the kill switch version");
+            }
+        }
+    }
+
+    async fn listener(&self, url: &str, cancel: CancellationToken) {
+        let options = match db::connect_options(url) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!(error = %e, "DEPROV_NOTIFY_URL does not parse; polling only");
+                return;
+            }
+        };
+        let bounds = PoolConfig {
+            max_connections: 1,
+            acquire_timeout: Duration::from_secs(5),
+        };
+        let pool = db::pool(&options, PoolRole::Listener, &bounds);
+        let mut failures = 0u32;
+        while !cancel.is_cancelled() {
+            let lost = self.listen_once(&pool, &cancel, &mut failures).await;
+            self.listening.store(false, Ordering::Release);
+            self.beat.notify_one();
+            if let Err(e) = lost {
+                failures = failures.saturating_add(1);
+                tracing::warn!(error = %e, "kill switch listener lost; polling until it reconnects");
+            }
+            let wait = super::backoff(
+                failures.max(1),
+                Duration::from_millis(100),
+                Duration::from_secs(10),
+            );
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+        pool.close().await;
+    }
+
+    /// One listening session: ends when the connection is lost (`Ok`) or fails (`Err`), or at
+    /// cancel. `failures` is reset once listening.
+    async fn listen_once(
+        &self,
+        pool: &PgPool,
+        cancel: &CancellationToken,
+        failures: &mut u32,
+    ) -> Result<(), sqlx::Error> {
+        let mut listener = PgListener::connect_with(pool).await?;
+        listener.listen(kill_switch::CHANNEL).await?;
+        *failures = 0;
+        self.listening.store(true, Ordering::Release);
+        self.beat.notify_one();
+        // Changes made while not listening were not delivered: read the version now.
+        self.wake.notify_one();
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return Ok(()),
+                got = listener.try_recv() => match got? {
+                    Some(_) => self.wake.notify_one(),
+                    None => return Ok(()),
+                },
+            }
+        }
+    }
+
+    /// Marks worker `id` stopped, so it is no longer awaited as live.
+    pub async fn stopped(pool: &PgPool, id: &str) {
+        let done = async {
+            let mut tx = db::begin(pool, Bounds::STATE).await?;
+            workers::stopped(&mut *tx, id).await?;
+            tx.commit().await
+        };
+        if let Err(e) = done.await {
+            tracing::warn!(error = %e, "cannot mark the worker stopped; it drops out when its heartbeat goes stale");
+        }
+    }
+}

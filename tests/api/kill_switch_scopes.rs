@@ -1,0 +1,190 @@
+//! Scoped kill switches over HTTP, with the live workers' acknowledgement, and `GET /v1/audit`.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{OPERATOR_TOKEN, TestApp, TestOptions, assert_problem, spawn_app_with};
+
+impl TestApp {
+    async fn put_switch(&self, body: Value) -> reqwest::Response {
+        self.client
+            .put(self.url("/v1/kill-switch"))
+            .bearer_auth(OPERATOR_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn switch_status(&self) -> Value {
+        self.operator_get("/v1/kill-switch")
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Polls `GET /v1/kill-switch` (10 ms) until `pred` holds, at most 10 s.
+    async fn status_until(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let status = self.switch_status().await;
+            if pred(&status) {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_tenant_switch_is_versioned_acknowledged_by_the_live_worker_and_audited() {
+    let app = spawn_app_with(TestOptions {
+        worker: true,
+        ..Default::default()
+    })
+    .await;
+    app.status_until("one live worker", |s| {
+        s["live_workers"].as_array().unwrap().len() == 1
+    })
+    .await;
+    let response = app
+        .put_switch(
+            json!({"engaged": true, "reason": "tenant incident", "scope": "tenant",
+                           "key": "acct_9", "actor": "carol"}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let set: Value = response.json().await.unwrap();
+    assert_eq!(
+        (
+            &set["scope"],
+            &set["key"],
+            &set["version"],
+            &set["changed_by"],
+            &set["jobs_moved"]
+        ),
+        (
+            &json!("tenant"),
+            &json!("acct_9"),
+            &json!(1),
+            &json!("operator:carol"),
+            &json!(0)
+        )
+    );
+    let status = app
+        .status_until("acknowledged", |s| s["acknowledged"] == true)
+        .await;
+    assert_eq!(status["engaged"], false, "the global switch is untouched");
+    assert_eq!(
+        (
+            status["version"].as_i64(),
+            status["latest_version"].as_i64()
+        ),
+        (Some(0), Some(1))
+    );
+    let scopes = status["scopes"].as_array().unwrap();
+    assert_eq!(scopes.len(), 2);
+    assert_eq!(
+        (&scopes[0]["scope"], scopes[0].get("key")),
+        (&json!("global"), None)
+    );
+    assert_eq!(
+        (
+            &scopes[1]["scope"],
+            &scopes[1]["key"],
+            &scopes[1]["engaged"],
+            &scopes[1]["acknowledged"]
+        ),
+        (
+            &json!("tenant"),
+            &json!("acct_9"),
+            &json!(true),
+            &json!(true)
+        )
+    );
+    let worker = &status["live_workers"][0];
+    assert_eq!(
+        (&worker["observed_version"], &worker["listening"]),
+        (&json!(1), &json!(true))
+    );
+
+    // A live worker that acknowledges nothing is named, per scope and overall.
+    sqlx::query(
+        "INSERT INTO deprov.workers (id, live_until) VALUES ('ghost', now() + interval '1 hour')",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let status = app.switch_status().await;
+    assert_eq!(
+        (&status["acknowledged"], &status["pending_workers"]),
+        (&json!(false), &json!(["ghost"]))
+    );
+    assert_eq!(status["scopes"][1]["pending_workers"], json!(["ghost"]));
+    assert_eq!(
+        status["scopes"][0]["acknowledged"], true,
+        "version 0: nothing to observe"
+    );
+
+    let audit: Value = app.operator_get("/v1/audit").await.json().await.unwrap();
+    let entry = &audit["entries"][0];
+    assert_eq!(
+        (
+            &entry["action"],
+            &entry["target"],
+            &entry["actor"],
+            &entry["reason"],
+            &entry["details"]["version"]
+        ),
+        (
+            &json!("kill_switch.engage"),
+            &json!("tenant:acct_9"),
+            &json!("operator:carol"),
+            &json!("tenant incident"),
+            &json!(1)
+        )
+    );
+    let none: Value = app
+        .operator_get("/v1/audit?action=job.")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(none["entries"], json!([]));
+}
+
+#[tokio::test]
+async fn invalid_scopes_and_audit_queries_are_refused() {
+    let app = spawn_app_with(TestOptions::default()).await;
+    for body in [
+        json!({"engaged": true, "reason": "x", "key": "acct_1"}),
+        json!({"engaged": true, "reason": "x", "scope": "tenant"}),
+        json!({"engaged": true, "reason": "x", "scope": "source", "key": "  "}),
+        json!({"engaged": true, "reason": "x", "scope": "region", "key": "eu"}),
+        json!({"engaged": true, "reason": "x", "actor": ""}),
+    ] {
+        assert_problem(
+            app.put_switch(body.clone()).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        )
+        .await;
+    }
+    let latest: i64 = sqlx::query_scalar("SELECT latest_version FROM deprov.kill_switch")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(latest, 0, "nothing changed");
+    assert_problem(
+        app.operator_get("/v1/audit?limit=0").await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert_problem(app.get("/v1/audit").await, StatusCode::UNAUTHORIZED).await;
+}
