@@ -329,7 +329,10 @@ pub fn connect_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
 /// Builds a lazily connecting pool: start-up never fails because the database is down; the first
 /// acquire fails fast after `acquire_timeout` instead. Every new TCP connection gets
 /// [`keepalive::Keepalive::DEFAULT`] in `after_connect`, and each new connection increments
-/// `deprov_db_connections_opened_total{pool}` (the churn signal).
+/// `deprov_db_connections_opened_total{pool}` (the churn signal). Connections are pinged before use
+/// (`test_before_acquire`) except once [`PoolerMode::apply`] has seen transaction mode: through a
+/// transaction pooler that ping waits for a server and, cut off by `acquire_timeout`, makes the pooler
+/// close that server.
 pub fn pool(options: &PgConnectOptions, role: PoolRole, bounds: &PoolConfig) -> PgPool {
     let host = options.get_host().to_owned();
     let port = options.get_port();
@@ -338,6 +341,12 @@ pub fn pool(options: &PgConnectOptions, role: PoolRole, bounds: &PoolConfig) -> 
         .max_connections(bounds.max_connections)
         .min_connections(0)
         .acquire_timeout(bounds.acquire_timeout)
+        // Through a transaction pooler the pre-acquire ping (a Sync) waits in the pooler's queue for
+        // a server like any statement; when `acquire_timeout` fires mid-ping sqlx drops the
+        // connection and PgBouncer closes the server it had just assigned ("client disconnect while
+        // server was not ready"): the churn this mode exists to prevent. A broken client connection
+        // to the pooler is instead found by the `BEGIN` (a connection error, retried by callers).
+        .test_before_acquire(!PoolerMode::unnamed_statements())
         .idle_timeout(Duration::from_secs(300))
         .max_lifetime(Duration::from_secs(1800))
         .after_connect(move |_, _| {

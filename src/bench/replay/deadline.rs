@@ -81,6 +81,8 @@ pub struct DeadlineSide {
     pub deadline_fired: usize,
     /// Failed otherwise (deprov: a non-2xx status such as 503).
     pub errors: usize,
+    /// Those failures by error text (`HTTP 503`, a transport error, …), counted.
+    pub error_kinds: std::collections::BTreeMap<String, usize>,
     /// p99 of the requests answered in time, in ms.
     pub p99_ms: f64,
     /// Server connections opened from the burst's start to the end (PgBouncer's log, this database).
@@ -281,6 +283,7 @@ where
         ok,
         deadline_fired,
         errors,
+        error_kinds: load::error_kinds(&shots),
         p99_ms: load::quantile_ms(&shots, 0.99),
         server_logins: logins1 - logins0,
         sessions: sessions1 - sessions0,
@@ -400,6 +403,11 @@ impl DeadlineReport {
         both("PgBouncer maxwait, peak (s)", &|s| {
             format!("{:.3}", s.peak_maxwait_s)
         });
+        for (name, side) in [("naive", n), ("deprov", d)] {
+            for (what, count) in &side.error_kinds {
+                out.push_str(&format!("{name}: {count} request(s) failed with: {what}\n"));
+            }
+        }
         for (name, side) in [("naive", n), ("deprov", d)] {
             for (why, count) in &side.close_reasons {
                 out.push_str(&format!(

@@ -158,6 +158,19 @@ pub fn quantile_ms<'a>(shots: impl IntoIterator<Item = &'a Shot>, q: f64) -> f64
     ok[rank - 1].as_secs_f64() * 1000.0
 }
 
+/// How many shots failed with each error text (e.g. `HTTP 503`), so a report can say what failed.
+pub fn error_kinds<'a>(
+    shots: impl IntoIterator<Item = &'a Shot>,
+) -> std::collections::BTreeMap<String, usize> {
+    let mut kinds = std::collections::BTreeMap::new();
+    for s in shots {
+        if let Outcome::Error(e) = &s.outcome {
+            *kinds.entry(e.clone()).or_insert(0) += 1;
+        }
+    }
+    kinds
+}
+
 /// Counts of each [`Outcome`] kind: (ok, deadline, error).
 pub fn counts<'a>(shots: impl IntoIterator<Item = &'a Shot>) -> (usize, usize, usize) {
     shots

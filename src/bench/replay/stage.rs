@@ -167,11 +167,14 @@ impl Stage {
     }
 }
 
-/// The configuration the replays give deprov: `deploy/example.toml` with tokens filled in and the
-/// worker polling every 10 ms (so a job starts as soon as it is recorded).
+/// The configuration the replays give deprov: `deploy/example.toml` with tokens filled in, the
+/// worker polling every 10 ms (so a job starts as soon as it is recorded), and intake's per-source
+/// rate limit off: the replays send one source's requests at hundreds per second to measure pooling
+/// and throughput, which the limit (20/s) would turn into 429s.
 pub fn deprov_config() -> String {
     crate::demo::run::config_toml("bench-vercel-token-0000000000", 50)
         .replace("poll_interval = \"500ms\"", "poll_interval = \"10ms\"")
+        .replace("\nper_second = 20 ", "\nper_second = 0 ")
 }
 
 /// deprov serving in this process.
@@ -229,3 +232,15 @@ fn describe(e: reqwest::Error) -> String {
 
 /// How [`post_request`]'s error starts when the client's timeout fired.
 pub(crate) const TIMEOUT: &str = "deadline";
+
+#[cfg(test)]
+mod tests {
+    /// The replays' configuration parses, polls every 10 ms and has no per-source intake limit
+    /// (the string replacements in [`super::deprov_config`] still match `deploy/example.toml`).
+    #[test]
+    fn the_replay_configuration_turns_the_intake_rate_limit_off() {
+        let c = crate::config::Config::from_toml(&super::deprov_config()).unwrap();
+        assert_eq!(c.intake.rate_limit.per_second, 0.0);
+        assert_eq!(c.worker.poll_interval, std::time::Duration::from_millis(10));
+    }
+}
