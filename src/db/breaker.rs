@@ -6,7 +6,8 @@
 //! pool's size, is the problem), the pool is *down*: further acquires fail at once with
 //! `PoolTimedOut`, except one caller per [`PROBE_EVERY`] that tries for real (the probe). The first
 //! acquire that succeeds closes the breaker. A pool that still holds connections is never failed
-//! fast (its connections are tested before use, `test_before_acquire`).
+//! fast (its connections are tested before use, `test_before_acquire`; through a transaction pooler,
+//! where they are not, a broken one fails its `BEGIN` instead).
 //!
 //! Pools are told apart by their connect options' allocation (one per pool, alive as long as it), so
 //! pools of different services in one process (tests) do not share a breaker.
