@@ -1,0 +1,100 @@
+//! How `deprov bench delete` prints its [`BenchReport`]: a table, then one `PASS`/`MISSED` line per
+//! issue 3 target.
+
+use super::run::{BenchReport, Side};
+
+impl BenchReport {
+    /// The report as the table `deprov bench delete` prints.
+    pub fn to_text(&self) -> String {
+        let (c, d) = (&self.cascade, &self.deprov);
+        let base = self.foreground_baseline_p99_ms;
+        let rel = |p: f64| if base > 0.0 { p / base } else { 0.0 };
+        let mut out = String::new();
+        let mut row = |name: &str, a: String, b: String| {
+            out.push_str(&format!("{name:<44} {a:>14} {b:>14}\n"));
+        };
+        row("", "cascade".into(), "deprov".into());
+        let mut both = |name: &str, f: &dyn Fn(&Side) -> String| row(name, f(c), f(d));
+        both("rows deleted", &|s| s.rows.to_string());
+        both("elapsed (s)", &|s| format!("{:.2}", s.elapsed_s));
+        both("rows/s", &|s| format!("{:.0}", s.rows_per_s));
+        both("transactions", &|s| s.transactions.to_string());
+        both("longest transaction (ms)", &|s| {
+            format!("{:.1}", s.longest_transaction_ms)
+        });
+        both("longest rolled-back transaction (ms)", &|s| {
+            // The cascade is one transaction that commits.
+            if s.transactions == 1 {
+                "-".into()
+            } else {
+                format!("{:.1}", s.longest_rolled_back_ms)
+            }
+        });
+        both("tenant writer: longest wait (ms)", &|s| {
+            format!("{:.1}", s.tenant_writer_longest_wait_ms)
+        });
+        both("foreground p99 (ms)", &|s| {
+            format!("{:.2}", s.foreground_p99_ms)
+        });
+        both("foreground p99 ÷ baseline p99", &|s| {
+            format!("{:.2}", rel(s.foreground_p99_ms))
+        });
+        both("foreground ops (errors)", &|s| {
+            format!("{} ({})", s.foreground_ops, s.foreground_errors)
+        });
+        out.push_str(&format!(
+            "\n{:<44} {:>10} {:>8} {:>10} {:>10} {:>12}\n",
+            "deprov per table", "rows", "batches", "total ms", "longest ms", "rows/s"
+        ));
+        out.push_str(
+            "(a table with rows and 0 batches was emptied by PostgreSQL's cascade under the batches of\n \
+             its parents: their time and rows/s include it)\n",
+        );
+        for t in self.deprov_tables.as_array().into_iter().flatten() {
+            let rows = t["rows_deleted"].as_i64().unwrap_or(0);
+            let ms = t["batch_ms"].as_f64().unwrap_or(0.0);
+            out.push_str(&format!(
+                "{:<44} {:>10} {:>8} {:>10.0} {:>10.1} {:>12.0}\n",
+                t["table"].as_str().unwrap_or("?"),
+                rows,
+                t["batches"].as_i64().unwrap_or(0),
+                ms,
+                t["longest_batch_ms"].as_f64().unwrap_or(0.0),
+                if ms > 0.0 {
+                    rows as f64 * 1000.0 / ms
+                } else {
+                    0.0
+                }
+            ));
+        }
+        out.push_str(&format!(
+            "\nforeground baseline p99: {base:.2} ms; deprov batches that hit a timeout: {}\n",
+            self.deprov_timeouts
+        ));
+        out.push_str(&format!(
+            "ratio deprov ÷ cascade rows/s: {:.2} (target ≥ 0.6: {})\n",
+            self.ratio,
+            met(self.ratio >= 0.6)
+        ));
+        out.push_str(&format!(
+            "deprov's longest transaction: {:.1} ms, rolled back included (target ≤ 100 ms: {})\n",
+            d.longest_transaction_ms.max(d.longest_rolled_back_ms),
+            met(d.longest_transaction_ms.max(d.longest_rolled_back_ms) <= 100.0)
+        ));
+        out.push_str(&format!(
+            "foreground p99 under deprov: {:.2}× baseline (target ≤ 1.25×: {})\n",
+            rel(d.foreground_p99_ms),
+            met(rel(d.foreground_p99_ms) <= 1.25)
+        ));
+        out.push_str(&format!(
+            "database equals the cascade's copy ({} tables): {}\n",
+            self.tables,
+            if self.equals_cascade { "PASS" } else { "FAIL" }
+        ));
+        out
+    }
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok { "met" } else { "MISSED" }
+}
