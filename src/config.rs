@@ -293,6 +293,10 @@ pub struct IntakeConfig {
     pub header_timeout: Duration,
     /// Per-source request rate limit (`[intake.rate_limit]`).
     pub rate_limit: RateLimitConfig,
+    /// Most deletion requests recorded in one durable transaction, 1..=1000 (default 32; 1 = one
+    /// transaction per request). Requests that arrive together share a `COMMIT` and its WAL flush;
+    /// a request on an idle service is never held back (see `queue::group_commit`).
+    pub group_commit: usize,
 }
 
 impl Default for IntakeConfig {
@@ -302,6 +306,7 @@ impl Default for IntakeConfig {
             max_header_bytes: 16 * 1024,
             header_timeout: Duration::from_secs(5),
             rate_limit: RateLimitConfig::default(),
+            group_commit: 32,
         }
     }
 }
@@ -494,6 +499,9 @@ impl Config {
                 "intake.max_body_bytes",
                 "must be between 256 and 10485760",
             ));
+        }
+        if !(1..=1000).contains(&self.intake.group_commit) {
+            return Err(invalid("intake.group_commit", "must be between 1 and 1000"));
         }
         if !(1024..=1024 * 1024).contains(&self.intake.max_header_bytes) {
             return Err(invalid(

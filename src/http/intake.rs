@@ -12,7 +12,7 @@ use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, idempotency_key};
 use crate::ids::{DedupBasis, TenantId};
 use crate::queue::JobState;
-use crate::queue::intake::{self, NewRequest, SubjectKind};
+use crate::queue::intake::{NewRequest, SubjectKind};
 
 /// Longest accepted `external_id`, in bytes.
 pub const MAX_EXTERNAL_ID_LEN: usize = 255;
@@ -145,7 +145,7 @@ pub async fn create_deletion_request(
     let key = idempotency_key(&headers)?;
     let tenant_id = body.tenant_id.clone();
     let req = new_request(&source.name, body, key)?;
-    let accepted = intake::record_tx(&state.pools.intake, &req, state.max_attempts()).await?;
+    let accepted = state.record(req).await?;
     tracing::info!(source = %source.name, request_id = %accepted.request_id, job_id = %accepted.job_id,
         duplicate = accepted.duplicate, "deletion request recorded");
     let answer = DeletionAccepted {

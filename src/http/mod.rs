@@ -55,6 +55,8 @@ use utoipa_axum::routes;
 
 use crate::config::Config;
 use crate::db::Pools;
+use crate::queue::group_commit::GroupCommit;
+use crate::queue::intake::{Accepted, IntakeError, NewRequest};
 use crate::telemetry::collect::Collector;
 use auth::{PartnerVerifier, SourceTokens, TokenDigest};
 use error::ApiError;
@@ -86,6 +88,9 @@ pub struct AppState {
     /// Whether deprov's migrations are applied (or were not asked for). `false` while a state database
     /// that was down at start-up has not yet been migrated: `/readyz` answers 503 meanwhile.
     pub migrated: Arc<AtomicBool>,
+    /// Intake's group commit ([`crate::queue::group_commit`]), started on first use (inside the
+    /// runtime that serves requests).
+    group_commit: Arc<std::sync::OnceLock<GroupCommit>>,
 }
 
 impl FromRef<AppState> for Arc<Collector> {
@@ -117,6 +122,7 @@ impl AppState {
             vercel,
             metrics,
             migrated: Arc::new(AtomicBool::new(true)),
+            group_commit: Arc::new(std::sync::OnceLock::new()),
             config,
         }
     }
@@ -124,6 +130,23 @@ impl AppState {
     /// Whether deprov's migrations are applied (see [`AppState::migrated`]).
     pub fn is_migrated(&self) -> bool {
         self.migrated.load(Ordering::Acquire)
+    }
+
+    /// Records a deletion request through intake's group commit, started on first use with one
+    /// writer per `[pools.intake]` connection and `[intake] group_commit` requests per transaction.
+    ///
+    /// # Errors
+    /// See [`GroupCommit::record`].
+    pub async fn record(&self, req: NewRequest) -> Result<Accepted, IntakeError> {
+        let group_commit = self.group_commit.get_or_init(|| {
+            GroupCommit::start(
+                self.pools.intake.clone(),
+                self.config.pools.intake.max_connections as usize,
+                self.config.intake.group_commit,
+                self.config.pools.intake.acquire_timeout,
+            )
+        });
+        group_commit.record(req, self.max_attempts()).await
     }
 
     /// `[worker] max_attempts` as stored on new jobs.

@@ -16,7 +16,7 @@ use super::extract::{ApiPath, OptionalJson, idempotency_key};
 use super::intake::{job_state, validate_reason};
 use crate::ids::{DedupBasis, TenantId};
 use crate::queue::JobState;
-use crate::queue::intake::{self, NewRequest, SubjectKind};
+use crate::queue::intake::{NewRequest, SubjectKind};
 
 /// The optional body Vercel sends. Unknown fields are ignored (the partner API may grow).
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -109,7 +109,7 @@ pub async fn delete_installation(
         external_id: None,
         reason,
     };
-    let accepted = intake::record_tx(&state.pools.intake, &req, state.max_attempts()).await?;
+    let accepted = state.record(req).await?;
     tracing::info!(installation = %installation, job_id = %accepted.job_id, duplicate = accepted.duplicate,
         auth_style = ?caller.auth_style, cascade = ?body.cascade_resource_deletion, "vercel installation deletion recorded");
     Ok(axum::Json(DeleteInstallationResponse {

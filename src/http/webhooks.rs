@@ -23,7 +23,7 @@ use super::extract::ApiPath;
 use super::intake::job_state;
 use crate::ids::DedupBasis;
 use crate::queue::JobState;
-use crate::queue::intake::{self, NewRequest, SubjectKind};
+use crate::queue::intake::{NewRequest, SubjectKind};
 use crate::sources::payload::{self, Delivery};
 use crate::sources::{Dedup, Scheme, SourceConfig, unix_now, verify_hmac};
 
@@ -240,7 +240,7 @@ pub async fn receive(
         ));
     }
     let req = new_request(&name, source, &delivery)?;
-    let accepted = intake::record_tx(&state.pools.intake, &req, state.max_attempts()).await?;
+    let accepted = state.record(req).await?;
     tracing::info!(source = %name, event = ?delivery.event, request_id = %accepted.request_id,
         job_id = %accepted.job_id, duplicate = accepted.duplicate, "webhook deletion recorded");
     Ok((

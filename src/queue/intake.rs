@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::ids::{DedupBasis, JobId, request_id};
+use crate::ids::{DedupBasis, request_id};
 
 /// What a job deletes: a tenant key, or a Vercel installation resolved by the worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +105,8 @@ pub enum IntakeError {
     Db(#[from] sqlx::Error),
 }
 
-/// Records `req` (see the module docs). `max_attempts` is stored on a newly created job.
+/// Records `req` (see the module docs) in the caller's transaction: [`super::record::record_many`]
+/// with a group of one. `max_attempts` is stored on a newly created job.
 ///
 /// # Errors
 /// [`IntakeError`].
@@ -114,108 +115,9 @@ pub async fn record(
     req: &NewRequest,
     max_attempts: i32,
 ) -> Result<Accepted, IntakeError> {
-    let id = req.id();
-    let fingerprint = req.fingerprint();
-    let existing: Option<(String, Uuid, String)> = crate::db::query_as(
-        "SELECT r.fingerprint, r.job_id, j.state FROM deprov.deletion_requests r \
-         JOIN deprov.jobs j ON j.id = r.job_id WHERE r.id = $1",
-    )
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    if let Some((stored, job_id, state)) = existing {
-        if stored != fingerprint {
-            match req.basis {
-                DedupBasis::IdempotencyKey => {
-                    return Err(IntakeError::Mismatch {
-                        basis: "Idempotency-Key",
-                    });
-                }
-                DedupBasis::ExternalId => {
-                    return Err(IntakeError::Mismatch {
-                        basis: "external_id",
-                    });
-                }
-                DedupBasis::TenantId | DedupBasis::InstallationId => {}
-            }
-        }
-        crate::db::query(
-            "UPDATE deprov.deletion_requests SET duplicates = duplicates + 1, last_duplicate_at = now() WHERE id = $1",
-        )
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
-        return Ok(Accepted {
-            request_id: id,
-            job_id,
-            state,
-            duplicate: true,
-        });
-    }
-
-    let tenant_id = (req.subject_kind == SubjectKind::Tenant).then_some(req.subject.as_str());
-    let held = super::kill_switch::blocking_request(&mut *conn, &req.source, tenant_id)
-        .await?
-        .is_some();
-    let created: Option<(Uuid, String)> = crate::db::query_as(
-        "INSERT INTO deprov.jobs (id, subject_kind, subject, tenant_id, state, step, max_attempts) \
-         VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN 'held' ELSE 'queued' END, \
-                 CASE WHEN $2 = 'tenant' THEN 'soft_delete' ELSE 'resolve' END, $6) \
-         ON CONFLICT (subject_kind, subject) WHERE state IN ('queued', 'held', 'running') DO NOTHING \
-         RETURNING id, state",
-    )
-    .bind(JobId::new().0)
-    .bind(req.subject_kind.as_str())
-    .bind(&req.subject)
-    .bind(tenant_id)
-    .bind(held)
-    .bind(max_attempts)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let (job_id, state) = match created {
-        Some(job) => job,
-        None => {
-            let active: Option<(Uuid, String)> = crate::db::query_as(
-                "SELECT id, state FROM deprov.jobs WHERE subject_kind = $1 AND subject = $2 \
-                 AND state IN ('queued', 'held', 'running')",
-            )
-            .bind(req.subject_kind.as_str())
-            .bind(&req.subject)
-            .fetch_optional(&mut *conn)
-            .await?;
-            // The active job finished between the two statements: start over.
-            active.ok_or(IntakeError::Race)?
-        }
-    };
-
-    let inserted = crate::db::query(
-        "INSERT INTO deprov.deletion_requests (id, source, dedup_basis, dedup_key, subject_kind, subject, \
-           external_id, reason, fingerprint, job_id, received_while_held) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING",
-    )
-    .bind(id)
-    .bind(&req.source)
-    .bind(req.basis.as_str())
-    .bind(&req.dedup_key)
-    .bind(req.subject_kind.as_str())
-    .bind(&req.subject)
-    .bind(&req.external_id)
-    .bind(&req.reason)
-    .bind(&fingerprint)
-    .bind(job_id)
-    .bind(held)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if inserted == 0 {
-        return Err(IntakeError::Race);
-    }
-    Ok(Accepted {
-        request_id: id,
-        job_id,
-        state,
-        duplicate: false,
-    })
+    let mut answers =
+        super::record::record_many(conn, std::slice::from_ref(req), max_attempts).await?;
+    answers.pop().unwrap_or(Err(IntakeError::Race))
 }
 
 /// Runs [`record`] in its own transaction on `pool` (with `synchronous_commit = on`,

@@ -192,28 +192,6 @@ pub async fn check_job(
     .await
 }
 
-/// Which engaged switch would block a new request from `source` for tenant `tenant` (`None`: an
-/// installation not yet resolved), if any: intake records such a request and creates its job `held`.
-///
-/// # Errors
-/// Database errors.
-pub async fn blocking_request(
-    db: impl PgExecutor<'_>,
-    source: &str,
-    tenant: Option<&str>,
-) -> Result<Option<String>, sqlx::Error> {
-    crate::db::query_scalar(
-        "SELECT coalesce((SELECT 'global' FROM deprov.kill_switch WHERE engaged), \
-           (SELECT scope || ':' || key FROM deprov.kill_switch_scopes WHERE engaged \
-              AND ((scope = 'source' AND key = $1) OR (scope = 'tenant' AND key = $2)) \
-            ORDER BY scope, key LIMIT 1))",
-    )
-    .bind(source)
-    .bind(tenant)
-    .fetch_one(db)
-    .await
-}
-
 /// Every switch: the global one first, then the scoped ones (engaged first, newest change first),
 /// at most 1000 scoped rows.
 ///

@@ -11,11 +11,13 @@
 //! Every function takes an executor or a connection; callers own transaction boundaries.
 
 pub mod audit;
+pub mod group_commit;
 pub mod ignored;
 pub mod intake;
 pub mod jobs;
 pub mod kill_switch;
 pub mod operator;
+pub mod record;
 pub mod workers;
 
 pub use jobs::{Job, JobState};

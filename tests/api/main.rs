@@ -1,6 +1,7 @@
 //! The HTTP API's integration tests: one binary, one throwaway PostgreSQL and one server per test.
 
 mod errors;
+mod group_commit;
 mod health;
 mod helpers;
 mod intake;

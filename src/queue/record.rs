@@ -1,0 +1,315 @@
+//! Recording a group of deletion requests with a fixed number of statements, whatever its size.
+//!
+//! [`record_many`] gives each request of a group the answer [`super::intake::record`] would give it
+//! if the group's requests were recorded one after another, in order, in one transaction: a request
+//! whose ID is already stored, or appeared earlier in the group, is a duplicate (or an
+//! [`IntakeError::Mismatch`] when an Idempotency-Key / external ID comes with another body); the
+//! others attach to their subject's active job or create it (`held` when a kill switch blocks the
+//! first request that creates it). It runs at most six statements per group: the stored requests, the
+//! kill switches blocking the new ones, the jobs inserted, the active jobs found instead, the
+//! requests inserted, and the duplicate counts. PostgreSQL's per-statement work, not the commit,
+//! bounded intake's rate (README "Known limits"): a group of 32 costs what one request did.
+//!
+//! Every statement binds arrays (`unnest`), so the SQL text is fixed.
+
+use std::collections::HashMap;
+
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::intake::{Accepted, IntakeError, NewRequest, SubjectKind};
+use crate::ids::{DedupBasis, JobId};
+
+/// What a request of the group turned out to be before anything is written.
+enum Seen {
+    /// Already stored: its job and that job's state.
+    Stored(Uuid, String),
+    /// The same ID as the group's request at this index, which is new.
+    Earlier(usize),
+    /// New: recorded by this group.
+    New,
+    /// Refused: same key, another body.
+    Mismatch(&'static str),
+}
+
+/// Records `reqs` in the caller's transaction (see the module docs). The outer `Err` means the
+/// transaction must be rolled back: [`IntakeError::Race`] (a concurrent transaction recorded one of
+/// the requests or ended a job in between: record again) or a database error. The inner results
+/// are per request, in `reqs`' order; the only inner error is [`IntakeError::Mismatch`].
+///
+/// # Errors
+/// See above.
+pub async fn record_many(
+    conn: &mut PgConnection,
+    reqs: &[NewRequest],
+    max_attempts: i32,
+) -> Result<Vec<Result<Accepted, IntakeError>>, IntakeError> {
+    let ids: Vec<Uuid> = reqs.iter().map(NewRequest::id).collect();
+    let fingerprints: Vec<String> = reqs.iter().map(NewRequest::fingerprint).collect();
+    let stored: HashMap<Uuid, (String, Uuid, String)> = crate::db::query_as(
+        "SELECT r.id, r.fingerprint, r.job_id, j.state FROM deprov.deletion_requests r \
+         JOIN deprov.jobs j ON j.id = r.job_id WHERE r.id = ANY($1)",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|(id, fp, job, state): (Uuid, String, Uuid, String)| (id, (fp, job, state)))
+    .collect();
+
+    // Classify in order, as one-by-one recording would see the group.
+    let mut first_new: HashMap<Uuid, usize> = HashMap::new();
+    let mut duplicates: HashMap<Uuid, i32> = HashMap::new();
+    let mut seen = Vec::with_capacity(reqs.len());
+    for (i, req) in reqs.iter().enumerate() {
+        let earlier = match (stored.get(&ids[i]), first_new.get(&ids[i])) {
+            (Some((fp, job, state)), _) => Some((fp.as_str(), Seen::Stored(*job, state.clone()))),
+            (None, Some(&j)) => Some((fingerprints[j].as_str(), Seen::Earlier(j))),
+            (None, None) => None,
+        };
+        seen.push(match earlier {
+            Some((fp, _)) if fp != fingerprints[i] && mismatch_basis(req.basis).is_some() => {
+                Seen::Mismatch(mismatch_basis(req.basis).unwrap_or("external_id"))
+            }
+            Some((_, dup)) => {
+                *duplicates.entry(ids[i]).or_insert(0) += 1;
+                dup
+            }
+            None => {
+                first_new.insert(ids[i], i);
+                Seen::New
+            }
+        });
+    }
+    let new: Vec<usize> = (0..reqs.len())
+        .filter(|&i| matches!(seen[i], Seen::New))
+        .collect();
+
+    let mut jobs: HashMap<(&'static str, String), (Uuid, String)> = HashMap::new();
+    let mut held = vec![false; reqs.len()];
+    if !new.is_empty() {
+        held_flags(&mut *conn, reqs, &new, &mut held).await?;
+        insert_jobs(&mut *conn, reqs, &new, &held, max_attempts, &mut jobs).await?;
+        insert_requests(&mut *conn, reqs, &ids, &fingerprints, &new, &held, &jobs).await?;
+    }
+    if !duplicates.is_empty() {
+        let (dup_ids, counts): (Vec<Uuid>, Vec<i32>) = duplicates.into_iter().unzip();
+        crate::db::query(
+            "UPDATE deprov.deletion_requests r SET duplicates = r.duplicates + d.n, \
+             last_duplicate_at = now() FROM unnest($1::uuid[], $2::int4[]) AS d(id, n) WHERE r.id = d.id",
+        )
+        .bind(&dup_ids)
+        .bind(&counts)
+        .execute(&mut *conn)
+        .await?;
+    }
+
+    let new_answer = |i: usize| {
+        let (job_id, state) = jobs[&subject_key(&reqs[i])].clone();
+        (job_id, state)
+    };
+    Ok(seen
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let (job_id, state, duplicate) = match s {
+                Seen::Mismatch(basis) => return Err(IntakeError::Mismatch { basis }),
+                Seen::Stored(job, state) => (*job, state.clone(), true),
+                Seen::Earlier(j) => {
+                    let (job, state) = new_answer(*j);
+                    (job, state, true)
+                }
+                Seen::New => {
+                    let (job, state) = new_answer(i);
+                    (job, state, false)
+                }
+            };
+            Ok(Accepted {
+                request_id: ids[i],
+                job_id,
+                state,
+                duplicate,
+            })
+        })
+        .collect())
+}
+
+/// The basis named in a [`IntakeError::Mismatch`], or `None` when another body under the same key
+/// is still the same request (a tenant or installation ID names what is deleted, not a delivery).
+fn mismatch_basis(basis: DedupBasis) -> Option<&'static str> {
+    match basis {
+        DedupBasis::IdempotencyKey => Some("Idempotency-Key"),
+        DedupBasis::ExternalId => Some("external_id"),
+        DedupBasis::TenantId | DedupBasis::InstallationId => None,
+    }
+}
+
+fn subject_key(req: &NewRequest) -> (&'static str, String) {
+    (req.subject_kind.as_str(), req.subject.clone())
+}
+
+fn tenant_of(req: &NewRequest) -> Option<String> {
+    (req.subject_kind == SubjectKind::Tenant).then(|| req.subject.clone())
+}
+
+/// Sets `held[i]` for each new request `i` that an engaged kill switch blocks: the global one, its
+/// source's or its tenant's (the scopes of [`super::kill_switch`]; a request for an installation not
+/// yet resolved has no tenant).
+async fn held_flags(
+    conn: &mut PgConnection,
+    reqs: &[NewRequest],
+    new: &[usize],
+    held: &mut [bool],
+) -> Result<(), sqlx::Error> {
+    let sources: Vec<String> = new.iter().map(|&i| reqs[i].source.clone()).collect();
+    let tenants: Vec<Option<String>> = new.iter().map(|&i| tenant_of(&reqs[i])).collect();
+    let blocked: Vec<bool> = crate::db::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM deprov.kill_switch WHERE engaged) \
+             OR EXISTS (SELECT 1 FROM deprov.kill_switch_scopes k WHERE k.engaged \
+                 AND ((k.scope = 'source' AND k.key = s.source) OR (k.scope = 'tenant' AND k.key = s.tenant))) \
+         FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS s(source, tenant, n) ORDER BY s.n",
+    )
+    .bind(&sources)
+    .bind(&tenants)
+    .fetch_all(&mut *conn)
+    .await?;
+    for (&i, b) in new.iter().zip(blocked) {
+        held[i] = b;
+    }
+    Ok(())
+}
+
+/// Creates a job for each subject of the new requests that has no active one (`held` when its first
+/// new request is held), and fills `jobs` with every such subject's active job and state.
+async fn insert_jobs(
+    conn: &mut PgConnection,
+    reqs: &[NewRequest],
+    new: &[usize],
+    held: &[bool],
+    max_attempts: i32,
+    jobs: &mut HashMap<(&'static str, String), (Uuid, String)>,
+) -> Result<(), IntakeError> {
+    let mut firsts: Vec<usize> = Vec::new();
+    let mut subjects = std::collections::HashSet::new();
+    for &i in new {
+        if subjects.insert(subject_key(&reqs[i])) {
+            firsts.push(i);
+        }
+    }
+    let job_ids: Vec<Uuid> = firsts.iter().map(|_| JobId::new().0).collect();
+    let kinds: Vec<&str> = firsts
+        .iter()
+        .map(|&i| reqs[i].subject_kind.as_str())
+        .collect();
+    let subjects: Vec<String> = firsts.iter().map(|&i| reqs[i].subject.clone()).collect();
+    let tenants: Vec<Option<String>> = firsts.iter().map(|&i| tenant_of(&reqs[i])).collect();
+    let holds: Vec<bool> = firsts.iter().map(|&i| held[i]).collect();
+    let created: Vec<(String, String, Uuid, String)> = crate::db::query_as(
+        "INSERT INTO deprov.jobs (id, subject_kind, subject, tenant_id, state, step, max_attempts) \
+         SELECT j.id, j.kind, j.subject, j.tenant, CASE WHEN j.held THEN 'held' ELSE 'queued' END, \
+                CASE WHEN j.kind = 'tenant' THEN 'soft_delete' ELSE 'resolve' END, $6 \
+         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[]) \
+              WITH ORDINALITY AS j(id, kind, subject, tenant, held, n) ORDER BY j.n \
+         ON CONFLICT (subject_kind, subject) WHERE state IN ('queued', 'held', 'running') DO NOTHING \
+         RETURNING subject_kind, subject, id, state",
+    )
+    .bind(&job_ids)
+    .bind(&kinds)
+    .bind(&subjects)
+    .bind(&tenants)
+    .bind(&holds)
+    .bind(max_attempts)
+    .fetch_all(&mut *conn)
+    .await?;
+    let absorb = |jobs: &mut HashMap<(&'static str, String), (Uuid, String)>,
+                  rows: Vec<(String, String, Uuid, String)>| {
+        for (kind, subject, id, state) in rows {
+            if let Some(&i) = firsts
+                .iter()
+                .find(|&&i| reqs[i].subject_kind.as_str() == kind && reqs[i].subject == subject)
+            {
+                jobs.insert(subject_key(&reqs[i]), (id, state));
+            }
+        }
+    };
+    absorb(jobs, created);
+    let missing: Vec<usize> = firsts
+        .iter()
+        .copied()
+        .filter(|&i| !jobs.contains_key(&subject_key(&reqs[i])))
+        .collect();
+    if !missing.is_empty() {
+        let kinds: Vec<&str> = missing
+            .iter()
+            .map(|&i| reqs[i].subject_kind.as_str())
+            .collect();
+        let subjects: Vec<String> = missing.iter().map(|&i| reqs[i].subject.clone()).collect();
+        let active: Vec<(String, String, Uuid, String)> = crate::db::query_as(
+            "SELECT j.subject_kind, j.subject, j.id, j.state FROM deprov.jobs j \
+             JOIN unnest($1::text[], $2::text[]) AS s(kind, subject) \
+               ON j.subject_kind = s.kind AND j.subject = s.subject \
+             WHERE j.state IN ('queued', 'held', 'running')",
+        )
+        .bind(&kinds)
+        .bind(&subjects)
+        .fetch_all(&mut *conn)
+        .await?;
+        absorb(jobs, active);
+        // An active job ended between the two statements: start over.
+        if missing
+            .iter()
+            .any(|&i| !jobs.contains_key(&subject_key(&reqs[i])))
+        {
+            return Err(IntakeError::Race);
+        }
+    }
+    Ok(())
+}
+
+/// Inserts the new requests, attached to their subjects' jobs; [`IntakeError::Race`] when a
+/// concurrent transaction inserted one of them first.
+async fn insert_requests(
+    conn: &mut PgConnection,
+    reqs: &[NewRequest],
+    ids: &[Uuid],
+    fingerprints: &[String],
+    new: &[usize],
+    held: &[bool],
+    jobs: &HashMap<(&'static str, String), (Uuid, String)>,
+) -> Result<(), IntakeError> {
+    let pick = |f: &dyn Fn(usize) -> String| new.iter().map(|&i| f(i)).collect::<Vec<String>>();
+    let opt = |f: &dyn Fn(usize) -> Option<String>| {
+        new.iter().map(|&i| f(i)).collect::<Vec<Option<String>>>()
+    };
+    let request_ids: Vec<Uuid> = new.iter().map(|&i| ids[i]).collect();
+    let job_ids: Vec<Uuid> = new
+        .iter()
+        .map(|&i| jobs[&subject_key(&reqs[i])].0)
+        .collect();
+    let holds: Vec<bool> = new.iter().map(|&i| held[i]).collect();
+    let inserted = crate::db::query(
+        "INSERT INTO deprov.deletion_requests (id, source, dedup_basis, dedup_key, subject_kind, subject, \
+           external_id, reason, fingerprint, job_id, received_while_held) \
+         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+           $7::text[], $8::text[], $9::text[], $10::uuid[], $11::bool[]) \
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(&request_ids)
+    .bind(pick(&|i| reqs[i].source.clone()))
+    .bind(pick(&|i| reqs[i].basis.as_str().to_owned()))
+    .bind(pick(&|i| reqs[i].dedup_key.clone()))
+    .bind(pick(&|i| reqs[i].subject_kind.as_str().to_owned()))
+    .bind(pick(&|i| reqs[i].subject.clone()))
+    .bind(opt(&|i| reqs[i].external_id.clone()))
+    .bind(opt(&|i| reqs[i].reason.clone()))
+    .bind(pick(&|i| fingerprints[i].clone()))
+    .bind(&job_ids)
+    .bind(&holds)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if inserted != new.len() as u64 {
+        return Err(IntakeError::Race);
+    }
+    Ok(())
+}
