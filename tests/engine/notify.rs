@@ -102,6 +102,11 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> 
 impl Receiver {
     /// Starts it; returns its URL. It runs until the test's runtime ends.
     async fn start(script: &[u16], latency: Duration) -> (Self, String) {
+        Self::start_on("127.0.0.1:0", script, latency).await
+    }
+
+    /// [`Receiver::start`] on `addr`.
+    async fn start_on(addr: &str, script: &[u16], latency: Duration) -> (Self, String) {
         let r = Self {
             script: Arc::new(Mutex::new(script.iter().copied().collect())),
             latency,
@@ -110,7 +115,7 @@ impl Receiver {
         let app = axum::Router::new()
             .route("/hook", axum::routing::post(receive))
             .with_state(r.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         (r, url)
@@ -396,8 +401,12 @@ async fn an_event_committed_before_a_crash_is_delivered_by_a_new_dispatcher() {
     assert_eq!(claimed.len(), 1);
     assert!(receiver.hits().is_empty());
 
-    // A new process starts.
-    let (stop, task) = spawn(dispatcher(&env, "restarted"));
+    // A new worker process starts (its run loop starts the dispatcher).
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (w, stop) = (env.worker("restarted"), stop.clone());
+        async move { w.run(stop).await }
+    });
     let done = wait_events(&env.db, "the event delivered after the restart", |all| {
         all.len() == 1 && all[0].state == "delivered"
     })
@@ -452,4 +461,86 @@ async fn two_dispatchers_never_deliver_the_same_event_twice() {
     .unwrap();
     assert!(per.iter().all(|(_, _, max)| *max == 1), "{per:?}");
     assert_eq!(per.len(), 2, "both dispatchers delivered: {per:?}");
+}
+
+/// Runs the `deprov` binary with `args` on the env's state database; returns stdout.
+fn deprov_cli(env: &Env, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
+        .args(args)
+        .env("DEPROV_DATABASE_URL", env.server.url("target"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "deprov {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn dead_events_are_listed_by_the_cli_and_a_redrive_delivers_them_once_the_receiver_is_back() {
+    // The receiver's port, closed for now.
+    let addr = {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let (env, _secret) = env_notifying(&format!("http://{addr}/hook"), "max_attempts = 1").await;
+    let job = env.request("3").await;
+    env.drain(&env.worker("w1")).await;
+    let d = dispatcher(&env, "d1");
+    assert_eq!(d.round().await.unwrap().dead, 1);
+
+    let listed: serde_json::Value = serde_json::from_str(&deprov_cli(
+        &env,
+        &["notifications", "list", "--state", "dead", "--json"],
+    ))
+    .unwrap();
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["job_id"], job.to_string());
+    assert_eq!(listed[0]["event_type"], "job.completed");
+    assert_eq!(listed[0]["attempts"], 1);
+    let table = deprov_cli(&env, &["notifications", "list"]);
+    assert!(
+        table.starts_with("EVENT") && table.contains(" dead "),
+        "{table}"
+    );
+    let none: serde_json::Value = serde_json::from_str(&deprov_cli(
+        &env,
+        &["notifications", "list", "--state", "pending", "--json"],
+    ))
+    .unwrap();
+    assert_eq!(none.as_array().unwrap().len(), 0);
+
+    // The receiver is fixed; an operator sends the dead events again.
+    let (receiver, _) = Receiver::start_on(&addr, &[], Duration::ZERO).await;
+    deprov_cli(
+        &env,
+        &[
+            "notifications",
+            "redrive",
+            "--all-dead",
+            "--reason",
+            "receiver fixed",
+            "--actor",
+            "ops",
+        ],
+    );
+    let (actor, action, reason): (String, String, String) = sqlx::query_as(
+        "SELECT actor, action, reason FROM deprov.audit_log WHERE action = 'notification.redrive'",
+    )
+    .fetch_one(&env.db)
+    .await
+    .unwrap();
+    assert_eq!(
+        (actor.as_str(), action.as_str(), reason.as_str()),
+        ("cli:ops", "notification.redrive", "receiver fixed")
+    );
+    let round = d.round().await.unwrap();
+    assert_eq!((round.claimed, round.delivered), (1, 1));
+    let hits = receiver.hits();
+    assert_eq!(hits.len(), 1);
+    hits[0].assert_signed();
+    assert_eq!(hits[0].id(), listed[0]["id"].as_str().unwrap());
 }
