@@ -255,14 +255,18 @@ impl Dispatcher {
 
     /// Runs rounds until `cancel` fires: again at once after a full round, else when the earliest
     /// retry is due or after `poll_interval`, whichever is sooner; backing off while the state
-    /// database is unreachable. A round in progress is finished (bounded by the request timeout).
+    /// database is unreachable. A round in progress is finished (bounded by the request timeout), so
+    /// a stopping worker process may wait up to `[notifications] timeout` for it.
     pub async fn run(self, cancel: CancellationToken) {
         let poll = self.config.poll_interval;
         let max = usize::try_from(self.config.max_in_flight).unwrap_or(usize::MAX);
         let mut failures = 0u32;
         while !cancel.is_cancelled() {
             let wait = match self.round().await {
-                Ok(r) if r.claimed >= max => continue,
+                Ok(r) if r.claimed >= max => {
+                    failures = 0;
+                    continue;
+                }
                 Ok(_) => {
                     failures = 0;
                     match outbox::next_due(&self.pool, &self.config.events).await {
