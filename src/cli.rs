@@ -2,6 +2,7 @@
 //!
 //! Subcommands: `serve` (HTTP + worker), `worker` (worker only), `migrate`, `kill-switch on|off|status`,
 //! `jobs list|show|retry|cancel`, `audit list`,
+//! `notifications list|redrive`,
 //! `plan --tenant ID`, `demo`. Every flag is also an environment variable (`DEPROV_*`).
 
 use clap::{Parser, Subcommand};
@@ -13,9 +14,11 @@ use crate::db::{self, PoolRole};
 
 mod jobs;
 mod kill_switch;
+mod notifications;
 
 pub use jobs::{Acting, AuditAction, AuditArgs, JobsAction, JobsArgs, jobs_table};
 pub use kill_switch::{ChangeArgs, KillSwitchAction, KillSwitchArgs, describe};
+pub use notifications::{NotificationsAction, NotificationsArgs, events_table};
 
 /// `deprov`: deletes a SaaS tenant's data safely.
 #[derive(Debug, Parser)]
@@ -42,6 +45,9 @@ pub enum Command {
     Jobs(JobsArgs),
     /// The audit log of operator actions.
     Audit(AuditArgs),
+    /// Job completion and failure events sent to `[notifications] url`: list them (e.g. the dead
+    /// ones) or send dead ones again (talks to the state database directly).
+    Notifications(NotificationsArgs),
     /// Print the deletion plan of a tenant without deleting anything.
     Plan {
         /// The tenant key.
@@ -201,6 +207,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::KillSwitch(args) => kill_switch::run(args).await?,
         Command::Jobs(args) => jobs::run_jobs(args).await?,
         Command::Audit(args) => jobs::run_audit(args).await?,
+        Command::Notifications(args) => notifications::run(args).await?,
         Command::Plan {
             tenant,
             json,

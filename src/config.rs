@@ -6,6 +6,7 @@
 //! each key.
 
 mod edge;
+mod notify;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use serde::Deserialize;
 
 use crate::sql::QualifiedName;
 pub use edge::{MetricsConfig, RateLimitConfig};
+pub use notify::{EVENT_TYPES, NotificationsConfig, SigningKey};
 
 /// Why the configuration was refused. Every message names the key.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +80,8 @@ pub struct Config {
     /// How `GET /metrics` reads gauges from the databases.
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// Signed HTTP callbacks when jobs finish (`[notifications]`); absent = events recorded, not sent.
+    pub notifications: Option<NotificationsConfig>,
 }
 
 pub use crate::sources::SourceConfig;
@@ -343,6 +347,9 @@ impl Config {
         let mut config: Config = toml::from_str(text)?;
         for (name, source) in &mut config.sources {
             source.prepare(name)?;
+        }
+        if let Some(n) = &mut config.notifications {
+            n.prepare()?;
         }
         config.validate()?;
         Ok(config)

@@ -8,6 +8,7 @@
 //! Prometheus metrics through [`telemetry`].
 //! Signed senders (Standard Webhooks, Stripe, GitHub, Shopify, Slack, Vercel) are verified by
 //! [`sources`].
+//! Finished jobs are announced to an HTTP callback through an outbox ([`notify`]).
 //! [`demo`] holds the demo's schema, data loader and verification checks.
 
 pub mod app;
@@ -19,6 +20,7 @@ pub mod demo;
 pub mod engine;
 pub mod http;
 pub mod ids;
+pub mod notify;
 pub mod queue;
 pub mod sources;
 pub mod sql;

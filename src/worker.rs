@@ -177,7 +177,8 @@ impl Worker {
     /// Runs [`Self::step`] until `cancel` fires, polling every `worker.poll_interval` when idle and
     /// backing off when the state database is unreachable. `cancel` also stops a running job at its
     /// next batch boundary. Meanwhile the worker is live in `deprov.workers` and acknowledges kill
-    /// switch changes ([`presence`]); at the end it is marked stopped.
+    /// switch changes ([`presence`]) and, with `[notifications]`, delivers finished jobs' events
+    /// ([`crate::notify`]); at the end it is marked stopped.
     pub async fn run(&self, cancel: CancellationToken) {
         let presence_stop = CancellationToken::new();
         let mut tasks = self.presence.spawn(
@@ -187,6 +188,14 @@ impl Worker {
             self.notify_url.clone(),
             presence_stop.clone(),
         );
+        if let Some(n) = &self.config.notifications {
+            match crate::notify::Dispatcher::new(self.pools.queue.clone(), n.clone(), &self.id) {
+                Ok(d) => {
+                    tasks.spawn(d.run(presence_stop.clone()));
+                }
+                Err(e) => tracing::error!(error = %e, "notifications will not be sent"),
+            }
+        }
         self.run_jobs(cancel).await;
         presence_stop.cancel();
         while tasks.join_next().await.is_some() {}

@@ -31,7 +31,8 @@ use metrics::{counter, gauge};
 use sqlx::PgPool;
 
 use super::{
-    DB_READ_ERRORS, DB_UP, JOBS, KILL_SWITCH, POOL_CONNECTIONS, POOL_MAX, QUEUE_OLDEST_AGE,
+    DB_READ_ERRORS, DB_UP, JOBS, KILL_SWITCH, NOTIFICATIONS, NOTIFICATIONS_OLDEST_PENDING,
+    POOL_CONNECTIONS, POOL_MAX, QUEUE_OLDEST_AGE,
 };
 use crate::db::{self, PoolRole, Pools};
 use crate::queue::JobState;
@@ -145,7 +146,8 @@ const JOB_STATES: [JobState; 5] = [
     JobState::Failed,
 ];
 
-/// Jobs per state, the oldest claimable queued job's wait, and the kill switch.
+/// Jobs per state, the oldest claimable queued job's wait, the kill switch, and notification
+/// events per state.
 async fn read_state(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     let counts = crate::queue::jobs::counts(&mut *conn).await?;
     let (age, engaged): (f64, bool) = db::query_as(
@@ -165,6 +167,12 @@ async fn read_state(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     }
     gauge!(QUEUE_OLDEST_AGE).set(age.max(0.0));
     gauge!(KILL_SWITCH).set(if engaged { 1.0 } else { 0.0 });
+    let (events, oldest) = crate::notify::outbox::counts(&mut *conn).await?;
+    for (state, n) in events {
+        #[allow(clippy::cast_precision_loss)] // event counts stay far below 2^52
+        gauge!(NOTIFICATIONS, "state" => state).set(n as f64);
+    }
+    gauge!(NOTIFICATIONS_OLDEST_PENDING).set(oldest.max(0.0));
     Ok(())
 }
 

@@ -58,6 +58,14 @@ pub const DB_UP: &str = "deprov_db_up";
 /// Counter `{database}`: scrape-time reads of a database that failed or timed out.
 pub const DB_READ_ERRORS: &str = "deprov_db_read_errors_total";
 
+/// Gauge `{state="pending"|"delivered"|"dead"|"skipped"}`: notification events in `deprov.outbox`.
+pub const NOTIFICATIONS: &str = "deprov_notifications";
+/// Gauge, seconds: age of the oldest pending notification event (0 when none).
+pub const NOTIFICATIONS_OLDEST_PENDING: &str = "deprov_notifications_oldest_pending_seconds";
+/// Counter `{outcome="delivered"|"retry"|"dead"|"lost"|"unrecorded"}`: notification delivery
+/// attempts by this process, by what was recorded ([`crate::notify`]).
+pub const NOTIFICATION_DELIVERIES: &str = "deprov_notification_deliveries_total";
+
 /// Bucket bounds (seconds) of every histogram: 1 ms to 30 s.
 pub const BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -126,6 +134,16 @@ fn describe() {
         "1 when the last scrape-time read of the database succeeded"
     );
     describe_counter!(DB_READ_ERRORS, "Scrape-time database reads that failed");
+    describe_gauge!(NOTIFICATIONS, "Notification events per delivery state");
+    describe_gauge!(
+        NOTIFICATIONS_OLDEST_PENDING,
+        Unit::Seconds,
+        "Age of the oldest pending notification event"
+    );
+    describe_counter!(
+        NOTIFICATION_DELIVERIES,
+        "Notification delivery attempts by outcome"
+    );
 }
 
 /// Renders the registry as Prometheus text exposition (format 0.0.4), after draining histogram
@@ -181,4 +199,10 @@ pub fn batch_failed(sqlstate: Option<&str>) {
 /// Records an intake request refused by the rate limit.
 pub fn rate_limited() {
     counter!(RATE_LIMITED).increment(1);
+}
+
+/// Records a notification delivery attempt by what was recorded: `delivered`, `retry`, `dead`,
+/// `lost` (another dispatcher took the event over) or `unrecorded` (the state database failed).
+pub fn notification_attempt(outcome: &'static str) {
+    counter!(NOTIFICATION_DELIVERIES, "outcome" => outcome).increment(1);
 }

@@ -8,6 +8,7 @@ mod demo_env;
 mod demo_equivalence;
 mod harness;
 mod kill_switch_ack;
+mod notify;
 mod operator_jobs;
 mod plan_report;
 mod worker_jobs;
