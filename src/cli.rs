@@ -1,7 +1,7 @@
 //! The `deprov` command line: parses nothing itself beyond clap, dispatches to the library.
 //!
 //! Subcommands: `serve` (HTTP + worker), `worker` (worker only), `migrate`, `kill-switch on|off|status`,
-//! `jobs list|show|retry|cancel`, `audit list`,
+//! `jobs list|show|retry|cancel`, `audit list`, `tokens create|list|revoke`,
 //! `plan --tenant ID`, `demo`. Every flag is also an environment variable (`DEPROV_*`).
 
 use clap::{Parser, Subcommand};
@@ -13,9 +13,11 @@ use crate::db::{self, PoolRole};
 
 mod jobs;
 mod kill_switch;
+mod tokens;
 
 pub use jobs::{Acting, AuditAction, AuditArgs, JobsAction, JobsArgs, jobs_table};
 pub use kill_switch::{ChangeArgs, KillSwitchAction, KillSwitchArgs, describe};
+pub use tokens::{TokenActing, TokensAction, TokensArgs, execute as tokens_execute, tokens_table};
 
 /// `deprov`: deletes a SaaS tenant's data safely.
 #[derive(Debug, Parser)]
@@ -42,6 +44,8 @@ pub enum Command {
     Jobs(JobsArgs),
     /// The audit log of operator actions.
     Audit(AuditArgs),
+    /// Create, list or revoke operator tokens (roles `read-only`, `operator`) for the HTTP API.
+    Tokens(TokensArgs),
     /// Print the deletion plan of a tenant without deleting anything.
     Plan {
         /// The tenant key.
@@ -201,6 +205,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::KillSwitch(args) => kill_switch::run(args).await?,
         Command::Jobs(args) => jobs::run_jobs(args).await?,
         Command::Audit(args) => jobs::run_audit(args).await?,
+        Command::Tokens(args) => tokens::run(args).await?,
         Command::Plan {
             tenant,
             json,

@@ -5,6 +5,7 @@
 //! names the offending key. A full, commented example is `deploy/example.toml`; the README documents
 //! each key.
 
+mod access;
 mod edge;
 
 use std::collections::BTreeMap;
@@ -13,6 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::sql::QualifiedName;
+pub use access::OperatorTokensConfig;
 pub use edge::{MetricsConfig, RateLimitConfig};
 
 /// Why the configuration was refused. Every message names the key.
@@ -78,6 +80,9 @@ pub struct Config {
     /// How `GET /metrics` reads gauges from the databases.
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// How servers check operator tokens (`deprov tokens`).
+    #[serde(default)]
+    pub operator_tokens: OperatorTokensConfig,
 }
 
 pub use crate::sources::SourceConfig;
@@ -511,6 +516,7 @@ impl Config {
         }
         self.intake.rate_limit.validate()?;
         self.metrics.validate()?;
+        self.operator_tokens.validate()?;
         if let Some(v) = &self.vercel {
             match self.sources.get(&v.source).map(|s| s.scheme) {
                 None => {

@@ -112,13 +112,13 @@ fn actor(acting: &Acting) -> anyhow::Result<(String, String)> {
     Ok((who, reason.to_owned()))
 }
 
-fn rfc3339(t: time::OffsetDateTime) -> String {
+pub(super) fn rfc3339(t: time::OffsetDateTime) -> String {
     t.format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
 }
 
 /// Pads or cuts `s` to `width` characters.
-fn cell(s: &str, width: usize) -> String {
+pub(super) fn cell(s: &str, width: usize) -> String {
     let n = s.chars().count();
     if n > width {
         let cut: String = s.chars().take(width.saturating_sub(1)).collect();

@@ -17,5 +17,6 @@ mod process;
 mod rate_limit;
 mod requests;
 mod signed;
+mod tokens;
 mod vercel;
 mod webhooks;
