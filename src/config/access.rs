@@ -37,3 +37,22 @@ impl OperatorTokensConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_ttl_defaults_to_5s_and_is_bounded_by_60s() {
+        let parse = |text: &str| toml::from_str::<OperatorTokensConfig>(text).unwrap();
+        assert_eq!(parse("").cache_ttl, Duration::from_secs(5));
+        assert_eq!(parse("cache_ttl = \"0s\"").cache_ttl, Duration::ZERO);
+        assert!(parse("cache_ttl = \"60s\"").validate().is_ok());
+        let err = parse("cache_ttl = \"61s\"").validate().unwrap_err();
+        assert!(
+            err.to_string().contains("operator_tokens.cache_ttl"),
+            "{err}"
+        );
+        assert!(toml::from_str::<OperatorTokensConfig>("ttl = \"1s\"").is_err());
+    }
+}
