@@ -18,5 +18,6 @@ mod rate_limit;
 mod requests;
 mod signed;
 mod tokens;
+mod tokens_cache;
 mod vercel;
 mod webhooks;

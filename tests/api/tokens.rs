@@ -37,14 +37,14 @@ async fn deprov(app: &TestApp, args: &[&str]) -> String {
 }
 
 /// `deprov tokens create --name NAME --role ROLE`; returns the token it printed.
-async fn create(app: &TestApp, name: &str, role: &str) -> String {
+pub(crate) async fn create(app: &TestApp, name: &str, role: &str) -> String {
     let out = deprov(app, &["create", "--name", name, "--role", role]).await;
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 1, "only the token on stdout: {out:?}");
     lines[0].to_owned()
 }
 
-async fn get(app: &TestApp, token: &str, path: &str) -> reqwest::Response {
+pub(crate) async fn get(app: &TestApp, token: &str, path: &str) -> reqwest::Response {
     app.client
         .get(app.url(path))
         .bearer_auth(token)
@@ -380,61 +380,4 @@ async fn the_bootstrap_env_token_keeps_working_beside_table_tokens() {
         .await
         .unwrap();
     assert_eq!(actor, "erin");
-}
-
-/// Sends 20 `GET /v1/jobs` with `token` while the test holds an ACCESS EXCLUSIVE lock on the token
-/// table; returns their statuses. A request that reads the table waits for the lock until
-/// `lock_timeout` (1 s) and is answered 503.
-async fn statuses_while_the_table_is_locked(app: &TestApp, token: &str) -> Vec<StatusCode> {
-    let mut lock = app.db.begin().await.unwrap();
-    sqlx::query("LOCK TABLE deprov.operator_tokens IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
-    let mut statuses = Vec::new();
-    for _ in 0..20 {
-        statuses.push(get(app, token, "/v1/jobs").await.status());
-    }
-    lock.rollback().await.unwrap();
-    statuses
-}
-
-#[tokio::test]
-async fn requests_do_not_read_the_token_table_while_the_cached_copy_is_fresh() {
-    // A long TTL: after one read, 20 requests are answered from the copy, table locked or not.
-    let app = spawn_app_with(TestOptions {
-        extra_config: "[operator_tokens]\ncache_ttl = \"60s\"\n".into(),
-        ..Default::default()
-    })
-    .await;
-    let frank = create(&app, "frank", "read-only").await;
-    assert_eq!(get(&app, &frank, "/v1/jobs").await.status(), StatusCode::OK);
-    let started = Instant::now();
-    let statuses = statuses_while_the_table_is_locked(&app, &frank).await;
-    assert_eq!(statuses, vec![StatusCode::OK; 20]);
-    eprintln!(
-        "20 cached checks under the lock took {:?}",
-        started.elapsed()
-    );
-
-    // TTL 0: every request reads the table, so the same lock makes them wait and answer 503.
-    let app = spawn_app_with(TestOptions {
-        extra_config: "[operator_tokens]\ncache_ttl = \"0s\"\n".into(),
-        ..Default::default()
-    })
-    .await;
-    let gina = create(&app, "gina", "read-only").await;
-    assert_eq!(get(&app, &gina, "/v1/jobs").await.status(), StatusCode::OK);
-    let mut lock = app.db.begin().await.unwrap();
-    sqlx::query("LOCK TABLE deprov.operator_tokens IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
-    assert_problem(
-        get(&app, &gina, "/v1/jobs").await,
-        StatusCode::SERVICE_UNAVAILABLE,
-    )
-    .await;
-    lock.rollback().await.unwrap();
-    assert_eq!(get(&app, &gina, "/v1/jobs").await.status(), StatusCode::OK);
 }
