@@ -1,7 +1,7 @@
 //! The `deprov` command line: parses nothing itself beyond clap, dispatches to the library.
 //!
 //! Subcommands: `serve` (HTTP + worker), `worker` (worker only), `migrate`, `kill-switch on|off|status`,
-//! `jobs list|show|retry|cancel`, `audit list`,
+//! `jobs list|show|retry|cancel`, `audit list`, `tokens create|list|revoke`,
 //! `notifications list|redrive`,
 //! `plan --tenant ID`, `demo`. Every flag is also an environment variable (`DEPROV_*`).
 
@@ -15,10 +15,12 @@ use crate::db::{self, PoolRole};
 mod jobs;
 mod kill_switch;
 mod notifications;
+mod tokens;
 
 pub use jobs::{Acting, AuditAction, AuditArgs, JobsAction, JobsArgs, jobs_table};
 pub use kill_switch::{ChangeArgs, KillSwitchAction, KillSwitchArgs, describe};
 pub use notifications::{NotificationsAction, NotificationsArgs, events_table};
+pub use tokens::{TokenActing, TokensAction, TokensArgs, execute as tokens_execute, tokens_table};
 
 /// `deprov`: deletes a SaaS tenant's data safely.
 #[derive(Debug, Parser)]
@@ -48,6 +50,8 @@ pub enum Command {
     /// Job completion and failure events sent to `[notifications] url`: list them (e.g. the dead
     /// ones) or send dead ones again (talks to the state database directly).
     Notifications(NotificationsArgs),
+    /// Create, list or revoke operator tokens (roles `read-only`, `operator`) for the HTTP API.
+    Tokens(TokensArgs),
     /// Print the deletion plan of a tenant without deleting anything.
     Plan {
         /// The tenant key.
@@ -208,6 +212,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Jobs(args) => jobs::run_jobs(args).await?,
         Command::Audit(args) => jobs::run_audit(args).await?,
         Command::Notifications(args) => notifications::run(args).await?,
+        Command::Tokens(args) => tokens::run(args).await?,
         Command::Plan {
             tenant,
             json,

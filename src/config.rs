@@ -5,6 +5,7 @@
 //! names the offending key. A full, commented example is `deploy/example.toml`; the README documents
 //! each key.
 
+mod access;
 mod edge;
 mod notify;
 
@@ -14,6 +15,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::sql::QualifiedName;
+pub use access::OperatorTokensConfig;
 pub use edge::{MetricsConfig, RateLimitConfig};
 pub use notify::{EVENT_TYPES, NotificationsConfig, SigningKey};
 
@@ -82,6 +84,9 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Signed HTTP callbacks when jobs finish (`[notifications]`); absent = events recorded, not sent.
     pub notifications: Option<NotificationsConfig>,
+    /// How servers check operator tokens (`deprov tokens`).
+    #[serde(default)]
+    pub operator_tokens: OperatorTokensConfig,
 }
 
 pub use crate::sources::SourceConfig;
@@ -526,6 +531,7 @@ impl Config {
         }
         self.intake.rate_limit.validate()?;
         self.metrics.validate()?;
+        self.operator_tokens.validate()?;
         if let Some(v) = &self.vercel {
             match self.sources.get(&v.source).map(|s| s.scheme) {
                 None => {

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::jobs::cell;
 use super::{StateDb, cli_pool};
 use crate::db;
 use crate::queue::kill_switch::{self, Scope, ScopeKind, ScopeSwitch, Status};
@@ -140,41 +141,82 @@ fn print_status(status: &Status, json: bool) {
         println!("{v}");
         return;
     }
+    print!("{}", status_tables(status));
+}
+
+/// The text of `kill-switch status`: a table of switches (global first) with each one's
+/// acknowledgement, then a table of live workers (or `no live workers`).
+pub fn status_tables(status: &Status) -> String {
+    let mut out = format!(
+        "{} {} {} {} {} {} {} REASON\n",
+        cell("SCOPE", 7),
+        cell("KEY", 16),
+        cell("STATE", 8),
+        cell("VERSION", 7),
+        cell("CHANGED", 20),
+        cell("BY", 16),
+        cell("ACKNOWLEDGED", 24),
+    );
     for s in &status.switches {
         let pending = status.pending(s.version);
         let ack = if pending.is_empty() {
-            format!(
-                "acknowledged by all {} live worker(s)",
-                status.workers.len()
-            )
+            format!("yes ({} live)", status.workers.len())
         } else {
-            format!("NOT acknowledged by {}", pending.join(", "))
+            format!("NO: {}", pending.join(", "))
         };
-        println!("{} — {ack}", describe(s, None));
+        out.push_str(&format!(
+            "{} {} {} {} {} {} {} {}\n",
+            cell(&s.scope, 7),
+            cell(s.key.as_deref().unwrap_or("-"), 16),
+            cell(if s.engaged { "ENGAGED" } else { "released" }, 8),
+            cell(&s.version.to_string(), 7),
+            cell(&rfc3339(s.changed_at), 20),
+            cell(s.changed_by.as_deref().unwrap_or("-"), 16),
+            cell(&ack, 24),
+            s.reason.as_deref().unwrap_or("-"),
+        ));
     }
     if status.workers.is_empty() {
-        println!("no live workers");
+        out.push_str("\nno live workers\n");
+        return out;
     }
+    out.push_str(&format!(
+        "\n{} {} {} MODE\n",
+        cell("WORKER", 32),
+        cell("OBSERVED", 8),
+        cell("HEARTBEAT", 20)
+    ));
     for w in &status.workers {
-        println!(
-            "worker {} observed version {} (heartbeat {}, {})",
-            w.id,
-            w.observed_version,
-            rfc3339(w.heartbeat_at),
+        out.push_str(&format!(
+            "{} {} {} {}\n",
+            cell(&w.id, 32),
+            cell(&w.observed_version.to_string(), 8),
+            cell(&rfc3339(w.heartbeat_at), 20),
             if w.listening { "listening" } else { "polling" }
-        );
+        ));
     }
+    out
 }
 
-/// Polls until every live worker has observed `version` or `timeout` passes; a spinner on a
-/// terminal. Returns the workers still pending (empty = acknowledged).
+/// Polls (every 100 ms) until every live worker has observed `version` or `timeout` passes. On a
+/// terminal (stderr) a progress bar counts the live workers that acknowledged, names the others and
+/// shows the time waited; elsewhere nothing is drawn. Returns the workers still pending (empty =
+/// acknowledged) and how many were live.
 async fn wait_for_ack(
     pool: &sqlx::PgPool,
     version: i64,
     timeout: Duration,
 ) -> Result<(Vec<String>, usize), sqlx::Error> {
-    let bar = indicatif::ProgressBar::new_spinner();
-    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+    let bar = indicatif::ProgressBar::new(0);
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        let style = indicatif::ProgressStyle::with_template(
+            "{spinner} [{bar:20}] {pos}/{len} live workers acknowledged version {prefix} ({elapsed}) {wide_msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> ");
+        bar.set_style(style);
+        bar.set_prefix(version.to_string());
+    } else {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let deadline = tokio::time::Instant::now() + timeout;
@@ -185,12 +227,10 @@ async fn wait_for_ack(
             bar.finish_and_clear();
             return Ok((pending, status.workers.len()));
         }
-        bar.set_message(format!(
-            "waiting for {} of {} live worker(s) to acknowledge version {version}: {}",
-            pending.len(),
-            status.workers.len(),
-            pending.join(", ")
-        ));
+        let live = status.workers.len();
+        bar.set_length(live as u64);
+        bar.set_position(live.saturating_sub(pending.len()) as u64);
+        bar.set_message(format!("waiting for {}", pending.join(", ")));
         bar.tick();
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -280,4 +320,56 @@ pub async fn run(args: KillSwitchArgs) -> anyhow::Result<()> {
     let result = run_with(&pool, &args).await;
     pool.close().await; // see plan_command
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::workers::LiveWorker;
+
+    #[test]
+    fn the_status_tables_align_and_name_the_workers_that_have_not_acknowledged() {
+        let at = time::OffsetDateTime::UNIX_EPOCH;
+        let switch = |scope: &str, key: Option<&str>, engaged, version| ScopeSwitch {
+            scope: scope.into(),
+            key: key.map(Into::into),
+            engaged,
+            reason: Some("incident 42".into()),
+            changed_by: Some("alice".into()),
+            version,
+            changed_at: at,
+        };
+        let worker = |id: &str, observed| LiveWorker {
+            id: id.into(),
+            started_at: at,
+            heartbeat_at: at,
+            observed_version: observed,
+            observed_at: None,
+            listening: observed == 2,
+        };
+        let status = Status {
+            latest_version: 2,
+            switches: vec![
+                switch("global", None, false, 1),
+                switch("tenant", Some("acct_1"), true, 2),
+            ],
+            workers: vec![worker("w-fast", 2), worker("w-slow", 1)],
+        };
+        let text = status_tables(&status);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 7, "{text}");
+        let col = |line: &str, s: &str| line.find(s).unwrap_or_else(|| panic!("{s} in {line}"));
+        assert_eq!(col(lines[0], "STATE"), col(lines[2], "ENGAGED"));
+        assert_eq!(col(lines[0], "ACKNOWLEDGED"), col(lines[1], "yes (2 live)"));
+        assert_eq!(col(lines[0], "ACKNOWLEDGED"), col(lines[2], "NO: w-slow"));
+        assert!(lines[2].ends_with("incident 42"), "{}", lines[2]);
+        assert_eq!(lines[3], "");
+        assert_eq!(col(lines[4], "MODE"), col(lines[5], "listening"));
+        assert!(lines[6].starts_with("w-slow ") && lines[6].ends_with("polling"));
+        let none = Status {
+            workers: vec![],
+            ..status
+        };
+        assert!(status_tables(&none).ends_with("\nno live workers\n"));
+    }
 }

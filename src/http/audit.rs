@@ -20,11 +20,14 @@ pub struct AuditEntryView {
     /// When (RFC 3339; the acting transaction's start).
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
-    /// Who: `operator` / `operator:<name>` (HTTP API), `cli` / `cli:<name>`.
+    /// Who: the operator token's name (HTTP API; `env:operator` for `DEPROV_OPERATOR_TOKEN`;
+    /// entries before tokens existed read `operator` / `operator:<name>`), `cli` / `cli:<name>`
+    /// (command line).
     pub actor: String,
-    /// `kill_switch.engage`, `kill_switch.release`, `job.cancel` or `job.retry`.
+    /// `kill_switch.engage`, `kill_switch.release`, `job.cancel`, `job.retry`, `token.create` or
+    /// `token.revoke`.
     pub action: String,
-    /// On what: `global`, `source:<name>`, `tenant:<key>`, `job:<uuid>`.
+    /// On what: `global`, `source:<name>`, `tenant:<key>`, `job:<uuid>`, `token:<name>`.
     pub target: Option<String>,
     /// Why, as the operator gave it.
     pub reason: String,
@@ -77,7 +80,7 @@ pub struct AuditList {
         (status = 200, description = "Entries, newest first", body = AuditList),
         (status = 400, description = "Malformed query string", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "No operator token configured", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "No operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "limit out of range", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),

@@ -1,8 +1,13 @@
-//! Authentication extractors: deletion sources, operators, and the Vercel partner API.
+//! Authentication extractors: deletion sources, operators ([`Operator`], [`OperatorAuth`]: named
+//! tokens with roles, and the bootstrap `DEPROV_OPERATOR_TOKEN`), and the Vercel partner API.
 //!
 //! Tokens are compared in constant time: the presented token and every configured token are hashed
 //! with SHA-256 and the digests compared with `subtle`, visiting every configured token, so neither the
 //! position of a match nor a token's length leaks through timing.
+
+mod operator;
+
+use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;
@@ -12,7 +17,7 @@ use subtle::ConstantTimeEq;
 
 use super::AppState;
 use super::error::ApiError;
-use std::sync::Arc;
+pub use operator::{BOOTSTRAP_ACTOR, Operator, OperatorAuth};
 
 use crate::config::Config;
 use crate::sources::Scheme;
@@ -105,29 +110,6 @@ impl FromRequestParts<AppState> for AuthenticatedSource {
         Ok(Self {
             name: name.to_owned(),
         })
-    }
-}
-
-/// A request authenticated with `DEPROV_OPERATOR_TOKEN`. With no operator token configured every
-/// operator route answers 403 (secure by default); a missing or wrong token is 401.
-#[derive(Debug, Clone, Copy)]
-pub struct Operator;
-
-impl FromRequestParts<AppState> for Operator {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let Some(expected) = &state.operator else {
-            return Err(ApiError::Forbidden(
-                "the operator API is disabled: no DEPROV_OPERATOR_TOKEN is configured".into(),
-            ));
-        };
-        let token = bearer(&parts.headers).ok_or_else(unauthorized)?;
-        if expected.matches(&TokenDigest::of(token)) {
-            Ok(Self)
-        } else {
-            Err(unauthorized())
-        }
     }
 }
 

@@ -17,9 +17,6 @@ use crate::db::{self, Bounds};
 use crate::queue::kill_switch::{self, Scope, ScopeKind, ScopeSwitch, Status};
 use crate::queue::workers::LiveWorker;
 
-/// Longest `actor` accepted, in characters.
-pub const MAX_ACTOR_CHARS: usize = 100;
-
 /// A switch as `PUT` answers it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct KillSwitchView {
@@ -33,8 +30,8 @@ pub struct KillSwitchView {
     pub engaged: bool,
     /// Why it was last changed.
     pub reason: Option<String>,
-    /// Who last changed it: `operator` (HTTP API; `operator:<actor>` when the body names one),
-    /// `cli:<user>`, or another caller's name.
+    /// Who last changed it: the operator token's name (HTTP API; `env:operator` for
+    /// `DEPROV_OPERATOR_TOKEN`), `cli` / `cli:<user>` (command line).
     pub changed_by: Option<String>,
     /// The change counter's value at this switch's last change (one counter over all scopes).
     pub version: i64,
@@ -185,9 +182,8 @@ pub struct SetKillSwitch {
     #[serde(default)]
     pub scope: ScopeKind,
     /// The source name (`scope = source`) or tenant key (`scope = tenant`); not with `global`.
+    /// The actor is not part of the body: it is the operator token's name.
     pub key: Option<String>,
-    /// Who is acting (1..=100 characters), recorded as `operator:<actor>`; default `operator`.
-    pub actor: Option<String>,
 }
 
 /// Every switch, with whether each change has been acknowledged by every live worker.
@@ -199,7 +195,7 @@ pub struct SetKillSwitch {
     responses(
         (status = 200, description = "Every switch and the live workers' acknowledgements", body = KillSwitchStatusView),
         (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "No operator token configured", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "No operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
@@ -212,20 +208,6 @@ pub async fn get_kill_switch(
     let status = Status::read(&mut tx).await?;
     tx.commit().await?;
     Ok(axum::Json(KillSwitchStatusView::new(status)))
-}
-
-/// The actor recorded for an API change: `operator`, or `operator:<name>` when the body names one.
-///
-/// # Errors
-/// 422 when the name is empty or longer than [`MAX_ACTOR_CHARS`].
-pub fn api_actor(named: Option<&str>) -> Result<String, ApiError> {
-    match named.map(str::trim) {
-        None => Ok("operator".into()),
-        Some(a) if a.is_empty() || a.chars().count() > MAX_ACTOR_CHARS => Err(
-            ApiError::Unprocessable(format!("actor: must be 1..={MAX_ACTOR_CHARS} characters")),
-        ),
-        Some(a) => Ok(format!("operator:{a}")),
-    }
 }
 
 /// Checks an operator's reason: 1..=1000 characters after trimming.
@@ -255,7 +237,7 @@ pub fn operator_reason(reason: &str) -> Result<&str, ApiError> {
         (status = 200, description = "The switch as changed, with the number of jobs moved", body = KillSwitchView),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "No operator token configured", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only token, or no operator token exists", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Missing, invalid or unknown field", body = Problem, content_type = "application/problem+json"),
@@ -264,13 +246,13 @@ pub fn operator_reason(reason: &str) -> Result<&str, ApiError> {
     ),
 )]
 pub async fn put_kill_switch(
-    _: Operator,
+    operator: Operator,
     State(state): State<AppState>,
     ApiJson(body): ApiJson<SetKillSwitch>,
 ) -> Result<axum::Json<KillSwitchView>, ApiError> {
     let reason = operator_reason(&body.reason)?;
     let scope = Scope::new(body.scope, body.key.as_deref()).map_err(ApiError::Unprocessable)?;
-    let actor = api_actor(body.actor.as_deref())?;
+    let actor = operator.actor;
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
     let (switch, moved) =
         kill_switch::set_scope(&mut tx, &scope, body.engaged, reason, &actor).await?;

@@ -58,7 +58,7 @@ use crate::db::Pools;
 use crate::queue::group_commit::GroupCommit;
 use crate::queue::intake::{Accepted, IntakeError, NewRequest};
 use crate::telemetry::collect::Collector;
-use auth::{PartnerVerifier, SourceTokens, TokenDigest};
+use auth::{OperatorAuth, PartnerVerifier, SourceTokens};
 use error::ApiError;
 
 /// Longest time a request may take before it is answered 503 (problem+json, `Retry-After`).
@@ -76,8 +76,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// Digests of the `[sources.NAME]` tokens.
     pub sources: Arc<SourceTokens>,
-    /// Digest of `DEPROV_OPERATOR_TOKEN`; `None` disables the operator routes (403).
-    pub operator: Option<Arc<TokenDigest>>,
+    /// Checks operator tokens: `DEPROV_OPERATOR_TOKEN` and the `deprov tokens` table, with its cache.
+    pub operators: Arc<OperatorAuth>,
     /// How Vercel partner-API calls are verified; `None` when there is no `[vercel]` section (404).
     pub vercel: Option<Arc<PartnerVerifier>>,
     /// What `GET /metrics` renders. [`AppState::new`] makes one that does not read the target
@@ -100,7 +100,8 @@ impl FromRef<AppState> for Arc<Collector> {
 }
 
 impl AppState {
-    /// Builds the state; tokens are kept only as SHA-256 digests.
+    /// Builds the state; tokens are kept only as SHA-256 digests. `operator_token` is the bootstrap
+    /// `DEPROV_OPERATOR_TOKEN` (role `operator`, audit actor `env:operator`).
     pub fn new(pools: Pools, config: Arc<Config>, operator_token: Option<&str>) -> Self {
         let sources = SourceTokens::from_config(&config);
         let vercel = config
@@ -117,7 +118,10 @@ impl AppState {
         Self {
             rate_limit: rate_limit::limit(&config.intake.rate_limit, sources.clone()),
             pools,
-            operator: operator_token.map(|t| Arc::new(TokenDigest::of(t))),
+            operators: Arc::new(OperatorAuth::new(
+                operator_token,
+                config.operator_tokens.cache_ttl,
+            )),
             sources,
             vercel,
             metrics,
@@ -167,7 +171,7 @@ impl AppState {
         (name = "intake", description = "Deletion requests from configured sources"),
         (name = "vercel", description = "Vercel Marketplace partner API"),
         (name = "webhooks", description = "Signed deliveries from configured senders"),
-        (name = "operator", description = "Jobs and the kill switch (DEPROV_OPERATOR_TOKEN)"),
+        (name = "operator", description = "Jobs, the kill switch and the audit log (operator tokens)"),
         (name = "health", description = "Liveness, readiness and metrics"),
     ),
     modifiers(&SecuritySchemes),
@@ -190,7 +194,13 @@ impl utoipa::Modify for SecuritySchemes {
         );
         components.add_security_scheme(
             "operator_token",
-            bearer("DEPROV_OPERATOR_TOKEN. Without one configured, operator routes answer 403."),
+            bearer(
+                "An operator token: one made by `deprov tokens create` (`dpv_…`, stored hashed), or the \
+                 bootstrap DEPROV_OPERATOR_TOKEN. Role `read-only` may call GET operator routes; every \
+                 other method needs role `operator` (else 403). The token's name is the audit actor \
+                 (`env:operator` for DEPROV_OPERATOR_TOKEN). A revoked token is refused (401) within \
+                 `[operator_tokens] cache_ttl`. With no operator token at all, operator routes answer 403.",
+            ),
         );
         components.add_security_scheme(
             "vercel_token",

@@ -3,7 +3,8 @@
 //! `UPDATE`, `DELETE` and `TRUNCATE` (SQLSTATE 42501), whoever runs them.
 //!
 //! Actions: `kill_switch.engage`, `kill_switch.release` (target `global`, `source:<name>`,
-//! `tenant:<key>`), `job.cancel`, `job.retry` (target `job:<uuid>`).
+//! `tenant:<key>`), `job.cancel`, `job.retry` (target `job:<uuid>`), `token.create`,
+//! `token.revoke` (target `token:<name>`, see [`super::tokens`]).
 
 use sqlx::PgExecutor;
 use time::OffsetDateTime;
@@ -15,7 +16,8 @@ pub struct Entry {
     pub id: i64,
     /// When (the acting transaction's start).
     pub at: OffsetDateTime,
-    /// Who: `api:<name>` (operator token), `cli:<name>`, as the caller stated it.
+    /// Who: the operator token's name (HTTP API; `env:operator` for `DEPROV_OPERATOR_TOKEN`),
+    /// `cli` / `cli:<name>` (command line, as the caller stated it).
     pub actor: String,
     /// What, e.g. `kill_switch.engage` (see the module docs).
     pub action: String,

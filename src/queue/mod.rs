@@ -7,6 +7,7 @@
 //! - [`workers`]: live worker processes and the kill switch version each acknowledged.
 //! - [`audit`]: the append-only log of operator actions.
 //! - [`operator`]: operators cancel and retry jobs.
+//! - [`tokens`]: named operator tokens with roles, stored as SHA-256 digests.
 //!
 //! Every function takes an executor or a connection; callers own transaction boundaries.
 
@@ -18,6 +19,7 @@ pub mod jobs;
 pub mod kill_switch;
 pub mod operator;
 pub mod record;
+pub mod tokens;
 pub mod workers;
 
 pub use jobs::{Job, JobState};

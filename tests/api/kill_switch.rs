@@ -37,7 +37,10 @@ async fn put_and_get_round_trip() {
         .unwrap();
     assert_eq!(got["engaged"], true);
     assert_eq!(got["reason"], "incident 42");
-    assert_eq!(got["changed_by"], "operator");
+    assert_eq!(
+        got["changed_by"], "env:operator",
+        "the bootstrap DEPROV_OPERATOR_TOKEN's actor"
+    );
     assert_eq!(got["version"], 1);
     assert_eq!(got["changed_at"], set["changed_at"]);
     assert!(got.get("jobs_moved").is_none());

@@ -18,5 +18,7 @@ mod process;
 mod rate_limit;
 mod requests;
 mod signed;
+mod tokens;
+mod tokens_cache;
 mod vercel;
 mod webhooks;
