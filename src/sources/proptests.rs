@@ -129,7 +129,7 @@ proptest! {
     }
 
     /// Extraction from arbitrary bytes and arbitrary pointers/headers never panics and only yields
-    /// usable values (1..=256 bytes, no control characters).
+    /// usable values (1..=256 characters, no control characters).
     #[test]
     fn extraction_takes_arbitrary_bytes(
         body in prop_oneof![
@@ -151,7 +151,7 @@ proptest! {
                 };
                 let d = payload::extract(&source, &h, &body);
                 for v in [&d.tenant, &d.dedup, &d.event].into_iter().flatten() {
-                    prop_assert!(!v.is_empty() && v.len() <= 256 && !v.chars().any(char::is_control), "{v:?}");
+                    prop_assert!(!v.is_empty() && v.chars().count() <= 256 && !v.chars().any(char::is_control), "{v:?}");
                 }
             }
         }
