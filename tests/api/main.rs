@@ -16,6 +16,7 @@ mod pools;
 mod process;
 mod rate_limit;
 mod requests;
+mod schemathesis;
 mod signed;
 mod vercel;
 mod webhooks;
