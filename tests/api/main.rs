@@ -3,6 +3,7 @@
 mod errors;
 mod health;
 mod helpers;
+mod inputs;
 mod intake;
 mod kill_switch;
 mod kill_switch_scopes;
