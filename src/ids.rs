@@ -12,7 +12,8 @@ use uuid::Uuid;
 /// request ID was derived from it. It is itself `uuid5(NAMESPACE_URL, "https://deprov.dev/ns/request/v1")`.
 pub const REQUEST_NAMESPACE: Uuid = Uuid::from_u128(0x344219f3_a87b_55c3_8cf0_ac8484addebc);
 
-/// Upper bound on a tenant key's length in bytes, so a key always fits an index entry.
+/// Upper bound on a tenant key's length in characters (Unicode scalar values, as OpenAPI's
+/// `maxLength` counts them; at most 1024 bytes of UTF-8), so a key always fits an index entry.
 pub const MAX_TENANT_ID_LEN: usize = 256;
 
 /// A tenant key as the sender gave it (a string; cast to the root key column's type by the engine).
@@ -21,7 +22,7 @@ pub const MAX_TENANT_ID_LEN: usize = 256;
 pub struct TenantId(String);
 
 impl TenantId {
-    /// Validates a tenant key: 1..=256 bytes, no control characters.
+    /// Validates a tenant key: 1..=256 characters, no control characters.
     ///
     /// # Errors
     /// A human-readable reason when the key is empty, too long or contains control characters.
@@ -29,8 +30,8 @@ impl TenantId {
         if raw.is_empty() {
             return Err("must not be empty".into());
         }
-        if raw.len() > MAX_TENANT_ID_LEN {
-            return Err(format!("must be at most {MAX_TENANT_ID_LEN} bytes"));
+        if raw.chars().count() > MAX_TENANT_ID_LEN {
+            return Err(format!("must be at most {MAX_TENANT_ID_LEN} characters"));
         }
         if raw.chars().any(char::is_control) {
             return Err("must not contain control characters".into());
@@ -132,6 +133,9 @@ mod tests {
         assert!(TenantId::parse("").is_err());
         assert!(TenantId::parse("a\nb").is_err());
         assert!(TenantId::parse(&"x".repeat(257)).is_err());
+        // Characters, not bytes (OpenAPI `maxLength`): 256 three-byte characters fit, 257 do not.
+        assert!(TenantId::parse(&"€".repeat(256)).is_ok());
+        assert!(TenantId::parse(&"€".repeat(257)).is_err());
         assert_eq!(TenantId::parse("acct_1").unwrap().as_str(), "acct_1");
     }
 }

@@ -9,6 +9,7 @@ use super::AppState;
 use super::auth::Operator;
 use super::error::{ApiError, Problem};
 use super::extract::ApiQuery;
+use super::intake::no_nul;
 use crate::db::{self, Bounds};
 use crate::queue::audit::{self, Entry};
 
@@ -55,10 +56,12 @@ impl From<Entry> for AuditEntryView {
 #[into_params(parameter_in = Query)]
 pub struct AuditQuery {
     /// At most this many entries, 1..=1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
     /// Only entries older than this `id` (the next page).
     pub before: Option<i64>,
-    /// Only actions starting with this, e.g. `job.` or `kill_switch.engage`.
+    /// Only actions starting with this, e.g. `job.` or `kill_switch.engage` (no U+0000).
+    #[param(pattern = "^[^\\u0000]*$")]
     pub action: Option<String>,
 }
 
@@ -81,7 +84,7 @@ pub struct AuditList {
         (status = 400, description = "Malformed query string", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "No operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "limit out of range", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "limit out of range, or U+0000 in action", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
@@ -96,6 +99,9 @@ pub async fn list_audit(
         return Err(ApiError::Unprocessable(
             "limit: must be between 1 and 1000".into(),
         ));
+    }
+    if let Some(action) = &query.action {
+        no_nul("action", action)?;
     }
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
     let rows = audit::list(&mut *tx, limit, query.before, query.action.as_deref()).await?;

@@ -33,8 +33,10 @@ fn is_json(headers: &HeaderMap) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// Parses a JSON body: 415 unless declared JSON, 400 for malformed JSON, 422 for well-formed JSON
-/// that does not fit `T` (missing, mistyped or unknown fields).
+/// Parses a JSON object body: 415 unless declared JSON, 400 for malformed JSON, 422 for well-formed
+/// JSON that is not an object or does not fit `T` (missing, mistyped or unknown fields). Every body
+/// this API takes is an object; serde would otherwise also read a struct from a JSON array
+/// (`["t1"]`), which the spec does not allow.
 ///
 /// # Errors
 /// [`ApiError::UnsupportedMediaType`], [`ApiError::BadRequest`] or [`ApiError::Unprocessable`].
@@ -44,12 +46,20 @@ pub fn parse_json<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Resu
             "expected `Content-Type: application/json`".into(),
         ));
     }
-    serde_json::from_slice(body).map_err(|e| match e.classify() {
+    let classify = |e: serde_json::Error| match e.classify() {
         serde_json::error::Category::Data => {
             ApiError::Unprocessable(format!("invalid request body: {e}"))
         }
         _ => ApiError::BadRequest(format!("malformed JSON body: {e}")),
-    })
+    };
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        // Not an object: 400 if it is not JSON at all, else 422.
+        serde_json::from_slice::<serde::de::IgnoredAny>(body).map_err(classify)?;
+        return Err(ApiError::Unprocessable(
+            "invalid request body: expected a JSON object".into(),
+        ));
+    }
+    serde_json::from_slice(body).map_err(classify)
 }
 
 async fn body_bytes<S: Send + Sync>(
@@ -76,7 +86,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
-/// An optional JSON body: an empty body is `T::default()`, anything else as [`ApiJson`].
+/// An optional JSON body: an empty body or JSON `null` is `T::default()`, anything else as
+/// [`ApiJson`].
 #[derive(Debug)]
 pub struct OptionalJson<T>(pub T);
 
@@ -86,6 +97,9 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptionalJ
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let (headers, bytes) = body_bytes(req, state).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(T::default()));
+        }
+        if is_json(&headers) && bytes.trim_ascii() == b"null" {
             return Ok(Self(T::default()));
         }
         parse_json(&headers, &bytes).map(Self)
@@ -124,7 +138,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
 
 /// The optional `Idempotency-Key` header: 1..=255 printable ASCII characters (0x20..=0x7E). A value
 /// sent as a structured-field string (`"abc"`, as the IETF draft specifies) and the bare `abc` are
-/// the same key.
+/// the same key; `""` is the two-character key (so the spec's pattern, at least one visible
+/// character, is exact). HTTP strips a value's surrounding spaces, so all-space keys arrive empty.
 ///
 /// # Errors
 /// [`ApiError::Unprocessable`] for an empty, over-long or non-printable key, or a repeated header.
@@ -147,6 +162,7 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> 
     let key = text
         .strip_prefix('"')
         .and_then(|t| t.strip_suffix('"'))
+        .filter(|inner| !inner.is_empty())
         .unwrap_or(text);
     if key.is_empty()
         || key.len() > MAX_IDEMPOTENCY_KEY_LEN

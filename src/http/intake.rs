@@ -14,7 +14,7 @@ use crate::ids::{DedupBasis, TenantId};
 use crate::queue::JobState;
 use crate::queue::intake::{NewRequest, SubjectKind};
 
-/// Longest accepted `external_id`, in bytes.
+/// Longest accepted `external_id`, in characters.
 pub const MAX_EXTERNAL_ID_LEN: usize = 255;
 /// Longest accepted `reason`, in characters.
 pub const MAX_REASON_CHARS: usize = 1000;
@@ -23,14 +23,26 @@ pub const MAX_REASON_CHARS: usize = 1000;
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeletionRequestBody {
-    /// The tenant key (1..=256 bytes, no control characters), cast by the worker to the type of
-    /// `[tenant] key_column`.
+    /// The tenant key (1..=256 characters, no control characters), cast by the worker to the type
+    /// of `[tenant] key_column`.
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$"
+    )]
     pub tenant_id: String,
-    /// The sender's own ID for this request (1..=255 bytes); the preferred deduplication basis.
+    /// The sender's own ID for this request (1..=255 characters, no control characters); the
+    /// preferred deduplication basis.
     #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$"
+    )]
     pub external_id: Option<String>,
-    /// Free text stored with the request (at most 1000 characters).
+    /// Free text stored with the request (at most 1000 characters, no U+0000).
     #[serde(default)]
+    #[schema(max_length = 1000, pattern = "^[^\\u0000]*$")]
     pub reason: Option<String>,
     /// The sending source; if present it must be the source the bearer token names (else 403).
     #[serde(default)]
@@ -58,8 +70,23 @@ pub(super) fn validate_reason(reason: Option<String>) -> Result<Option<String>, 
         Some(r) if r.chars().count() > MAX_REASON_CHARS => Err(ApiError::Unprocessable(format!(
             "reason: must be at most {MAX_REASON_CHARS} characters"
         ))),
-        other => Ok(other),
+        Some(r) => no_nul("reason", &r).map(|()| Some(r)),
+        None => Ok(None),
     }
+}
+
+/// 422 when `text` contains U+0000, which PostgreSQL `text` cannot store (it would fail the
+/// statement: a 500). The spec says so with the pattern `^[^\u0000]*$`.
+///
+/// # Errors
+/// [`ApiError::Unprocessable`] naming `field`.
+pub fn no_nul(field: &str, text: &str) -> Result<(), ApiError> {
+    if text.contains('\0') {
+        return Err(ApiError::Unprocessable(format!(
+            "{field}: must not contain U+0000"
+        )));
+    }
+    Ok(())
 }
 
 pub(super) fn job_state(state: &str) -> Result<JobState, ApiError> {
@@ -82,10 +109,12 @@ fn new_request(
         )));
     }
     if let Some(ext) = &body.external_id
-        && (ext.is_empty() || ext.len() > MAX_EXTERNAL_ID_LEN || ext.chars().any(char::is_control))
+        && (ext.is_empty()
+            || ext.chars().count() > MAX_EXTERNAL_ID_LEN
+            || ext.chars().any(char::is_control))
     {
         return Err(ApiError::Unprocessable(format!(
-            "external_id: must be 1..={MAX_EXTERNAL_ID_LEN} bytes without control characters"
+            "external_id: must be 1..={MAX_EXTERNAL_ID_LEN} characters without control characters"
         )));
     }
     let reason = validate_reason(body.reason)?;
@@ -119,7 +148,8 @@ fn new_request(
     params(
         ("Idempotency-Key" = Option<String>, Header,
          description = "1..=255 printable ASCII characters (IETF draft-ietf-httpapi-idempotency-key-header). \
-                        The deduplication key when no external_id is sent; reusing it with a different body is 422."),
+                        The deduplication key when no external_id is sent; reusing it with a different body is 422.",
+         max_length = 255, pattern = "^[\\u0020-\\u007E]*[\\u0021-\\u007E][\\u0020-\\u007E]*$"),
     ),
     request_body(content = DeletionRequestBody, content_type = "application/json"),
     responses(

@@ -115,8 +115,10 @@ impl From<Job> for JobView {
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Only jobs in this state: `queued`, `held`, `running`, `completed`, `failed` or `cancelled`.
+    #[param(value_type = Option<JobState>)]
     pub state: Option<String>,
     /// At most this many jobs, 1..=1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 

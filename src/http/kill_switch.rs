@@ -7,12 +7,16 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{
+    AdditionalProperties, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
+};
 
 use super::AppState;
 use super::auth::Operator;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
-use super::intake::MAX_REASON_CHARS;
+use super::intake::{MAX_REASON_CHARS, no_nul};
 use crate::db::{self, Bounds};
 use crate::queue::kill_switch::{self, Scope, ScopeKind, ScopeSwitch, Status};
 use crate::queue::workers::LiveWorker;
@@ -170,8 +174,10 @@ impl KillSwitchStatusView {
     }
 }
 
-/// The body of `PUT /v1/kill-switch`. Unknown fields are refused (422).
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+/// The body of `PUT /v1/kill-switch`. Unknown fields are refused (422). Its OpenAPI schema is
+/// written by hand ([`set_kill_switch_schema`]): `key` depends on `scope`, which derived schemas
+/// cannot say.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetKillSwitch {
     /// `true` engages (stops deletion in the scope), `false` releases.
@@ -185,6 +191,82 @@ pub struct SetKillSwitch {
     /// The actor is not part of the body: it is the operator token's name.
     pub key: Option<String>,
 }
+
+/// Characters Rust's `str::trim` removes (Unicode `White_Space`), as a regex class body: the schema
+/// says "not blank" with exactly the characters the handler trims.
+const WHITE_SPACE: &str =
+    r"\u0009-\u000D\u0020\u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000";
+
+/// The schema of [`SetKillSwitch`]: one of a global switch (`scope` absent or `global`, no `key`
+/// but blanks) or a scoped one (`scope` `source`/`tenant` with a non-blank `key` of at most 200
+/// characters). `reason` is 1..=1000 characters, not blank. The actor is the operator token's name.
+pub fn set_kill_switch_schema() -> RefOr<Schema> {
+    // Not blank, and no U+0000 (PostgreSQL `text` cannot store it).
+    let not_blank = format!("^[^\\u0000]*[^\\u0000{WHITE_SPACE}][^\\u0000]*$");
+    let text = |max: usize, nullable: bool| {
+        let ty = if nullable {
+            SchemaType::Array(vec![Type::String, Type::Null])
+        } else {
+            SchemaType::Type(Type::String)
+        };
+        ObjectBuilder::new()
+            .schema_type(ty)
+            .max_length(Some(max))
+            .pattern(Some(not_blank.clone()))
+    };
+    let variant = |title: &str, scope: &[&str], key: ObjectBuilder, required_key: bool| {
+        let mut object = ObjectBuilder::new()
+            .title(Some(title))
+            .property(
+                "engaged",
+                ObjectBuilder::new()
+                    .schema_type(Type::Boolean)
+                    .description(Some("`true` engages (stops deletion in the scope), `false` releases.")),
+            )
+            .required("engaged")
+            .property(
+                "reason",
+                text(MAX_REASON_CHARS, false).description(Some(
+                    "Why (1..=1000 characters, not blank, no U+0000); stored, shown by `GET` and written to the audit log.",
+                )),
+            )
+            .required("reason")
+            .property(
+                "scope",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(scope.iter().copied())),
+            )
+            .property("key", key)
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)));
+        if required_key {
+            object = object.required("scope").required("key");
+        }
+        object
+    };
+    let global_key = ObjectBuilder::new()
+        .schema_type(SchemaType::Array(vec![Type::String, Type::Null]))
+        .pattern(Some(format!("^[{WHITE_SPACE}]*$")))
+        .description(Some("None (blanks count as none)."));
+    let scoped_key = text(200, false).description(Some(
+        "The source name (`scope = source`) or tenant key (`scope = tenant`): 1..=200 characters, not blank, no U+0000.",
+    ));
+    OneOfBuilder::new()
+        .description(Some(
+            "The body of `PUT /v1/kill-switch`: a global switch, or one source's or tenant's. Unknown fields are refused (422).",
+        ))
+        .item(variant("global", &["global"], global_key, false))
+        .item(variant("scoped", &["source", "tenant"], scoped_key, true))
+        .into()
+}
+
+impl utoipa::PartialSchema for SetKillSwitch {
+    fn schema() -> RefOr<Schema> {
+        set_kill_switch_schema()
+    }
+}
+
+impl ToSchema for SetKillSwitch {}
 
 /// Every switch, with whether each change has been acknowledged by every live worker.
 #[utoipa::path(
@@ -216,6 +298,7 @@ pub async fn get_kill_switch(
 /// 422 otherwise.
 pub fn operator_reason(reason: &str) -> Result<&str, ApiError> {
     let reason = reason.trim();
+    no_nul("reason", reason)?;
     if reason.is_empty() || reason.chars().count() > MAX_REASON_CHARS {
         return Err(ApiError::Unprocessable(format!(
             "reason: must be 1..={MAX_REASON_CHARS} characters"

@@ -26,8 +26,9 @@ pub struct DeleteInstallationBody {
     /// tenant, so this is logged only.
     #[serde(default)]
     pub cascade_resource_deletion: Option<bool>,
-    /// Vercel's reason code (at most 1000 characters); stored with the request.
+    /// Vercel's reason code (at most 1000 characters, no U+0000); stored with the request.
     #[serde(default)]
+    #[schema(max_length = 1000, pattern = "^[^\\u0000]*$")]
     pub reason: Option<String>,
 }
 
@@ -51,8 +52,10 @@ pub struct DeleteInstallationResponse {
     tag = "vercel",
     security(("vercel_token" = [])),
     params(
-        ("installationId" = String, Path, description = "Vercel installation (integration configuration) ID, e.g. `icfg_…`"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Accepted and validated (1..=255 printable ASCII); retries are deduplicated by installation ID regardless"),
+        ("installationId" = String, Path, description = "Vercel installation (integration configuration) ID, e.g. `icfg_…` (1..=256 characters, no control characters)",
+         min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Accepted and validated (1..=255 printable ASCII); retries are deduplicated by installation ID regardless",
+         max_length = 255, pattern = "^[\\u0020-\\u007E]*[\\u0021-\\u007E][\\u0020-\\u007E]*$"),
         ("X-Vercel-Auth" = Option<String>, Header, description = "Vercel's auth style, `user` or `system`; logged"),
     ),
     request_body(content = Option<DeleteInstallationBody>, content_type = "application/json",

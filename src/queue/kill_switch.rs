@@ -64,7 +64,7 @@ pub enum ScopeKind {
 
 impl Scope {
     /// Builds a scope from its kind and key: `global` takes no key, `source` and `tenant` need one
-    /// (1..=200 characters after trimming).
+    /// (1..=200 characters after trimming, without U+0000).
     ///
     /// # Errors
     /// What is wrong, for the caller to show (422 in the API).
@@ -75,6 +75,8 @@ impl Scope {
             (ScopeKind::Global, Some(_)) => Err("key: not allowed with scope global".into()),
             (_, None) => Err("key: required with scope source or tenant".into()),
             (_, Some(k)) if k.chars().count() > 200 => Err("key: at most 200 characters".into()),
+            // PostgreSQL `text` cannot store U+0000.
+            (_, Some(k)) if k.contains('\0') => Err("key: must not contain U+0000".into()),
             (ScopeKind::Source, Some(k)) => Ok(Self::Source(k.to_owned())),
             (ScopeKind::Tenant, Some(k)) => Ok(Self::Tenant(k.to_owned())),
         }

@@ -185,4 +185,6 @@ pub fn unix_now() -> i64 {
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
+mod proptests_oidc;
+#[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
 //! Reading a verified delivery: its event type, tenant and deduplication key.
 //!
 //! Values come from a [`Locator`] — an RFC 6901 JSON pointer into the body or a header. A located
-//! value is used when it is a JSON string or integer of 1..=256 bytes without control characters;
+//! value is used when it is a JSON string or integer of 1..=256 characters without control characters;
 //! anything else counts as absent. Each scheme has defaults for the event type and the delivery ID
 //! ([`default_event`], [`default_delivery`]); `[sources.NAME] event` / `dedup` override them.
 
@@ -45,8 +45,10 @@ pub fn has_delivery_id(scheme: Scheme) -> bool {
 }
 
 fn usable(text: &str) -> Option<String> {
-    (!text.is_empty() && text.len() <= MAX_TENANT_ID_LEN && !text.chars().any(char::is_control))
-        .then(|| text.to_owned())
+    (!text.is_empty()
+        && text.chars().count() <= MAX_TENANT_ID_LEN
+        && !text.chars().any(char::is_control))
+    .then(|| text.to_owned())
 }
 
 /// The value at `locator`, if usable (see the module docs). `json` is the parsed body, if it is JSON.

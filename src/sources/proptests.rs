@@ -128,8 +128,38 @@ proptest! {
         }
     }
 
-    /// Extraction from arbitrary bytes and arbitrary pointers/headers never panics and only yields
-    /// usable values (1..=256 bytes, no control characters).
+    /// A correctly signed delivery with one byte of one of its signed or signature headers replaced
+    /// by another visible ASCII byte never verifies — unless the change is only a letter's case
+    /// (hex digits and `v1`/`t` keys read case-insensitively or not at all: the same signature).
+    #[test]
+    fn a_mutated_signature_or_signed_header_never_verifies(
+        body in proptest::collection::vec(any::<u8>(), 0..200),
+        which in any::<prop::sample::Index>(),
+        at in any::<prop::sample::Index>(),
+        byte in 0x20u8..0x7f,
+    ) {
+        let keys = vec![SECRET.to_vec()];
+        for scheme in HMAC_SCHEMES {
+            let h = signed(scheme, SECRET, &body);
+            let names: Vec<&HeaderName> = h.keys().collect();
+            let name = names[which.index(names.len())].clone();
+            let value = h[&name].as_bytes().to_vec();
+            let mut mutated = value.clone();
+            let i = at.index(value.len());
+            prop_assume!(mutated[i] != byte);
+            mutated[i] = byte;
+            let mut forged = h.clone();
+            forged.insert(name.clone(), HeaderValue::from_bytes(&mutated).unwrap());
+            let verdict = verify_hmac(scheme, &keys, &forged, &body, NOW, TOL);
+            if !mutated.eq_ignore_ascii_case(&value) {
+                prop_assert!(verdict.is_err(), "{scheme:?}: {name} {:?} accepted", String::from_utf8_lossy(&mutated));
+            }
+        }
+    }
+
+    /// Extraction from arbitrary bytes and arbitrary pointers/headers, under every locator, event
+    /// override and dedup setting, never panics and only yields usable values (1..=256 characters,
+    /// no control characters).
     #[test]
     fn extraction_takes_arbitrary_bytes(
         body in prop_oneof![
@@ -138,20 +168,39 @@ proptest! {
         ],
         pointer in "(/[a-z~0-9]{0,6}){0,4}",
         header in proptest::collection::vec(any::<u8>(), 0..300),
+        dedup in prop_oneof![
+            Just(Dedup::Delivery),
+            Just(Dedup::Tenant),
+            "(/[a-z~0-9]{0,6}){0,4}".prop_map(Dedup::Pointer),
+            Just(Dedup::Header("x-tenant".into())),
+        ],
+        event in prop_oneof![
+            Just(None),
+            Just(Some(Locator::Header("x-tenant".into()))),
+            "(/[a-z~0-9]{0,6}){0,4}".prop_map(|p| Some(Locator::Pointer(p))),
+        ],
     ) {
-        let h = map(&[("x-tenant", header.clone()), ("x-shopify-topic", header)]);
+        let h = map(&[
+            ("x-tenant", header.clone()),
+            ("x-shopify-topic", header.clone()),
+            ("x-github-event", header.clone()),
+            ("x-github-delivery", header.clone()),
+            ("x-shopify-event-id", header.clone()),
+            ("webhook-id", header),
+        ]);
         for scheme in HMAC_SCHEMES {
             for tenant in [Locator::Pointer(pointer.clone()), Locator::Pointer("/data/id".into()), Locator::Header("x-tenant".into())] {
                 let source = SourceConfig {
                     scheme,
                     tenant: Some(tenant),
                     delete_events: vec!["account.deleted".into()],
-                    dedup: Dedup::Delivery,
+                    dedup: dedup.clone(),
+                    event: event.clone(),
                     ..minimal()
                 };
                 let d = payload::extract(&source, &h, &body);
                 for v in [&d.tenant, &d.dedup, &d.event].into_iter().flatten() {
-                    prop_assert!(!v.is_empty() && v.len() <= 256 && !v.chars().any(char::is_control), "{v:?}");
+                    prop_assert!(!v.is_empty() && v.chars().count() <= 256 && !v.chars().any(char::is_control), "{v:?}");
                 }
             }
         }
