@@ -1,7 +1,7 @@
 //! The `deprov` command line: parses nothing itself beyond clap, dispatches to the library.
 //!
 //! Subcommands: `serve` (HTTP + worker), `worker` (worker only), `migrate`, `kill-switch on|off|status`,
-//! `jobs list|show|retry|cancel`, `audit list`,
+//! `jobs list|show|retry|cancel|undo`, `audit list`, `reconcile`,
 //! `plan --tenant ID`, `demo`. Every flag is also an environment variable (`DEPROV_*`).
 
 use clap::{Parser, Subcommand};
@@ -13,9 +13,11 @@ use crate::db::{self, PoolRole};
 
 mod jobs;
 mod kill_switch;
+mod reconcile;
 
 pub use jobs::{Acting, AuditAction, AuditArgs, JobsAction, JobsArgs, jobs_table};
 pub use kill_switch::{ChangeArgs, KillSwitchAction, KillSwitchArgs, describe};
+pub use reconcile::{ReconcileArgs, TargetDb, parse_rate};
 
 /// `deprov`: deletes a SaaS tenant's data safely.
 #[derive(Debug, Parser)]
@@ -42,6 +44,9 @@ pub enum Command {
     Jobs(JobsArgs),
     /// The audit log of operator actions.
     Audit(AuditArgs),
+    /// What queued up during an incident (held, failed, in grace, collapsed, orphans), and its
+    /// paced release: resume, retry, cancel, create orphan jobs. Dry run unless --apply.
+    Reconcile(ReconcileArgs),
     /// Print the deletion plan of a tenant without deleting anything.
     Plan {
         /// The tenant key.
@@ -201,6 +206,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::KillSwitch(args) => kill_switch::run(args).await?,
         Command::Jobs(args) => jobs::run_jobs(args).await?,
         Command::Audit(args) => jobs::run_audit(args).await?,
+        Command::Reconcile(args) => reconcile::run_reconcile(args).await?,
         Command::Plan {
             tenant,
             json,

@@ -7,15 +7,19 @@
 //! - [`workers`]: live worker processes and the kill switch version each acknowledged.
 //! - [`audit`]: the append-only log of operator actions.
 //! - [`operator`]: operators cancel and retry jobs.
+//! - [`reconcile`]: what queued up during an incident, and its paced release.
+//! - [`grace`]: the grace period: undo of a soft delete, reinstalls.
 //!
 //! Every function takes an executor or a connection; callers own transaction boundaries.
 
 pub mod audit;
+pub mod grace;
 pub mod ignored;
 pub mod intake;
 pub mod jobs;
 pub mod kill_switch;
 pub mod operator;
+pub mod reconcile;
 pub mod workers;
 
 pub use jobs::{Job, JobState};
