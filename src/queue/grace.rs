@@ -79,7 +79,7 @@ pub enum GraceError {
 }
 
 /// What an undo did.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Undone {
     /// The job, now `cancelled`.
     pub job_id: Uuid,
@@ -234,7 +234,7 @@ pub async fn undo(
 }
 
 /// What a reinstall did to the tenant's pending deletion.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Reinstalled {
     /// The pending job was cancelled and its soft delete undone (or it had not soft-deleted yet).

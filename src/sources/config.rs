@@ -180,6 +180,16 @@ impl SourceConfig {
         let key = |k: &str| format!("sources.{name}.{k}");
         let scheme = self.scheme;
         let has_secrets = !self.secret_env.is_empty() || !self.secret_file.is_empty();
+        if let Some(e) = self
+            .restore_events
+            .iter()
+            .find(|e| self.delete_events.contains(e))
+        {
+            return Err(invalid(
+                key("restore_events"),
+                format!("{e:?} is also in delete_events"),
+            ));
+        }
         if scheme.is_hmac() {
             if self.token.is_some() || self.token_env.is_some() {
                 return Err(invalid(
@@ -220,16 +230,6 @@ impl SourceConfig {
                 return Err(invalid(
                     key("delete_events"),
                     "list the event types that mean delete",
-                ));
-            }
-            if let Some(e) = self
-                .restore_events
-                .iter()
-                .find(|e| self.delete_events.contains(e))
-            {
-                return Err(invalid(
-                    key("restore_events"),
-                    format!("{e:?} is also in delete_events"),
                 ));
             }
             if self.tenant.is_none() {

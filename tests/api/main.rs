@@ -15,6 +15,7 @@ mod pooler;
 mod pools;
 mod process;
 mod rate_limit;
+mod reconcile;
 mod requests;
 mod signed;
 mod vercel;
