@@ -632,6 +632,32 @@ mod tests {
     }
 
     #[test]
+    fn reconcile_and_undo_keys_are_checked_and_named() {
+        let c = Config::from_toml(MINIMAL).unwrap();
+        assert_eq!(c.reconcile.release_rate, 2.0);
+        assert!(c.soft_delete.undo_statements.is_empty() && c.soft_delete.orphans.is_none());
+        for (extra, key) in [
+            ("[reconcile]\nrelease_rate = 0.0", "reconcile.release_rate"),
+            (
+                "[reconcile]\nrelease_rate = 5000.0",
+                "reconcile.release_rate",
+            ),
+            (
+                "[soft_delete]\nundo_statements = [\" \"]",
+                "soft_delete.undo_statements[0]",
+            ),
+            ("[soft_delete]\norphans = \"\"", "soft_delete.orphans"),
+            (
+                "[sources.shop]\ntoken = \"shop-token-0123456789ab\"\ndelete_events = [\"a\"]\nrestore_events = [\"a\"]",
+                "sources.shop.restore_events",
+            ),
+        ] {
+            let err = Config::from_toml(&format!("{MINIMAL}\n{extra}")).expect_err(extra);
+            assert!(err.to_string().contains(key), "{extra}: {err}");
+        }
+    }
+
+    #[test]
     fn the_deploy_example_is_valid() {
         let text = include_str!("../deploy/example.toml")
             .replace(

@@ -371,3 +371,19 @@ pub(super) async fn undo(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_as_jobs_per_second_and_refuse_nonsense() {
+        assert_eq!(parse_rate("5/s").unwrap(), 5.0);
+        assert_eq!(parse_rate(" 0.5/s ").unwrap(), 0.5);
+        assert_eq!(parse_rate("12").unwrap(), 12.0);
+        for bad in ["0", "-1/s", "fast", "5/m", "NaN", "inf", "1001"] {
+            let err = parse_rate(bad).expect_err(bad).to_string();
+            assert!(err.starts_with("--rate"), "{bad}: {err}");
+        }
+    }
+}

@@ -429,3 +429,64 @@ async fn a_paced_release_spreads_claimable_times_and_replaying_it_changes_nothin
     );
     assert_eq!(worker.step().await.unwrap(), StepOutcome::Idle);
 }
+
+#[tokio::test]
+async fn deprov_reconcile_is_a_dry_run_until_apply_and_then_retries_at_the_given_rate() {
+    use clap::Parser;
+    let config = grace_config("0s");
+    let env = env_with_config(&config).await;
+    let worker = env.worker("w1");
+    let failed = send(&env, "billing", "2", None).await.job_id;
+    assert_eq!(worker.step().await.unwrap(), ran(failed, "failed"));
+    let path = std::env::temp_dir().join(format!("deprov-reconcile-{}.toml", Uuid::now_v7()));
+    std::fs::write(&path, &config).unwrap();
+    let url = env.server.url("target");
+    let path_s = path.to_string_lossy().into_owned();
+    let run = |extra: &[&str]| {
+        let mut argv = vec![
+            "deprov",
+            "reconcile",
+            "--database-url",
+            &url,
+            "--config",
+            &path_s,
+        ];
+        argv.extend_from_slice(extra);
+        deprov::cli::run(deprov::cli::Cli::parse_from(argv))
+    };
+    run(&[]).await.unwrap();
+    run(&["--retry", "--reason", "lock gone", "--json"])
+        .await
+        .unwrap();
+    assert_eq!(env.job(failed).await.state(), JobState::Failed, "dry run");
+    let err = run(&["--retry", "--apply"]).await.expect_err("no reason");
+    assert!(err.to_string().contains("--reason"), "{err}");
+    let err = run(&["--retry", "--apply", "--reason", "x", "--rate", "fast"])
+        .await
+        .expect_err("bad rate");
+    assert!(err.to_string().contains("--rate"), "{err}");
+    run(&[
+        "--retry",
+        "--apply",
+        "--reason",
+        "lock gone",
+        "--rate",
+        "2/s",
+        "--state",
+        "failed",
+        "--actor",
+        "erin",
+    ])
+    .await
+    .unwrap();
+    let job = env.job(failed).await;
+    assert_eq!((job.state(), job.attempts), (JobState::Queued, 0));
+    let entry = &audit::list(&env.db, 1, None, Some("job.retry"))
+        .await
+        .unwrap()[0];
+    assert_eq!(
+        (entry.actor.as_str(), entry.reason.as_str()),
+        ("cli:erin", "lock gone")
+    );
+    let _ = std::fs::remove_file(&path);
+}
