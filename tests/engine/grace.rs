@@ -285,3 +285,68 @@ async fn undo_and_reinstall_are_refused_once_the_hard_delete_started() {
         Some(format!("job:{done}").as_str())
     );
 }
+
+#[tokio::test]
+async fn a_reinstall_of_a_running_job_stops_it_cancelled_and_a_second_reinstall_undoes() {
+    use deprov::queue::jobs::{self, Outcome};
+    let env = env_with_config(&grace_config("1h")).await;
+    let pristine = connect(&env.server, "pristine", 2).await;
+    let job = env.request("1").await;
+    assert_eq!(env.worker("w1").step().await.unwrap(), ran(job, "queued"));
+    // Another worker claims it right now (before its hard delete): make it claimable and claim it.
+    sqlx::query("UPDATE deprov.jobs SET run_after = now() WHERE id = $1")
+        .bind(job)
+        .execute(&env.db)
+        .await
+        .unwrap();
+    let claimed = jobs::claim(&env.db, "w-other", std::time::Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("claimable");
+    assert_eq!(claimed.id, job);
+    let target = UndoTarget::new(&env.pools.target, &env.config);
+    let of = ReinstallOf {
+        subject_kind: "tenant",
+        subject: "1",
+        tenant: Some("1"),
+    };
+    let reinstall = || async {
+        let mut tx = env.db.begin().await.unwrap();
+        let out = grace::reinstall(&mut tx, target, of, "source:billing", "installed")
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        out
+    };
+    assert_eq!(
+        reinstall().await,
+        Reinstalled::CancelRequested { job_id: job }
+    );
+    // Its worker can no longer start the hard delete, and its hand-back (to wait out the grace
+    // period) ends the job cancelled instead of queued.
+    let mut tx = env.db.begin().await.unwrap();
+    let stamp = grace::mark_hard_delete_started(&mut *tx, job, "w-other")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(stamp, None);
+    let handed = jobs::finish(
+        &env.db,
+        job,
+        "w-other",
+        &Outcome::Wait(std::time::Duration::from_secs(3600)),
+        &claimed.progress,
+    )
+    .await
+    .unwrap();
+    assert!(handed);
+    let j = env.job(job).await;
+    assert_eq!(j.state(), JobState::Cancelled);
+    assert!(j.finished_at.is_some());
+    assert!(soft_deleted(&env, 1).await, "not undone yet");
+    let Reinstalled::Undone(undone) = reinstall().await else {
+        panic!("second reinstall undoes")
+    };
+    assert_eq!((undone.job_id, undone.restored), (job, true));
+    assert_eq!(digest(&env.db).await, digest(&pristine).await);
+}
