@@ -1,7 +1,7 @@
 //! The `deprov` command line: parses nothing itself beyond clap, dispatches to the library.
 //!
 //! Subcommands: `serve` (HTTP + worker), `worker` (worker only), `migrate`, `kill-switch on|off|status`,
-//! `jobs list|show|retry|cancel`, `audit list`, `tokens create|list|revoke`,
+//! `jobs list|show|retry|cancel|undo`, `audit list`, `reconcile`, `tokens create|list|revoke`,
 //! `notifications list|redrive`,
 //! `plan --tenant ID`, `demo`. Every flag is also an environment variable (`DEPROV_*`).
 
@@ -15,11 +15,13 @@ use crate::db::{self, PoolRole};
 mod jobs;
 mod kill_switch;
 mod notifications;
+mod reconcile;
 mod tokens;
 
 pub use jobs::{Acting, AuditAction, AuditArgs, JobsAction, JobsArgs, jobs_table};
 pub use kill_switch::{ChangeArgs, KillSwitchAction, KillSwitchArgs, describe};
 pub use notifications::{NotificationsAction, NotificationsArgs, events_table};
+pub use reconcile::{ReconcileArgs, TargetDb, parse_rate};
 pub use tokens::{TokenActing, TokensAction, TokensArgs, execute as tokens_execute, tokens_table};
 
 /// `deprov`: deletes a SaaS tenant's data safely.
@@ -52,6 +54,9 @@ pub enum Command {
     Notifications(NotificationsArgs),
     /// Create, list or revoke operator tokens (roles `read-only`, `operator`) for the HTTP API.
     Tokens(TokensArgs),
+    /// What queued up during an incident (held, failed, in grace, collapsed, orphans), and its
+    /// paced release: resume, retry, cancel, create orphan jobs. Dry run unless --apply.
+    Reconcile(ReconcileArgs),
     /// Print the deletion plan of a tenant without deleting anything.
     Plan {
         /// The tenant key.
@@ -213,6 +218,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Audit(args) => jobs::run_audit(args).await?,
         Command::Notifications(args) => notifications::run(args).await?,
         Command::Tokens(args) => tokens::run(args).await?,
+        Command::Reconcile(args) => reconcile::run_reconcile(args).await?,
         Command::Plan {
             tenant,
             json,

@@ -87,6 +87,25 @@ pub struct Config {
     /// How servers check operator tokens (`deprov tokens`).
     #[serde(default)]
     pub operator_tokens: OperatorTokensConfig,
+    /// `deprov reconcile`: how fast released jobs become claimable.
+    #[serde(default)]
+    pub reconcile: ReconcileConfig,
+}
+
+/// `[reconcile]`: see [`crate::queue::reconcile`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReconcileConfig {
+    /// Jobs per second a reconcile releases (resumed, retried, created for orphans) when no
+    /// `--rate` is given: the n-th released job becomes claimable n / rate seconds after the
+    /// reconcile (default 2; 0.001..=1000).
+    pub release_rate: f64,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        Self { release_rate: 2.0 }
+    }
 }
 
 pub use crate::sources::SourceConfig;
@@ -109,6 +128,15 @@ pub struct SoftDeleteConfig {
     /// infers for `$1`: text, an integer type or uuid). Must be idempotent: a retried job runs them again.
     #[serde(default)]
     pub statements: Vec<String>,
+    /// Undo of the soft delete (`deprov jobs undo`, a reinstall during the grace period): run in
+    /// one transaction on the target, `$1` = the tenant key, like `statements`. Must be idempotent.
+    /// Empty = a soft delete cannot be undone (a reinstall then only cancels the pending job).
+    #[serde(default)]
+    pub undo_statements: Vec<String>,
+    /// A statement without parameters returning, in its first column (text, an integer or uuid),
+    /// the key of every tenant currently soft-deleted on the target. `deprov reconcile` reports
+    /// such tenants without a job as orphans; without it orphans are "not configured".
+    pub orphans: Option<String>,
 }
 
 /// `[hard_delete]`.
@@ -405,6 +433,29 @@ impl Config {
                 ));
             }
         }
+        for (i, s) in self.soft_delete.undo_statements.iter().enumerate() {
+            if s.trim().is_empty() {
+                return Err(invalid(
+                    format!("soft_delete.undo_statements[{i}]"),
+                    "must not be empty",
+                ));
+            }
+        }
+        if self
+            .soft_delete
+            .orphans
+            .as_deref()
+            .is_some_and(|s| s.trim().is_empty())
+        {
+            return Err(invalid("soft_delete.orphans", "must not be empty"));
+        }
+        let rate = self.reconcile.release_rate;
+        if !(0.001..=1000.0).contains(&rate) {
+            return Err(invalid(
+                "reconcile.release_rate",
+                "must be between 0.001 and 1000 (jobs per second)",
+            ));
+        }
         let hd = &self.hard_delete;
         if !(1..=100_000).contains(&hd.batch_rows) {
             return Err(invalid(
@@ -599,6 +650,32 @@ mod tests {
         assert_eq!(c.hard_delete.lock_timeout, Duration::from_millis(50));
         assert_eq!(c.pools.target.max_connections, 2);
         assert_eq!(c.root_table(), QualifiedName::new("app", "accounts"));
+    }
+
+    #[test]
+    fn reconcile_and_undo_keys_are_checked_and_named() {
+        let c = Config::from_toml(MINIMAL).unwrap();
+        assert_eq!(c.reconcile.release_rate, 2.0);
+        assert!(c.soft_delete.undo_statements.is_empty() && c.soft_delete.orphans.is_none());
+        for (extra, key) in [
+            ("[reconcile]\nrelease_rate = 0.0", "reconcile.release_rate"),
+            (
+                "[reconcile]\nrelease_rate = 5000.0",
+                "reconcile.release_rate",
+            ),
+            (
+                "[soft_delete]\nundo_statements = [\" \"]",
+                "soft_delete.undo_statements[0]",
+            ),
+            ("[soft_delete]\norphans = \"\"", "soft_delete.orphans"),
+            (
+                "[sources.shop]\ntoken = \"shop-token-0123456789ab\"\ndelete_events = [\"a\"]\nrestore_events = [\"a\"]",
+                "sources.shop.restore_events",
+            ),
+        ] {
+            let err = Config::from_toml(&format!("{MINIMAL}\n{extra}")).expect_err(extra);
+            assert!(err.to_string().contains(key), "{extra}: {err}");
+        }
     }
 
     #[test]

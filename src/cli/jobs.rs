@@ -1,4 +1,4 @@
-//! `deprov jobs list|show|retry|cancel` and `deprov audit list`: operator commands on the state
+//! `deprov jobs list|show|retry|cancel|undo` and `deprov audit list`: operator commands on the state
 //! database directly, readable tables by default, `--json` for scripts. Retry and cancel write the
 //! audit log ([`crate::queue::audit`]).
 
@@ -68,6 +68,18 @@ pub enum JobsAction {
         /// Who and why.
         #[command(flatten)]
         acting: Acting,
+    },
+    /// Undo the soft delete of a job whose hard delete has not started (in its grace period):
+    /// run `[soft_delete] undo_statements` on the target and cancel the job.
+    Undo {
+        /// The job ID.
+        id: Uuid,
+        /// Who and why.
+        #[command(flatten)]
+        acting: Acting,
+        /// Configuration and target.
+        #[command(flatten)]
+        target: super::reconcile::TargetDb,
     },
 }
 
@@ -232,6 +244,17 @@ async fn jobs_with(pool: &sqlx::PgPool, args: &JobsArgs) -> anyhow::Result<()> {
             } else {
                 println!("job {id} is {state}: it resumes from its checkpoint");
             }
+        }
+        JobsAction::Undo { id, acting, target } => {
+            return super::reconcile::undo(
+                tx,
+                &args.db.database_url,
+                *id,
+                acting,
+                target,
+                args.json,
+            )
+            .await;
         }
         JobsAction::Cancel { id, acting } => {
             let (who, reason) = actor(acting)?;

@@ -47,6 +47,9 @@ pub enum ApiError {
     /// 404: no such route or resource.
     #[error("{0}")]
     NotFound(String),
+    /// 409: the resource's state does not allow the action (e.g. undo once the hard delete started).
+    #[error("{0}")]
+    Conflict(String),
     /// 405: the route exists, the method does not.
     #[error("method not allowed on this route")]
     MethodNotAllowed,
@@ -96,6 +99,7 @@ impl ApiError {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Conflict(_) => StatusCode::CONFLICT,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -115,6 +119,7 @@ impl ApiError {
             Self::Unauthorized(_) => ("unauthorized", "Missing or invalid credentials"),
             Self::Forbidden(_) => ("forbidden", "Not allowed"),
             Self::NotFound(_) => ("not-found", "Not found"),
+            Self::Conflict(_) => ("conflict", "Not allowed in the resource's current state"),
             Self::MethodNotAllowed => ("method-not-allowed", "Method not allowed"),
             Self::PayloadTooLarge(_) => ("payload-too-large", "Request body too large"),
             Self::HeadersTooLarge(_) => ("headers-too-large", "Request header fields too large"),

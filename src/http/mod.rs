@@ -7,6 +7,8 @@
 //! - `GET /v1/jobs/{job_id}`, `GET /v1/jobs`, `GET|PUT /v1/kill-switch` — operator token ([`jobs`],
 //!   [`kill_switch`]);
 //! - `GET /v1/audit` — operator actions, operator token ([`audit`]);
+//! - `GET|POST /v1/reconcile`, `POST /v1/jobs/{job_id}/undo` — operator token; `POST
+//!   /v1/reinstallations` — source token ([`reconcile`]);
 //! - `GET /healthz`, `GET /readyz` ([`health`]); `GET /metrics` ([`metrics`]); `GET /openapi.json`
 //!   (the spec itself).
 //!
@@ -31,6 +33,7 @@ pub mod jobs;
 pub mod kill_switch;
 pub mod metrics;
 pub mod rate_limit;
+pub mod reconcile;
 pub mod serve;
 pub mod vercel;
 pub mod webhooks;
@@ -70,7 +73,8 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// Shared, cheaply cloneable state of every handler.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    /// The service's pools; handlers use only `intake` (never `target`).
+    /// The service's pools; handlers use `intake`, and only the reconcile, undo and reinstall
+    /// routes ([`reconcile`]) also `target` (orphans and undo statements).
     pub pools: Pools,
     /// The validated configuration.
     pub config: Arc<Config>,
@@ -215,7 +219,8 @@ fn api_routes(limit: Option<rate_limit::Limit>) -> OpenApiRouter<AppState> {
     let intake = OpenApiRouter::new()
         .routes(routes!(intake::create_deletion_request))
         .routes(routes!(vercel::delete_installation))
-        .routes(routes!(webhooks::receive));
+        .routes(routes!(webhooks::receive))
+        .routes(routes!(reconcile::reinstall));
     let intake = match limit {
         Some(limit) => {
             intake.route_layer(GovernorLayer::new(limit).error_handler(rate_limit::refusal))
@@ -231,6 +236,8 @@ fn api_routes(limit: Option<rate_limit::Limit>) -> OpenApiRouter<AppState> {
             kill_switch::put_kill_switch
         ))
         .routes(routes!(audit::list_audit))
+        .routes(routes!(reconcile::get_reconcile, reconcile::post_reconcile))
+        .routes(routes!(reconcile::undo_job))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(metrics::metrics))

@@ -52,6 +52,8 @@ pub enum WebhookOutcome {
     Ignored,
     /// Slack's `url_verification` handshake: `challenge` echoed, nothing stored.
     Challenge,
+    /// A `restore_events` event: the tenant is back (see `reinstall`).
+    Reinstall,
 }
 
 /// The answer to a verified delivery.
@@ -72,6 +74,9 @@ pub struct WebhookAnswer {
     /// Slack `url_verification` only: the challenge, echoed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub challenge: Option<String>,
+    /// For a `restore_events` event: what the reinstall did to the tenant's pending deletion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reinstall: Option<crate::queue::grace::Reinstalled>,
 }
 
 fn unauthorized(detail: String) -> ApiError {
@@ -174,7 +179,7 @@ fn new_request(
     request_body(content = Object, content_type = "application/json",
                  description = "The sender's own payload, verified over its exact bytes"),
     responses(
-        (status = 200, description = "Verified; the event type does not mean delete (recorded as ignored), or a Slack challenge", body = WebhookAnswer),
+        (status = 200, description = "Verified; the event type does not mean delete (recorded as ignored), a Slack challenge, or a `restore_events` event (`outcome: reinstall`)", body = WebhookAnswer),
         (status = 202, description = "Verified and recorded as a deletion request (or already recorded: `duplicate: true`)", body = WebhookAnswer),
         (status = 401, description = "Unknown source, or a missing, malformed or wrong signature, or a timestamp outside the tolerance", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
@@ -210,6 +215,36 @@ pub async fn receive(
                 state: None,
                 duplicate: false,
                 challenge,
+                reinstall: None,
+            }),
+        ));
+    }
+    if let Some(event) = delivery
+        .event
+        .as_deref()
+        .filter(|e| source.restore_events.iter().any(|r| r == e))
+    {
+        let tenant = delivery.tenant.as_deref().ok_or_else(|| {
+            ApiError::Unprocessable(format!(
+                "no tenant at sources.{name}.tenant ({:?})",
+                source.tenant
+            ))
+        })?;
+        let reason = format!("event {event}");
+        let outcome =
+            super::reconcile::reinstall_subject(&state, &name, tenant, Some(&reason)).await?;
+        tracing::info!(source = %name, event, ?outcome, "webhook reinstall");
+        return Ok((
+            StatusCode::OK,
+            axum::Json(WebhookAnswer {
+                outcome: WebhookOutcome::Reinstall,
+                event_type: delivery.event.clone(),
+                request_id: None,
+                job_id: None,
+                state: None,
+                duplicate: false,
+                challenge: None,
+                reinstall: Some(outcome),
             }),
         ));
     }
@@ -236,6 +271,7 @@ pub async fn receive(
                 state: None,
                 duplicate,
                 challenge: None,
+                reinstall: None,
             }),
         ));
     }
@@ -253,6 +289,7 @@ pub async fn receive(
             state: Some(job_state(&accepted.state)?),
             duplicate: accepted.duplicate,
             challenge: None,
+            reinstall: None,
         }),
     ))
 }

@@ -308,7 +308,9 @@ pub enum Outcome {
 }
 
 /// Ends the worker's lease with `outcome`. Returns `false` when the worker no longer held the job (its
-/// lease expired and another worker took it over): nothing is changed then.
+/// lease expired and another worker took it over): nothing is changed then. A job an operator asked
+/// to cancel while it ran ends `cancelled` instead of going back `queued` or `held` (e.g. when it
+/// was handed back to wait out its grace period).
 ///
 /// # Errors
 /// Database errors.
@@ -333,11 +335,13 @@ pub async fn finish(
         ),
     };
     let r = crate::db::query(
-        "UPDATE deprov.jobs SET state = $3, \
+        "UPDATE deprov.jobs SET state = CASE WHEN cancel_requested_at IS NOT NULL AND $3 IN ('queued', 'held') \
+             THEN 'cancelled' ELSE $3 END, \
            last_error = CASE WHEN $3 = 'completed' THEN NULL ELSE coalesce($4, last_error) END, \
            run_after = now() + make_interval(secs => $5::float8 / 1000), progress = $6, \
            step = CASE WHEN $3 = 'completed' THEN 'done' ELSE step END, \
-           finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') THEN now() END, \
+           finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') \
+             OR cancel_requested_at IS NOT NULL THEN now() END, \
            attempts = attempts - $7, lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
     )

@@ -8,16 +8,20 @@
 //! - [`audit`]: the append-only log of operator actions.
 //! - [`operator`]: operators cancel and retry jobs.
 //! - [`tokens`]: named operator tokens with roles, stored as SHA-256 digests.
+//! - [`reconcile`]: what queued up during an incident, and its paced release.
+//! - [`grace`]: the grace period: undo of a soft delete, reinstalls.
 //!
 //! Every function takes an executor or a connection; callers own transaction boundaries.
 
 pub mod audit;
+pub mod grace;
 pub mod group_commit;
 pub mod ignored;
 pub mod intake;
 pub mod jobs;
 pub mod kill_switch;
 pub mod operator;
+pub mod reconcile;
 pub mod record;
 pub mod tokens;
 pub mod workers;

@@ -142,6 +142,11 @@ pub struct SourceConfig {
     /// Empty on a `bearer` source = every request deletes.
     #[serde(default)]
     pub delete_events: Vec<String>,
+    /// Event types that mean "the tenant is back" (a reinstall): the tenant's pending deletion is
+    /// cancelled and, still in its grace period, its soft delete undone (see
+    /// [`crate::queue::grace::reinstall`]). Must not overlap `delete_events`.
+    #[serde(default)]
+    pub restore_events: Vec<String>,
     /// The deduplication key (default: the sender's delivery ID).
     #[serde(default)]
     pub dedup: Dedup,
@@ -175,6 +180,16 @@ impl SourceConfig {
         let key = |k: &str| format!("sources.{name}.{k}");
         let scheme = self.scheme;
         let has_secrets = !self.secret_env.is_empty() || !self.secret_file.is_empty();
+        if let Some(e) = self
+            .restore_events
+            .iter()
+            .find(|e| self.delete_events.contains(e))
+        {
+            return Err(invalid(
+                key("restore_events"),
+                format!("{e:?} is also in delete_events"),
+            ));
+        }
         if scheme.is_hmac() {
             if self.token.is_some() || self.token_env.is_some() {
                 return Err(invalid(

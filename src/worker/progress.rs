@@ -66,6 +66,11 @@ pub struct Progress {
     pub soft_deleted_rows: Option<u64>,
     /// When the soft delete committed (RFC 3339).
     pub soft_deleted_at: Option<String>,
+    /// While the job waits out `[hard_delete] grace_period` after its soft delete: when the hard
+    /// delete may start (RFC 3339). Until then the job can be cancelled and its soft delete undone.
+    pub grace_until: Option<String>,
+    /// When the hard delete started (RFC 3339): from then on nothing can be undone.
+    pub hard_delete_started_at: Option<String>,
     /// The plan the checkpoint belongs to.
     pub plan_hash: Option<String>,
     /// A note for operators (e.g. why nothing was deleted).

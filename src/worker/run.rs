@@ -235,9 +235,17 @@ impl JobRun {
             self.heartbeat("hard_delete", None).await?;
         }
 
-        if let Some(wait) = self.grace_remaining() {
+        if let Some((wait, until)) = self.grace_remaining() {
+            // Visible as such: `progress.grace_until`; until then an operator can cancel the job
+            // or undo its soft delete (queue::grace).
+            self.progress.grace_until = until.format(&Rfc3339).ok();
+            self.progress.note = Some(format!(
+                "soft-deleted; waiting in the grace period until {}: cancel or undo before then",
+                self.progress.grace_until.as_deref().unwrap_or("?")
+            ));
             return Ok(Outcome::Wait(wait));
         }
+        self.start_hard_delete().await?;
         self.hard_delete(&plan, &tenant).await?;
         self.progress.note = None;
         // Tables PostgreSQL's cascade emptied under other tables' batches have no steps to mark them.
@@ -311,7 +319,30 @@ impl JobRun {
         Ok(tenant)
     }
 
-    fn grace_remaining(&self) -> Option<Duration> {
+    /// Stamps the job's `hard_delete_started_at` before its first hard-delete statement (from then
+    /// on its soft delete cannot be undone), unless an operator cancelled it meanwhile.
+    async fn start_hard_delete(&mut self) -> Result<(), Stop> {
+        let w = &self.worker;
+        let mut tx = db::begin(&w.pools.queue, Bounds::STATE).await?;
+        let started =
+            crate::queue::grace::mark_hard_delete_started(&mut *tx, self.job.id, &w.id).await?;
+        tx.commit().await?;
+        match started {
+            Some(at) => {
+                self.progress.hard_delete_started_at = at.format(&Rfc3339).ok();
+                self.progress.note = None;
+                Ok(())
+            }
+            // Cancelled (may_destroy says so) or the lease is lost.
+            None => {
+                self.may_destroy().await?;
+                Err(Stop::LeaseLost)
+            }
+        }
+    }
+
+    /// The rest of the grace period and its end, while the job is in one.
+    fn grace_remaining(&self) -> Option<(Duration, OffsetDateTime)> {
         let grace = self.worker.config.hard_delete.grace_period;
         if grace.is_zero() {
             return None;
@@ -323,7 +354,7 @@ impl JobRun {
             .and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok())?;
         let due = soft + grace;
         let now = OffsetDateTime::now_utc();
-        (due > now).then(|| Duration::try_from(due - now).unwrap_or_default())
+        (due > now).then(|| (Duration::try_from(due - now).unwrap_or_default(), due))
     }
 
     async fn hard_delete(&mut self, leaves_first: &Plan, tenant: &str) -> Result<(), Stop> {

@@ -17,6 +17,7 @@ mod pooler;
 mod pools;
 mod process;
 mod rate_limit;
+mod reconcile;
 mod requests;
 mod schemathesis;
 mod signed;

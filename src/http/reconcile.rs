@@ -1,0 +1,358 @@
+//! Reconcile and grace-period routes:
+//! - `GET /v1/reconcile`, `POST /v1/reconcile` — operator token ([`crate::queue::reconcile`]);
+//! - `POST /v1/jobs/{job_id}/undo` — operator token ([`crate::queue::grace::undo`]);
+//! - `POST /v1/reinstallations` — a source's bearer token: the tenant is back
+//!   ([`crate::queue::grace::reinstall`]).
+//!
+//! These routes read or write the target database (orphans statement, undo statements) through
+//! the target pool, besides the state database through the intake pool.
+
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::AppState;
+use super::auth::{AuthenticatedSource, Operator};
+use super::error::{ApiError, Problem};
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::kill_switch::operator_reason;
+use crate::db::{self, Bounds};
+use crate::engine::BatchLimits;
+use crate::queue::JobState;
+use crate::queue::grace::{self, GraceError, ReinstallOf, Reinstalled, UndoTarget, Undone};
+use crate::queue::reconcile::{self, Actions, Applied, Filter, ReconcileError, Report};
+
+/// Query of `GET /v1/reconcile`: every given part must match.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReconcileQuery {
+    /// Only jobs in these states, comma-separated (`held,failed`).
+    pub state: Option<String>,
+    /// Only jobs with a request from this source.
+    pub source: Option<String>,
+    /// Only this tenant (also narrows orphans).
+    pub tenant: Option<String>,
+    /// Only these jobs, comma-separated IDs.
+    pub id: Option<String>,
+    /// Only jobs with a request received at or after this RFC 3339 time.
+    pub received_after: Option<String>,
+    /// Only jobs with a request received before this RFC 3339 time.
+    pub received_before: Option<String>,
+}
+
+fn time_param(name: &str, v: Option<&str>) -> Result<Option<time::OffsetDateTime>, ApiError> {
+    v.map(|s| {
+        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+            .map_err(|_| ApiError::Unprocessable(format!("{name}: {s:?} is not an RFC 3339 time")))
+    })
+    .transpose()
+}
+
+impl ReconcileQuery {
+    fn filter(&self) -> Result<Filter, ApiError> {
+        let list = |v: &Option<String>| -> Vec<String> {
+            v.as_deref()
+                .map(|s| {
+                    s.split(',')
+                        .map(str::trim)
+                        .filter(|p| !p.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let states = list(&self.state)
+            .iter()
+            .map(|s| {
+                JobState::parse(s).ok_or_else(|| {
+                    ApiError::Unprocessable(format!(
+                        "state: {s:?} is not one of queued, held, running, completed, failed, cancelled"
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let ids = list(&self.id)
+            .iter()
+            .map(|s| {
+                Uuid::parse_str(s)
+                    .map_err(|_| ApiError::Unprocessable(format!("id: {s:?} is not a UUID")))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Filter {
+            states,
+            source: self.source.clone(),
+            tenant: self.tenant.clone(),
+            ids,
+            received_after: time_param("received_after", self.received_after.as_deref())?,
+            received_before: time_param("received_before", self.received_before.as_deref())?,
+        })
+    }
+}
+
+impl From<ReconcileError> for ApiError {
+    fn from(e: ReconcileError) -> Self {
+        match e {
+            ReconcileError::Invalid(m) => Self::Unprocessable(m),
+            ReconcileError::Orphans(e) => Self::Internal(format!("[soft_delete] orphans: {e}")),
+            ReconcileError::Db(e) => e.into(),
+        }
+    }
+}
+
+impl From<GraceError> for ApiError {
+    fn from(e: GraceError) -> Self {
+        match e {
+            GraceError::NotFound(_) => Self::NotFound(e.to_string()),
+            GraceError::HardDeleteStarted { .. } | GraceError::Conflict(_) => {
+                Self::Conflict(e.to_string())
+            }
+            GraceError::NotConfigured => Self::Conflict(e.to_string()),
+            GraceError::Engine(inner) => Self::Internal(inner.to_string()),
+            GraceError::Db(db) => db.into(),
+        }
+    }
+}
+
+/// What is held, failed, in grace, collapsed and orphaned.
+#[utoipa::path(
+    get,
+    path = "/v1/reconcile",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(ReconcileQuery),
+    responses(
+        (status = 200, description = "The listing", body = Report),
+        (status = 400, description = "Malformed query string", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only token, or no operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Unknown state, malformed ID or time", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ),
+)]
+pub async fn get_reconcile(
+    _: Operator,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ReconcileQuery>,
+) -> Result<axum::Json<Report>, ApiError> {
+    let filter = query.filter()?;
+    let limits = BatchLimits::from(&state.config.hard_delete);
+    let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+    let report = reconcile::report(
+        &mut tx,
+        &state.pools.target,
+        state.config.soft_delete.orphans.as_deref(),
+        &limits,
+        &filter,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(axum::Json(report))
+}
+
+/// Body of `POST /v1/reconcile`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileBody {
+    /// Act; `false` (default) is a dry run: the same actions, rolled back.
+    #[serde(default)]
+    pub apply: bool,
+    /// Which actions.
+    #[serde(default)]
+    pub actions: Actions,
+    /// Which jobs.
+    #[serde(default)]
+    pub filter: Filter,
+    /// Released jobs per second (default `[reconcile] release_rate`).
+    pub rate: Option<f64>,
+    /// Why (1..=1000 characters), recorded in the audit log.
+    pub reason: String,
+}
+
+/// What `POST /v1/reconcile` did, or would do.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ReconcileAnswer {
+    /// `true`: nothing was changed.
+    pub dry_run: bool,
+    /// The actions taken (or that would be), and the jobs left alone.
+    pub applied: Applied,
+}
+
+/// Resume, retry, cancel, create orphan jobs: paced, audited; a dry run unless `apply`.
+#[utoipa::path(
+    post,
+    path = "/v1/reconcile",
+    tag = "operator",
+    security(("operator_token" = [])),
+    request_body = ReconcileBody,
+    responses(
+        (status = 200, description = "Done, or (dry run) what would be done", body = ReconcileAnswer),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only token, or no operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid body: reason, rate, cancel without a filter or with other actions, orphans not configured", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ),
+)]
+pub async fn post_reconcile(
+    operator: Operator,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<ReconcileBody>,
+) -> Result<axum::Json<ReconcileAnswer>, ApiError> {
+    let reason = operator_reason(&body.reason)?;
+    let actor = operator.actor;
+    let rate = body.rate.unwrap_or(state.config.reconcile.release_rate);
+    if !(rate.is_finite() && rate > 0.0 && rate <= 1000.0) {
+        return Err(ApiError::Unprocessable(
+            "rate: must be above 0 and at most 1000 (jobs per second)".into(),
+        ));
+    }
+    let limits = BatchLimits::from(&state.config.hard_delete);
+    let acting = reconcile::Acting {
+        actor: &actor,
+        reason,
+        rate,
+        max_attempts: state.max_attempts(),
+    };
+    let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+    let applied = reconcile::apply(
+        &mut tx,
+        &state.pools.target,
+        state.config.soft_delete.orphans.as_deref(),
+        &limits,
+        &body.filter,
+        body.actions,
+        &acting,
+    )
+    .await?;
+    if body.apply {
+        tx.commit().await?;
+    } else {
+        tx.rollback().await?;
+    }
+    Ok(axum::Json(ReconcileAnswer {
+        dry_run: !body.apply,
+        applied,
+    }))
+}
+
+/// Body of `POST /v1/jobs/{job_id}/undo`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UndoBody {
+    /// Why (1..=1000 characters), recorded in the audit log.
+    pub reason: String,
+}
+
+/// Undo a job's soft delete and cancel it, while its hard delete has not started.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{job_id}/undo",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("job_id" = Uuid, Path, description = "The job ID")),
+    request_body = UndoBody,
+    responses(
+        (status = 200, description = "Undone: the job is cancelled and the undo statements ran", body = Undone),
+        (status = 400, description = "Malformed job ID or JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only token, or no operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The hard delete started (nothing to undo), the job is running or completed, or no undo statements are configured", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid reason", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ),
+)]
+pub async fn undo_job(
+    operator: Operator,
+    State(state): State<AppState>,
+    ApiPath(job_id): ApiPath<Uuid>,
+    ApiJson(body): ApiJson<UndoBody>,
+) -> Result<axum::Json<Undone>, ApiError> {
+    let reason = operator_reason(&body.reason)?;
+    let actor = operator.actor;
+    let target = UndoTarget::new(&state.pools.target, &state.config);
+    let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+    let undone = grace::undo(&mut tx, target, job_id, &actor, reason).await?;
+    tx.commit().await?;
+    Ok(axum::Json(undone))
+}
+
+/// Body of `POST /v1/reinstallations`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReinstallBody {
+    /// The tenant that is back, as this source sends it in deletion requests.
+    pub tenant_id: String,
+    /// Free text, recorded in the audit log.
+    pub reason: Option<String>,
+}
+
+/// The tenant is back (a reinstall): cancel its pending deletion and, before the hard delete,
+/// undo its soft delete. Every outcome is answered 200 and recorded (`job.reinstall`).
+#[utoipa::path(
+    post,
+    path = "/v1/reinstallations",
+    tag = "intake",
+    security(("source_token" = [])),
+    request_body = ReinstallBody,
+    responses(
+        (status = 200, description = "`undone`, `cancel_requested` (a worker holds the job: send again to undo), `too_late` (the hard delete started) or `nothing_pending`", body = Reinstalled),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or unknown source token", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ),
+)]
+pub async fn reinstall(
+    source: AuthenticatedSource,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<ReinstallBody>,
+) -> Result<axum::Json<Reinstalled>, ApiError> {
+    let tenant = body.tenant_id.trim();
+    if tenant.is_empty() || tenant.chars().count() > 200 {
+        return Err(ApiError::Unprocessable(
+            "tenant_id: must be 1..=200 characters".into(),
+        ));
+    }
+    let outcome = reinstall_subject(&state, &source.name, tenant, body.reason.as_deref()).await?;
+    Ok(axum::Json(outcome))
+}
+
+/// Runs a reinstall of `value` (a tenant key, or a `tenant_lookup` value of the source) reported
+/// by source `name`; shared with the webhook route's `restore_events`.
+///
+/// # Errors
+/// [`ApiError`] for database and target failures.
+pub async fn reinstall_subject(
+    state: &AppState,
+    name: &str,
+    value: &str,
+    reason: Option<&str>,
+) -> Result<Reinstalled, ApiError> {
+    let lookup = state
+        .config
+        .sources
+        .get(name)
+        .is_some_and(|s| s.tenant_lookup.is_some());
+    let subject = if lookup {
+        format!("{name}:{value}")
+    } else {
+        value.to_owned()
+    };
+    let of = ReinstallOf {
+        subject_kind: if lookup { "lookup" } else { "tenant" },
+        subject: &subject,
+        tenant: (!lookup).then_some(value),
+    };
+    let target = UndoTarget::new(&state.pools.target, &state.config);
+    let reason = reason.map_or_else(|| "reinstalled".to_owned(), str::to_owned);
+    let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+    let outcome = grace::reinstall(&mut tx, target, of, &format!("source:{name}"), &reason).await?;
+    tx.commit().await?;
+    Ok(outcome)
+}
