@@ -65,7 +65,7 @@ pub struct DeletionAccepted {
     pub duplicate: bool,
 }
 
-pub(super) fn validate_reason(reason: Option<String>) -> Result<Option<String>, ApiError> {
+pub(crate) fn validate_reason(reason: Option<String>) -> Result<Option<String>, ApiError> {
     match reason {
         Some(r) if r.chars().count() > MAX_REASON_CHARS => Err(ApiError::Unprocessable(format!(
             "reason: must be at most {MAX_REASON_CHARS} characters"

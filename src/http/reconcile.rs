@@ -28,16 +28,20 @@ use crate::queue::reconcile::{self, Actions, Applied, Filter, ReconcileError, Re
 #[into_params(parameter_in = Query)]
 pub struct ReconcileQuery {
     /// Only jobs in these states, comma-separated (`held,failed`).
+    #[param(pattern = "^\\s*(queued|held|running|completed|failed|cancelled)\\s*(,\\s*(queued|held|running|completed|failed|cancelled)\\s*)*$")]
     pub state: Option<String>,
     /// Only jobs with a request from this source.
     pub source: Option<String>,
     /// Only this tenant (also narrows orphans).
     pub tenant: Option<String>,
     /// Only these jobs, comma-separated IDs.
+    #[param(pattern = "^\\s*([0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}|[0-9A-Fa-f]{32})\\s*(,\\s*([0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}|[0-9A-Fa-f]{32})\\s*)*$")]
     pub id: Option<String>,
     /// Only jobs with a request received at or after this RFC 3339 time.
+    #[param(format = DateTime)]
     pub received_after: Option<String>,
     /// Only jobs with a request received before this RFC 3339 time.
+    #[param(format = DateTime)]
     pub received_before: Option<String>,
 }
 
@@ -51,12 +55,18 @@ fn time_param(name: &str, v: Option<&str>) -> Result<Option<time::OffsetDateTime
 
 impl ReconcileQuery {
     fn filter(&self) -> Result<Filter, ApiError> {
+        for (name, v) in [("state", &self.state), ("id", &self.id)] {
+            if v.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                return Err(ApiError::Unprocessable(format!(
+                    "{name}: give at least one value, or leave the parameter out"
+                )));
+            }
+        }
         let list = |v: &Option<String>| -> Vec<String> {
             v.as_deref()
                 .map(|s| {
                     s.split(',')
                         .map(str::trim)
-                        .filter(|p| !p.is_empty())
                         .map(str::to_owned)
                         .collect()
                 })
@@ -75,8 +85,12 @@ impl ReconcileQuery {
         let ids = list(&self.id)
             .iter()
             .map(|s| {
-                Uuid::parse_str(s)
-                    .map_err(|_| ApiError::Unprocessable(format!("id: {s:?} is not a UUID")))
+                // Hex digits and hyphens only (as the spec's pattern): no braces or `urn:uuid:`.
+                s.chars()
+                    .all(|c| c.is_ascii_hexdigit() || c == '-')
+                    .then(|| Uuid::parse_str(s).ok())
+                    .flatten()
+                    .ok_or_else(|| ApiError::Unprocessable(format!("id: {s:?} is not a UUID")))
             })
             .collect::<Result<_, _>>()?;
         Ok(Filter {
@@ -164,9 +178,11 @@ pub struct ReconcileBody {
     /// Which jobs.
     #[serde(default)]
     pub filter: Filter,
-    /// Released jobs per second (default `[reconcile] release_rate`).
+    /// Released jobs per second, 0.001..=1000 (default `[reconcile] release_rate`).
+    #[schema(minimum = 0.001, maximum = 1000.0)]
     pub rate: Option<f64>,
-    /// Why (1..=1000 characters), recorded in the audit log.
+    /// Why (1..=1000 characters, not blank, no U+0000), recorded in the audit log.
+    #[schema(min_length = 1, max_length = 1000, pattern = "^[^\\u0000]*[^\\u0000\\u0009-\\u000D\\u0020\\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\u0000]*$")]
     pub reason: String,
 }
 
@@ -189,6 +205,8 @@ pub struct ReconcileAnswer {
     responses(
         (status = 200, description = "Done, or (dry run) what would be done", body = ReconcileAnswer),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "A read-only token, or no operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid body: reason, rate, cancel without a filter or with other actions, orphans not configured", body = Problem, content_type = "application/problem+json"),
@@ -204,9 +222,9 @@ pub async fn post_reconcile(
     let reason = operator_reason(&body.reason)?;
     let actor = operator.actor;
     let rate = body.rate.unwrap_or(state.config.reconcile.release_rate);
-    if !(rate.is_finite() && rate > 0.0 && rate <= 1000.0) {
+    if !(rate.is_finite() && (0.001..=1000.0).contains(&rate)) {
         return Err(ApiError::Unprocessable(
-            "rate: must be above 0 and at most 1000 (jobs per second)".into(),
+            "rate: must be between 0.001 and 1000 (jobs per second)".into(),
         ));
     }
     let limits = BatchLimits::from(&state.config.hard_delete);
@@ -242,7 +260,8 @@ pub async fn post_reconcile(
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UndoBody {
-    /// Why (1..=1000 characters), recorded in the audit log.
+    /// Why (1..=1000 characters, not blank, no U+0000), recorded in the audit log.
+    #[schema(min_length = 1, max_length = 1000, pattern = "^[^\\u0000]*[^\\u0000\\u0009-\\u000D\\u0020\\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\u0000]*$")]
     pub reason: String,
 }
 
@@ -257,6 +276,8 @@ pub struct UndoBody {
     responses(
         (status = 200, description = "Undone: the job is cancelled and the undo statements ran", body = Undone),
         (status = 400, description = "Malformed job ID or JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "A read-only token, or no operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
@@ -285,9 +306,16 @@ pub async fn undo_job(
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReinstallBody {
-    /// The tenant that is back, as this source sends it in deletion requests.
+    /// The tenant that is back, as this source sends it in deletion requests (1..=256 characters,
+    /// no control characters).
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$"
+    )]
     pub tenant_id: String,
-    /// Free text, recorded in the audit log.
+    /// Free text, recorded in the audit log (at most 1000 characters, no U+0000).
+    #[schema(max_length = 1000, pattern = "^[^\\u0000]*$")]
     pub reason: Option<String>,
 }
 
@@ -302,6 +330,8 @@ pub struct ReinstallBody {
     responses(
         (status = 200, description = "`undone`, `cancel_requested` (a worker holds the job: send again to undo), `too_late` (the hard delete started) or `nothing_pending`", body = Reinstalled),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or unknown source token", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
@@ -313,13 +343,12 @@ pub async fn reinstall(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<ReinstallBody>,
 ) -> Result<axum::Json<Reinstalled>, ApiError> {
-    let tenant = body.tenant_id.trim();
-    if tenant.is_empty() || tenant.chars().count() > 200 {
-        return Err(ApiError::Unprocessable(
-            "tenant_id: must be 1..=200 characters".into(),
-        ));
-    }
-    let outcome = reinstall_subject(&state, &source.name, tenant, body.reason.as_deref()).await?;
+    // The same rules as a deletion request's tenant_id, so a reinstall finds what intake stored.
+    let tenant = crate::ids::TenantId::parse(&body.tenant_id)
+        .map_err(|r| ApiError::Unprocessable(format!("tenant_id: {r}")))?;
+    let reason = crate::http::intake::validate_reason(body.reason)?;
+    let outcome =
+        reinstall_subject(&state, &source.name, tenant.as_str(), reason.as_deref()).await?;
     Ok(axum::Json(outcome))
 }
 

@@ -56,6 +56,12 @@ fn config_toml() -> String {
          \"404\", \"405\", \"406\", \"409\", \"413\", \"415\", \"422\", \"428\", \"429\"]\n\
          [[operations]]\ninclude-operation-id = \"create_deletion_request\"\n\
          checks.positive_data_acceptance.expected-statuses = \
+         [\"2xx\", \"401\", \"403\", \"404\", \"409\", \"422\", \"429\"]\n\
+         [[operations]]\ninclude-operation-id = \"receive\"\n\
+         checks.positive_data_acceptance.expected-statuses = \
+         [\"2xx\", \"401\", \"403\", \"404\", \"409\", \"422\", \"429\"]\n\
+         [[operations]]\ninclude-operation-id = \"post_reconcile\"\n\
+         checks.positive_data_acceptance.expected-statuses = \
          [\"2xx\", \"401\", \"403\", \"404\", \"409\", \"422\", \"429\"]\n"
     )
 }

@@ -43,12 +43,26 @@ pub struct Filter {
     /// Only these jobs.
     #[serde(default)]
     pub ids: Vec<Uuid>,
-    /// Only jobs with a request received at or after this time.
-    #[serde(default, with = "time::serde::rfc3339::option")]
+    /// Only jobs with a request received at or after this time (RFC 3339; `""` = no bound).
+    #[serde(default, deserialize_with = "rfc3339_or_empty", serialize_with = "time::serde::rfc3339::option::serialize")]
     pub received_after: Option<OffsetDateTime>,
-    /// Only jobs with a request received before this time.
-    #[serde(default, with = "time::serde::rfc3339::option")]
+    /// Only jobs with a request received before this time (RFC 3339; `""` = no bound).
+    #[serde(default, deserialize_with = "rfc3339_or_empty", serialize_with = "time::serde::rfc3339::option::serialize")]
     pub received_before: Option<OffsetDateTime>,
+}
+
+/// An optional RFC 3339 time where an empty string means none (as an empty query parameter does).
+fn rfc3339_or_empty<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<OffsetDateTime>, D::Error> {
+    use serde::Deserialize as _;
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(s) if s.trim().is_empty() => Ok(None),
+        Some(s) => OffsetDateTime::parse(&s, &time::format_description::well_known::Rfc3339)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
 }
 
 impl Filter {
