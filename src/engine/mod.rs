@@ -290,6 +290,29 @@ pub async fn run_sweep(
     Ok(deleted)
 }
 
+/// The tenant key as PostgreSQL reads it into the root's key column, printed back
+/// ([`queries::canonical_key`]): the worker keys a job by it before its first destructive statement,
+/// so differently written keys of one tenant cannot run as two jobs or slip past a tenant kill switch.
+///
+/// # Errors
+/// [`EngineError::Db`]: SQLSTATE 22P02 (or another data exception) when the key is not a valid value
+/// of the column's type; connection and timeout errors.
+pub async fn canonical_tenant_key(
+    target: &PgPool,
+    plan: &Plan,
+    tenant: &str,
+    limits: &BatchLimits,
+) -> Result<String, EngineError> {
+    let stmt = queries::canonical_key(plan);
+    let mut tx = crate::db::begin(target, limits.bounds()).await?;
+    let key: String = crate::db::query_scalar(stmt.as_query())
+        .bind(tenant)
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(key)
+}
+
 /// Rows deleted in each absorbed table by this backend and not yet reported to the statistics
 /// system (`pg_stat_get_xact_tuples_deleted`, PostgreSQL docs §28.2.25: it accumulates across
 /// transactions until the backend flushes its statistics, so a batch takes the difference).

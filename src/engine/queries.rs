@@ -410,3 +410,12 @@ pub fn delete_root(plan: &Plan) -> Statement {
         .ty(&plan.key_type);
     b.build()
 }
+
+/// `SELECT $1::<key type>::text`: the tenant key as PostgreSQL reads it into the root's key column
+/// and prints it back (`" 7"`, `"+7"` and `"07"` are all `7` for a `bigint` key), so two spellings
+/// of one tenant are one key. `$1` is bound as text.
+pub fn canonical_key(plan: &Plan) -> Statement {
+    let mut b = SqlBuilder::new();
+    b.sql("SELECT $1::").ty(&plan.key_type).sql("::text");
+    b.build()
+}

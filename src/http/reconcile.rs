@@ -28,14 +28,18 @@ use crate::queue::reconcile::{self, Actions, Applied, Filter, ReconcileError, Re
 #[into_params(parameter_in = Query)]
 pub struct ReconcileQuery {
     /// Only jobs in these states, comma-separated (`held,failed`).
-    #[param(pattern = "^\\s*(queued|held|running|completed|failed|cancelled)\\s*(,\\s*(queued|held|running|completed|failed|cancelled)\\s*)*$")]
+    #[param(
+        pattern = "^\\s*(queued|held|running|completed|failed|cancelled)\\s*(,\\s*(queued|held|running|completed|failed|cancelled)\\s*)*$"
+    )]
     pub state: Option<String>,
     /// Only jobs with a request from this source.
     pub source: Option<String>,
     /// Only this tenant (also narrows orphans).
     pub tenant: Option<String>,
     /// Only these jobs, comma-separated IDs.
-    #[param(pattern = "^\\s*([0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}|[0-9A-Fa-f]{32})\\s*(,\\s*([0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}|[0-9A-Fa-f]{32})\\s*)*$")]
+    #[param(
+        pattern = "^\\s*([0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}|[0-9A-Fa-f]{32})\\s*(,\\s*([0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}|[0-9A-Fa-f]{32})\\s*)*$"
+    )]
     pub id: Option<String>,
     /// Only jobs with a request received at or after this RFC 3339 time.
     #[param(format = DateTime)]
@@ -64,12 +68,7 @@ impl ReconcileQuery {
         }
         let list = |v: &Option<String>| -> Vec<String> {
             v.as_deref()
-                .map(|s| {
-                    s.split(',')
-                        .map(str::trim)
-                        .map(str::to_owned)
-                        .collect()
-                })
+                .map(|s| s.split(',').map(str::trim).map(str::to_owned).collect())
                 .unwrap_or_default()
         };
         let states = list(&self.state)
@@ -182,7 +181,11 @@ pub struct ReconcileBody {
     #[schema(minimum = 0.001, maximum = 1000.0)]
     pub rate: Option<f64>,
     /// Why (1..=1000 characters, not blank, no U+0000), recorded in the audit log.
-    #[schema(min_length = 1, max_length = 1000, pattern = "^[^\\u0000]*[^\\u0000\\u0009-\\u000D\\u0020\\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\u0000]*$")]
+    #[schema(
+        min_length = 1,
+        max_length = 1000,
+        pattern = "^[^\\u0000]*[^\\u0000\\u0009-\\u000D\\u0020\\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\u0000]*$"
+    )]
     pub reason: String,
 }
 
@@ -261,7 +264,11 @@ pub async fn post_reconcile(
 #[serde(deny_unknown_fields)]
 pub struct UndoBody {
     /// Why (1..=1000 characters, not blank, no U+0000), recorded in the audit log.
-    #[schema(min_length = 1, max_length = 1000, pattern = "^[^\\u0000]*[^\\u0000\\u0009-\\u000D\\u0020\\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\u0000]*$")]
+    #[schema(
+        min_length = 1,
+        max_length = 1000,
+        pattern = "^[^\\u0000]*[^\\u0000\\u0009-\\u000D\\u0020\\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\u0000]*$"
+    )]
     pub reason: String,
 }
 

@@ -145,7 +145,7 @@ impl JobRun {
         let config = &w.config;
         self.may_destroy().await?;
 
-        let tenant = match &self.job.tenant_id {
+        let mut tenant = match &self.job.tenant_id {
             Some(t) => t.clone(),
             None => match self.resolve().await? {
                 Some(t) => t,
@@ -159,6 +159,29 @@ impl JobRun {
             &config.tenant.key_column,
         )
         .await?;
+        // One job per tenant however its key was written ("7", "07", " 7" are one bigint row):
+        // before anything is destroyed, the job is keyed by the key as PostgreSQL prints it, or
+        // merged into the active job that already has that key. Its kill switches are then checked
+        // against that key (may_destroy before the soft delete).
+        if self.job.step == "soft_delete" || self.job.step == "resolve" {
+            let canonical =
+                engine::canonical_tenant_key(&w.pools.target, &plan, &tenant, &self.limits).await?;
+            if canonical != tenant {
+                match jobs::resolve_tenant(&w.pools.queue, self.job.id, &w.id, &canonical).await? {
+                    jobs::Resolved::Rekeyed => {
+                        self.progress.note = Some(format!(
+                            "tenant key {tenant:?} is {canonical:?} as the key column reads it"
+                        ));
+                        self.job.tenant_id = Some(canonical.clone());
+                        tenant = canonical;
+                    }
+                    // Completed as merged into the job that deletes that tenant: hand nothing back.
+                    jobs::Resolved::MergedInto(_) | jobs::Resolved::LeaseLost => {
+                        return Err(Stop::LeaseLost);
+                    }
+                }
+            }
+        }
         // Whether the cascading DELETE would fail: decided by simulating PostgreSQL's referential
         // triggers over the rows (engine::simulate). Only needed when a non-CASCADE key references
         // the closure; every blocker is one. find_blockers, a per-table count of referencing rows

@@ -13,4 +13,5 @@ mod notify;
 mod operator_jobs;
 mod plan_report;
 mod reconcile;
+mod tenant_keys;
 mod worker_jobs;

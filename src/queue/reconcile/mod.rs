@@ -44,10 +44,18 @@ pub struct Filter {
     #[serde(default)]
     pub ids: Vec<Uuid>,
     /// Only jobs with a request received at or after this time (RFC 3339; `""` = no bound).
-    #[serde(default, deserialize_with = "rfc3339_or_empty", serialize_with = "time::serde::rfc3339::option::serialize")]
+    #[serde(
+        default,
+        deserialize_with = "rfc3339_or_empty",
+        serialize_with = "time::serde::rfc3339::option::serialize"
+    )]
     pub received_after: Option<OffsetDateTime>,
     /// Only jobs with a request received before this time (RFC 3339; `""` = no bound).
-    #[serde(default, deserialize_with = "rfc3339_or_empty", serialize_with = "time::serde::rfc3339::option::serialize")]
+    #[serde(
+        default,
+        deserialize_with = "rfc3339_or_empty",
+        serialize_with = "time::serde::rfc3339::option::serialize"
+    )]
     pub received_before: Option<OffsetDateTime>,
 }
 
