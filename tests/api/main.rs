@@ -11,6 +11,7 @@ mod limits;
 mod metrics;
 mod oidc;
 mod openapi;
+mod nul;
 mod operator;
 mod pooler;
 mod pools;
