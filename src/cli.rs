@@ -133,7 +133,8 @@ async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::
 }
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`; `warn` for `demo`, whose report is the
-/// output), `DEPROV_LOG_FORMAT=json` for JSON lines.
+/// output), `DEPROV_LOG_FORMAT=json` for JSON lines. A line that cannot be written (stderr closed
+/// or full) is dropped, never a panic.
 pub fn init_tracing(cli: &Cli) {
     let default = if matches!(cli.command, Command::Demo(_) | Command::Bench(_)) {
         "warn,sqlx=error"
@@ -147,7 +148,11 @@ pub fn init_tracing(cli: &Cli) {
     let builder = tracing_subscriber::fmt()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // A failed write (stderr's reader gone: EPIPE; a full disk: ENOSPC) drops the line. With
+        // the default `true` the subscriber reports it with `eprintln!`, which panics on the same
+        // broken stderr: a server must not die because its log reader went away.
+        .log_internal_errors(false);
     let _ = if std::env::var("DEPROV_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().try_init()
     } else {
