@@ -56,8 +56,9 @@ pub struct Settings {
           action = clap::ArgAction::Set,
         value_parser = clap::builder::BoolishValueParser::new())]
     pub migrate: bool,
-    /// Serve HTTP only; do not run the worker in this process.
-    #[arg(long, env = "DEPROV_NO_WORKER")]
+    /// Serve HTTP only; do not run the worker in this process (`DEPROV_NO_WORKER=1`; accepts
+    /// true/false, 1/0, yes/no, on/off).
+    #[arg(long, env = "DEPROV_NO_WORKER", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_worker: bool,
     /// `deprov worker` only: serve `GET /metrics` and `GET /healthz` on this address (port 0 picks a
     /// free port). Without it a worker process exposes no metrics. `deprov serve` serves `/metrics` on

@@ -1,5 +1,6 @@
 //! The HTTP API's integration tests: one binary, one throwaway PostgreSQL and one server per test.
 
+mod env_flags;
 mod errors;
 mod group_commit;
 mod health;
