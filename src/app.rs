@@ -66,8 +66,8 @@ pub struct Settings {
     #[arg(long, env = "DEPROV_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
     /// `transaction` when the database URLs point at a transaction pooler (PgBouncer
-    /// `pool_mode = transaction`): statements become unnamed ([`PoolerMode::apply`]), and URLs with
-    /// `options` and migrating at start are refused (see [`crate::db`]).
+    /// `pool_mode = transaction`): statements become unnamed (no prepared statements), and URLs
+    /// with `options` and migrating at start are refused (see README, "Behind PgBouncer").
     #[arg(long, env = "DEPROV_POOLER_MODE", value_enum, default_value_t = PoolerMode::Session)]
     pub pooler_mode: PoolerMode,
     /// A URL of the state database on which the worker `LISTEN`s for kill switch changes: direct or

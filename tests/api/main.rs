@@ -9,6 +9,7 @@ mod intake;
 mod kill_switch;
 mod kill_switch_scopes;
 mod limits;
+mod messages;
 mod metrics;
 mod oidc;
 mod openapi;
