@@ -56,8 +56,9 @@ pub struct Settings {
           action = clap::ArgAction::Set,
         value_parser = clap::builder::BoolishValueParser::new())]
     pub migrate: bool,
-    /// Serve HTTP only; do not run the worker in this process.
-    #[arg(long, env = "DEPROV_NO_WORKER")]
+    /// Serve HTTP only; do not run the worker in this process (`DEPROV_NO_WORKER=1`; accepts
+    /// true/false, 1/0, yes/no, on/off).
+    #[arg(long, env = "DEPROV_NO_WORKER", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_worker: bool,
     /// `deprov worker` only: serve `GET /metrics` and `GET /healthz` on this address (port 0 picks a
     /// free port). Without it a worker process exposes no metrics. `deprov serve` serves `/metrics` on
@@ -65,8 +66,8 @@ pub struct Settings {
     #[arg(long, env = "DEPROV_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
     /// `transaction` when the database URLs point at a transaction pooler (PgBouncer
-    /// `pool_mode = transaction`): statements become unnamed ([`PoolerMode::apply`]), and URLs with
-    /// `options` and migrating at start are refused (see [`crate::db`]).
+    /// `pool_mode = transaction`): statements become unnamed (no prepared statements), and URLs
+    /// with `options` and migrating at start are refused (see README, "Behind PgBouncer").
     #[arg(long, env = "DEPROV_POOLER_MODE", value_enum, default_value_t = PoolerMode::Session)]
     pub pooler_mode: PoolerMode,
     /// A URL of the state database on which the worker `LISTEN`s for kill switch changes: direct or

@@ -58,6 +58,10 @@ pub enum Command {
     /// paced release: resume, retry, cancel, create orphan jobs. Dry run unless --apply.
     Reconcile(ReconcileArgs),
     /// Print the deletion plan of a tenant without deleting anything.
+    ///
+    /// Exit status: 0 the plan was printed; 1 deprov would refuse the tenant (the cascading DELETE
+    /// would fail), or another failure; 3 no such tenant, or a key that is not a valid value of the
+    /// key column.
     Plan {
         /// The tenant key.
         #[arg(long)]
@@ -104,8 +108,37 @@ pub struct StateDb {
     pub pooler_mode: db::PoolerMode,
 }
 
+/// Exit status of `deprov plan` when the tenant does not exist or the key does not fit the key
+/// column (distinct from 1, "deprov would refuse", and from clap's 2 for a usage error).
+pub const EXIT_NO_SUCH_TENANT: u8 = 3;
+
+/// An error that ends the process with a given exit status (other errors end it with 1).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ExitWith {
+    /// The exit status.
+    pub code: u8,
+    /// What to print.
+    pub message: String,
+}
+
+/// Ends the process for `result`: 0, or the error printed to stderr as `Error: …` (a failed write
+/// is ignored: no panic on a closed stderr) and its exit status ([`ExitWith`], else 1).
+pub fn exit(result: anyhow::Result<()>) -> std::process::ExitCode {
+    use std::io::Write as _;
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "Error: {e:?}");
+            let code = e.downcast_ref::<ExitWith>().map_or(1, |x| x.code);
+            std::process::ExitCode::from(code)
+        }
+    }
+}
+
 /// `deprov plan`: reads the target's catalog and prints the plan, row counts and blockers. Read-only.
-/// Fails (exit status 1) when deprov would refuse the tenant: the cascading DELETE would fail.
+/// Fails (exit status 1) when deprov would refuse the tenant: the cascading DELETE would fail;
+/// [`EXIT_NO_SUCH_TENANT`] (3) when no root row has the key, or the key does not fit the key column.
 async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::Result<()> {
     settings.pooler_mode.apply();
     let config = crate::config::Config::load(&settings.config.to_string_lossy())?;
@@ -122,7 +155,32 @@ async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::
     // Closed before exiting: a connection dropped with sqlx's release ping in flight makes PgBouncer
     // close its server connection ("client disconnect while server was not ready").
     target.close().await;
-    let report = report?;
+    let key_column = &config.tenant.key_column;
+    let root = &config.tenant.root_table;
+    let report = match report {
+        Err(crate::engine::EngineError::Db(sqlx::Error::Database(e)))
+            if e.code().is_some_and(|c| c.starts_with("22")) =>
+        {
+            return Err(ExitWith {
+                code: EXIT_NO_SUCH_TENANT,
+                message: format!(
+                    "tenant key {tenant:?} is not a valid value of {root}.{key_column}: {}",
+                    e.message()
+                ),
+            }
+            .into());
+        }
+        other => other?,
+    };
+    if report.root_rows == 0 {
+        return Err(ExitWith {
+            code: EXIT_NO_SUCH_TENANT,
+            message: format!(
+                "no tenant {tenant:?}: no row of {root} has {key_column} = {tenant:?}"
+            ),
+        }
+        .into());
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -138,7 +196,8 @@ async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::
 }
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`; `warn` for `demo`, whose report is the
-/// output), `DEPROV_LOG_FORMAT=json` for JSON lines.
+/// output), `DEPROV_LOG_FORMAT=json` for JSON lines. A line that cannot be written (stderr closed
+/// or full) is dropped, never a panic.
 pub fn init_tracing(cli: &Cli) {
     let default = if matches!(cli.command, Command::Demo(_) | Command::Bench(_)) {
         "warn,sqlx=error"
@@ -152,7 +211,11 @@ pub fn init_tracing(cli: &Cli) {
     let builder = tracing_subscriber::fmt()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // A failed write (stderr's reader gone: EPIPE; a full disk: ENOSPC) drops the line. With
+        // the default `true` the subscriber reports it with `eprintln!`, which panics on the same
+        // broken stderr: a server must not die because its log reader went away.
+        .log_internal_errors(false);
     let _ = if std::env::var("DEPROV_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().try_init()
     } else {

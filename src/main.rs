@@ -3,8 +3,8 @@
 use clap::Parser;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     let cli = deprov::cli::Cli::parse();
     deprov::cli::init_tracing(&cli);
-    deprov::cli::run(cli).await
+    deprov::cli::exit(deprov::cli::run(cli).await)
 }

@@ -32,7 +32,8 @@ pub struct ChangeArgs {
     /// `global`, `source` (one source's jobs) or `tenant` (one tenant's jobs).
     #[arg(long, value_enum, default_value_t = ScopeKind::Global)]
     pub scope: ScopeKind,
-    /// The source name or tenant key (with `--scope source|tenant`).
+    /// The source name or tenant key (with `--scope source|tenant`). The CLI reads no config, so a
+    /// source name is not checked here (`PUT /v1/kill-switch` refuses engaging an unknown one).
     #[arg(long)]
     pub key: Option<String>,
     /// Who is acting, recorded as `cli:<actor>` (default: `cli`).

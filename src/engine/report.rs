@@ -108,6 +108,8 @@ pub struct PlanReport {
     pub tenant_id: String,
     /// Plan identity (checkpoints are tied to it).
     pub plan_hash: String,
+    /// The tenant's rows in the root table (`[tenant] root_table`): 0 = no such tenant.
+    pub root_rows: i64,
     /// Tables, leaves first.
     pub tables: Vec<TableReport>,
     /// Rows outside the tenant referencing its rows through RESTRICT / NO ACTION (or SET NULL into
@@ -200,9 +202,14 @@ impl PlanReport {
                 cascaded_by: Vec::new(),
             })
             .collect();
+        let root_rows = counts
+            .iter()
+            .find(|(oid, _)| *oid == plan.root)
+            .map_or(0, |&(_, rows)| rows);
         Self {
             tenant_id: tenant.into(),
             plan_hash: plan.hash(),
+            root_rows,
             tables,
             blockers,
             cascade,

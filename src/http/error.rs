@@ -217,9 +217,25 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
     }
 }
 
+/// Whether a database error means "the client sent text PostgreSQL cannot store" (answered 422):
+/// a NUL character (`\u0000`) in a text value (SQLSTATE 22021, `invalid byte sequence for encoding
+/// "UTF8": 0x00`) or in a `jsonb` value (22P05, `unsupported Unicode escape sequence`). Any JSON
+/// string field or query parameter can carry one; the statement fails, so nothing is stored.
+pub fn is_unstorable_text(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| c == "22021" || c == "22P05"),
+        _ => false,
+    }
+}
+
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
-        if is_unavailable(&e) {
+        if is_unstorable_text(&e) {
+            Self::Unprocessable(
+                "a text field or query parameter contains a NUL character (\\u0000), which cannot be stored"
+                    .into(),
+            )
+        } else if is_unavailable(&e) {
             Self::db_unavailable(format!("the state database is unavailable: {e}"))
         } else {
             Self::Internal(e.to_string())

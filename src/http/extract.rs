@@ -46,6 +46,7 @@ pub fn parse_json<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Resu
             "expected `Content-Type: application/json`".into(),
         ));
     }
+    reject_nul(body)?;
     let classify = |e: serde_json::Error| match e.classify() {
         serde_json::error::Category::Data => {
             ApiError::Unprocessable(format!("invalid request body: {e}"))
@@ -60,6 +61,34 @@ pub fn parse_json<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Resu
         ));
     }
     serde_json::from_slice(body).map_err(classify)
+}
+
+/// The 422 for a NUL character, which PostgreSQL cannot store in text (see
+/// [`super::error::is_unstorable_text`], the same refusal for any input that reaches the database).
+fn nul_refusal(what: &str) -> ApiError {
+    ApiError::Unprocessable(format!(
+        "{what} contains a NUL character (\\u0000), which cannot be stored"
+    ))
+}
+
+/// Refuses a JSON body with a NUL character in any string (key or value) before any database work.
+/// JSON can only carry one as the escape `\u0000`, so bodies without it are not parsed twice.
+fn reject_nul(body: &[u8]) -> Result<(), ApiError> {
+    fn has_nul(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::String(s) => s.contains('\0'),
+            serde_json::Value::Array(a) => a.iter().any(has_nul),
+            serde_json::Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+            _ => false,
+        }
+    }
+    if !body.windows(6).any(|w| w == b"\\u0000") {
+        return Ok(());
+    }
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(value) if has_nul(&value) => Err(nul_refusal("the JSON body")),
+        _ => Ok(()),
+    }
 }
 
 async fn body_bytes<S: Send + Sync>(
@@ -121,7 +150,7 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
     }
 }
 
-/// `axum::extract::Query` with problem+json rejections (400).
+/// `axum::extract::Query` with problem+json rejections (400; 422 for a NUL character, `%00`).
 #[derive(Debug)]
 pub struct ApiQuery<T>(pub T);
 
@@ -129,6 +158,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        if parts.uri.query().is_some_and(|q| q.contains("%00")) {
+            return Err(nul_refusal("the query string"));
+        }
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|q| Self(q.0))

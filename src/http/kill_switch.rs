@@ -187,8 +187,9 @@ pub struct SetKillSwitch {
     /// `global` (default), `source` or `tenant`.
     #[serde(default)]
     pub scope: ScopeKind,
-    /// The source name (`scope = source`) or tenant key (`scope = tenant`); not with `global`.
-    /// The actor is not part of the body: it is the operator token's name.
+    /// The source name (`scope = source`; engaging needs a configured source, releasing does not, so
+    /// a switch left on a source since removed can be released) or tenant key (`scope = tenant`);
+    /// not with `global`. The actor is not part of the body: it is the operator token's name.
     pub key: Option<String>,
 }
 
@@ -307,6 +308,12 @@ pub fn operator_reason(reason: &str) -> Result<&str, ApiError> {
     Ok(reason)
 }
 
+/// Whether `name` is a configured `[sources.NAME]` (`[vercel] source` names one too). Only these
+/// record jobs, so a switch engaged for any other name would stop nothing.
+fn is_known_source(config: &crate::config::Config, name: &str) -> bool {
+    config.sources.contains_key(name)
+}
+
 /// Engages or releases a kill switch (global, one source's, or one tenant's). Intake keeps recording
 /// requests while it is engaged. The change is versioned, kept in the history, written to the audit
 /// log and announced to listening workers; `GET` shows when every live worker has acknowledged it.
@@ -323,7 +330,7 @@ pub fn operator_reason(reason: &str) -> Result<&str, ApiError> {
         (status = 403, description = "A read-only token, or no operator token exists", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Missing, invalid or unknown field", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Missing, invalid or unknown field, or engaging a source that is not configured", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
@@ -335,6 +342,14 @@ pub async fn put_kill_switch(
 ) -> Result<axum::Json<KillSwitchView>, ApiError> {
     let reason = operator_reason(&body.reason)?;
     let scope = Scope::new(body.scope, body.key.as_deref()).map_err(ApiError::Unprocessable)?;
+    if let Scope::Source(name) = &scope
+        && body.engaged
+        && !is_known_source(&state.config, name)
+    {
+        return Err(ApiError::Unprocessable(format!(
+            "key: no source {name:?} is configured (`[sources.NAME]`)"
+        )));
+    }
     let actor = operator.actor;
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
     let (switch, moved) =

@@ -258,7 +258,8 @@ async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
-/// Answers 503 after [`REQUEST_TIMEOUT`]. The body (at most `max_body` bytes, else 413) is read
+/// Answers 503 after [`REQUEST_TIMEOUT`]. A `Content-Length` over `max_body` is 413 at once. The
+/// body (at most `max_body` bytes, else 413) is read
 /// first, in the caller's future: a client sending it too slowly is answered 503 at the deadline and
 /// its connection closed with the dropped body. Then the handler runs in its own task, so neither
 /// the deadline nor a client hanging up drops it mid-statement: it finishes (its transaction bounded
@@ -274,16 +275,26 @@ async fn request_timeout(max_body: usize, request: Request, next: Next) -> Respo
         }
         .into_response()
     };
+    let too_large = || {
+        ApiError::PayloadTooLarge(format!(
+            "the body was larger than {max_body} bytes, or was cut off"
+        ))
+        .into_response()
+    };
+    // A declared length over the limit is refused at once, not after waiting for a body that
+    // never comes (the deadline's 503).
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_body as u64) {
+        return too_large();
+    }
     let (parts, body) = request.into_parts();
     let bytes = match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, max_body)).await
     {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(_)) => {
-            return ApiError::PayloadTooLarge(format!(
-                "the body was larger than {max_body} bytes, or was cut off"
-            ))
-            .into_response();
-        }
+        Ok(Err(_)) => return too_large(),
         Err(_) => return unavailable(),
     };
     let request = Request::from_parts(parts, axum::body::Body::from(bytes));

@@ -126,14 +126,17 @@ fn new_request(
     delivery: &Delivery,
 ) -> Result<NewRequest, ApiError> {
     let tenant = delivery.tenant.clone().ok_or_else(|| {
+        let at = source
+            .tenant
+            .as_ref()
+            .map_or_else(|| "not configured".to_owned(), ToString::to_string);
         ApiError::Unprocessable(format!(
-            "no tenant at sources.{name}.tenant ({:?})",
-            source.tenant
+            "the delivery has no tenant where sources.{name}.tenant points ({at})"
         ))
     })?;
     let key = delivery.dedup.clone().ok_or_else(|| {
         ApiError::Unprocessable(format!(
-            "no deduplication key (sources.{name}.dedup = {:?})",
+            "the delivery has no deduplication key (sources.{name}.dedup = {})",
             source.dedup
         ))
     })?;

@@ -84,6 +84,16 @@ pub enum Locator {
     Header(String),
 }
 
+/// As written in the config: `pointer "/data/id"`, `header "X-Shopify-Shop-Domain"`.
+impl std::fmt::Display for Locator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Pointer(p) => write!(f, "pointer {p:?}"),
+            Self::Header(h) => write!(f, "header {h:?}"),
+        }
+    }
+}
+
 /// What a delivery's deterministic request ID derives from.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
@@ -99,6 +109,19 @@ pub enum Dedup {
     Pointer(String),
     /// A request header.
     Header(String),
+}
+
+/// As written in the config: `delivery` (the sender's delivery ID), `tenant`, `pointer "/id"`,
+/// `header "X-Id"`.
+impl std::fmt::Display for Dedup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Delivery => f.write_str("delivery (the sender's delivery ID)"),
+            Self::Tenant => f.write_str("tenant"),
+            Self::Pointer(p) => write!(f, "pointer {p:?}"),
+            Self::Header(h) => write!(f, "header {h:?}"),
+        }
+    }
 }
 
 /// The derived HMAC keys of a source (one per configured secret). `Debug` prints only the count.

@@ -31,8 +31,8 @@ use metrics::{counter, gauge};
 use sqlx::PgPool;
 
 use super::{
-    DB_READ_ERRORS, DB_UP, JOBS, KILL_SWITCH, NOTIFICATIONS, NOTIFICATIONS_OLDEST_PENDING,
-    POOL_CONNECTIONS, POOL_MAX, QUEUE_OLDEST_AGE,
+    DB_READ_ERRORS, DB_UP, JOBS, KILL_SWITCH, KILL_SWITCHES, NOTIFICATIONS,
+    NOTIFICATIONS_OLDEST_PENDING, POOL_CONNECTIONS, POOL_MAX, QUEUE_OLDEST_AGE,
 };
 use crate::db::{self, PoolRole, Pools};
 use crate::queue::JobState;
@@ -138,22 +138,25 @@ impl Collector {
 }
 
 /// Every job state, so a state with no jobs reads 0 rather than its last count.
-const JOB_STATES: [JobState; 5] = [
+const JOB_STATES: [JobState; 6] = [
     JobState::Queued,
     JobState::Held,
     JobState::Running,
     JobState::Completed,
     JobState::Failed,
+    JobState::Cancelled,
 ];
 
-/// Jobs per state, the oldest claimable queued job's wait, the kill switch, and notification
-/// events per state.
+/// Jobs per state, the oldest claimable queued job's wait, the kill switches (global, and the
+/// number of engaged source and tenant switches), and notification events per state.
 async fn read_state(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     let counts = crate::queue::jobs::counts(&mut *conn).await?;
-    let (age, engaged): (f64, bool) = db::query_as(
+    let (age, engaged, sources, tenants): (f64, bool, i64, i64) = db::query_as(
         "SELECT coalesce((SELECT extract(epoch FROM now() - min(run_after))::float8 FROM deprov.jobs \
                           WHERE state = 'queued' AND run_after <= now()), 0), \
-                (SELECT engaged FROM deprov.kill_switch)",
+                (SELECT engaged FROM deprov.kill_switch), \
+                (SELECT count(*) FROM deprov.kill_switch_scopes WHERE engaged AND scope = 'source'), \
+                (SELECT count(*) FROM deprov.kill_switch_scopes WHERE engaged AND scope = 'tenant')",
     )
     .fetch_one(&mut *conn)
     .await?;
@@ -167,6 +170,10 @@ async fn read_state(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     }
     gauge!(QUEUE_OLDEST_AGE).set(age.max(0.0));
     gauge!(KILL_SWITCH).set(if engaged { 1.0 } else { 0.0 });
+    #[allow(clippy::cast_precision_loss)] // switch counts stay far below 2^52
+    let (sources, tenants) = (sources as f64, tenants as f64);
+    gauge!(KILL_SWITCHES, "scope" => "source").set(sources);
+    gauge!(KILL_SWITCHES, "scope" => "tenant").set(tenants);
     let (events, oldest) = crate::notify::outbox::counts(&mut *conn).await?;
     for (state, n) in events {
         #[allow(clippy::cast_precision_loss)] // event counts stay far below 2^52

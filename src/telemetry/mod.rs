@@ -11,7 +11,7 @@
 //!
 //! One registry per process, as Prometheus expects: `deprov serve` and each `deprov worker` expose
 //! their own counters; the database-wide gauges (`deprov_jobs`, `deprov_queue_oldest_age_seconds`,
-//! `deprov_kill_switch_engaged`, `deprov_target_lock_waiters`) read the same facts from every process.
+//! `deprov_kill_switch_engaged`, `deprov_kill_switches_engaged`, `deprov_target_lock_waiters`) read the same facts from every process.
 
 pub mod collect;
 
@@ -47,8 +47,10 @@ pub const JOBS: &str = "deprov_jobs";
 /// Gauge, seconds: how long the oldest claimable queued job has waited since it became claimable
 /// (`now() - run_after`); 0 when none waits.
 pub const QUEUE_OLDEST_AGE: &str = "deprov_queue_oldest_age_seconds";
-/// Gauge: 1 while the kill switch is engaged.
+/// Gauge: 1 while the global kill switch is engaged (scoped switches: [`KILL_SWITCHES`]).
 pub const KILL_SWITCH: &str = "deprov_kill_switch_engaged";
+/// Gauge `{scope="source"|"tenant"}`: how many switches of that scope are engaged now.
+pub const KILL_SWITCHES: &str = "deprov_kill_switches_engaged";
 /// Gauge: sessions on the target database waiting on a heavyweight lock.
 pub const TARGET_LOCK_WAITERS: &str = "deprov_target_lock_waiters";
 /// Gauge, seconds: the target's largest standby `replay_lag` (0 without standbys).

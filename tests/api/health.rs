@@ -181,3 +181,55 @@ async fn started_with_its_database_down_deprov_stays_up_and_becomes_ready_when_i
     assert_eq!(m.value("deprov_db_up", &[("database", "state")]), 1.0);
     assert!(process.is_running());
 }
+
+/// `deprov serve 2>&1 | head -1` and `2>/dev/full`: once its log reader is gone (EPIPE) or its log
+/// cannot be written (ENOSPC), the server keeps answering and still stops on SIGTERM (it used to
+/// panic in the subscriber's `eprintln!` report of the failed write, or hang).
+#[tokio::test]
+async fn a_closed_or_full_stdout_and_stderr_neither_kill_nor_hang_the_server() {
+    use std::process::Stdio;
+    let full = || {
+        Stdio::from(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+    };
+    let closed_pipe = || {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        Stdio::from(writer)
+    };
+    for (what, stdout, stderr) in [
+        ("closed pipe", closed_pipe(), closed_pipe()),
+        ("/dev/full", full(), full()),
+    ] {
+        let pg = crate::process::start_pg(None).await;
+        // `info`: start-up and every request write log lines, each one failing.
+        let mut process =
+            crate::process::spawn_with(pg, "serve", "", "info,tower_http=debug", stdout, stderr)
+                .await;
+        for _ in 0..20 {
+            let response = process.post_deletion("7").await;
+            assert!(
+                response.status().is_success(),
+                "{what}: {}",
+                response.status()
+            );
+        }
+        let health = process
+            .client
+            .get(process.url("/healthz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status(), StatusCode::OK, "{what}");
+        assert!(process.is_running(), "{what}: deprov died");
+        let status = process
+            .terminate(std::time::Duration::from_secs(15))
+            .await
+            .unwrap_or_else(|| panic!("{what}: deprov ignored SIGTERM"));
+        assert!(status.success(), "{what}: deprov exited with {status}");
+    }
+}

@@ -189,3 +189,33 @@ async fn invalid_scopes_and_audit_queries_are_refused() {
     .await;
     assert_problem(app.get("/v1/audit").await, StatusCode::UNAUTHORIZED).await;
 }
+
+#[tokio::test]
+async fn engaging_an_unconfigured_source_is_refused() {
+    let app = spawn_app_with(TestOptions::default()).await;
+    let problem = assert_problem(
+        app.put_switch(
+            json!({"engaged": true, "reason": "x", "scope": "source", "key": "nosuchsource"}),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("nosuchsource"),
+        "{problem}"
+    );
+    let (latest, audit): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT latest_version FROM deprov.kill_switch), \
+                (SELECT count(*) FROM deprov.audit_log)",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!((latest, audit), (0, 0), "nothing changed");
+    // A configured source is accepted.
+    let response = app
+        .put_switch(json!({"engaged": true, "reason": "x", "scope": "source", "key": "billing"}))
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+}

@@ -108,3 +108,35 @@ async fn a_body_sent_too_slowly_is_answered_503_and_stores_nothing() {
     );
     app.assert_nothing_stored().await;
 }
+
+#[tokio::test]
+async fn a_declared_length_over_the_limit_is_413_at_once() {
+    let app = spawn_limited().await;
+    let mut stream = TcpStream::connect(("127.0.0.1", app.port)).await.unwrap();
+    let head = format!(
+        "POST /v1/deletion-requests HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SOURCE_TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: 99999999999\r\n\r\n{{}}"
+    );
+    let start = Instant::now();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // Until the whole problem arrived (or the peer closed); a 503 would come only after
+    // REQUEST_TIMEOUT (10 s).
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).ends_with('}') {
+        match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => panic!("no answer within 5 s: {:?}", String::from_utf8_lossy(&got)),
+        }
+    }
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    assert!(got.contains("application/problem+json"), "{got}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    app.assert_nothing_stored().await;
+}

@@ -100,8 +100,15 @@ async fn after_a_job_the_metrics_equal_the_rows_deleted_and_the_sessions_in_pg_s
     );
     assert_eq!(m.value("deprov_jobs", &[("state", "completed")]), 1.0);
     assert_eq!(m.value("deprov_jobs", &[("state", "queued")]), 0.0);
+    assert_eq!(m.value("deprov_jobs", &[("state", "cancelled")]), 0.0);
     assert_eq!(m.value("deprov_queue_oldest_age_seconds", &[]), 0.0);
     assert_eq!(m.value("deprov_kill_switch_engaged", &[]), 0.0);
+    for scope in ["source", "tenant"] {
+        assert_eq!(
+            m.value("deprov_kill_switches_engaged", &[("scope", scope)]),
+            0.0
+        );
+    }
     assert_eq!(m.value("deprov_db_up", &[("database", "state")]), 1.0);
     assert_eq!(m.value("deprov_db_up", &[("database", "target")]), 1.0);
     assert_eq!(m.value("deprov_target_lock_waiters", &[]), 0.0);
@@ -162,6 +169,44 @@ async fn after_a_job_the_metrics_equal_the_rows_deleted_and_the_sessions_in_pg_s
             .scrape()
             .await
             .value("deprov_kill_switch_engaged", &[]),
+        1.0
+    );
+    // Scoped switches are counted per scope; a released one no longer counts.
+    for (key, engaged) in [("billing", true), ("8", true), ("9", true), ("9", false)] {
+        let scope = if key == "billing" { "source" } else { "tenant" };
+        let response = operator(&process, reqwest::Method::PUT, "/v1/kill-switch")
+            .json(
+                &serde_json::json!({"engaged": engaged, "reason": "metrics test",
+                                      "scope": scope, "key": key}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let m = process.scrape().await;
+    assert_eq!(
+        m.value("deprov_kill_switches_engaged", &[("scope", "source")]),
+        1.0
+    );
+    assert_eq!(
+        m.value("deprov_kill_switches_engaged", &[("scope", "tenant")]),
+        1.0
+    );
+    // A cancelled job is counted in its own series.
+    let job_id: uuid::Uuid = sqlx::query_scalar(
+        "INSERT INTO deprov.jobs (id, subject_kind, subject, tenant_id, state, max_attempts) \
+         VALUES (gen_random_uuid(), 'tenant', '8', '8', 'cancelled', 1) RETURNING id",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert!(!job_id.is_nil());
+    assert_eq!(
+        process
+            .scrape()
+            .await
+            .value("deprov_jobs", &[("state", "cancelled")]),
         1.0
     );
 }

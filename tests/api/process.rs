@@ -62,6 +62,18 @@ pub async fn connect(pg: &Throwaway) -> PgPool {
 /// Runs `deprov <command>` against `pg` with the config `[sources.billing]` + `[tenant]` + `extra`.
 /// `serve` listens on a free port, `worker` serves metrics on one. Waits until `/healthz` answers.
 pub async fn spawn(pg: Throwaway, command: &str, extra: &str) -> Process {
+    spawn_with(pg, command, extra, "warn", Stdio::null(), Stdio::inherit()).await
+}
+
+/// [`spawn`] with `RUST_LOG=rust_log` and the child's stdout and stderr given.
+pub async fn spawn_with(
+    pg: Throwaway,
+    command: &str,
+    extra: &str,
+    rust_log: &str,
+    stdout: Stdio,
+    stderr: Stdio,
+) -> Process {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("deprov.toml");
     std::fs::write(
@@ -78,9 +90,9 @@ pub async fn spawn(pg: Throwaway, command: &str, extra: &str) -> Process {
         .env("DEPROV_DATABASE_URL", pg.url("postgres"))
         .env("DEPROV_CONFIG", &config)
         .env("DEPROV_OPERATOR_TOKEN", OPERATOR_TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
+        .env("RUST_LOG", rust_log)
+        .stdout(stdout)
+        .stderr(stderr);
     if command == "worker" {
         cmd.env("DEPROV_METRICS_LISTEN", format!("127.0.0.1:{port}"));
     } else {
@@ -126,6 +138,24 @@ impl Process {
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Sends SIGTERM and waits up to `within` for the process to exit; its exit status, or `None`
+    /// when it is still running then.
+    pub async fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success(), "kill -TERM {pid}");
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Scrapes `/metrics`, asserting a 200 in the Prometheus text format.

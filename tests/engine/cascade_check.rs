@@ -25,13 +25,13 @@ async fn refused(env: &crate::harness::Env, constraint: &str) -> String {
     message
 }
 
-/// Runs `deprov plan --tenant 1` (the binary) on the environment's database; returns whether it
-/// exited successfully and what it printed.
-fn plan_cli(env: &crate::harness::Env) -> (bool, String) {
+/// Runs `deprov plan --tenant <tenant>` (the binary) on the environment's database; returns whether
+/// it exited successfully and what it printed.
+fn plan_cli(env: &crate::harness::Env, tenant: &str) -> (bool, String) {
     let config = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(config.path(), config_text("")).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
-        .args(["plan", "--tenant", "1"])
+        .args(["plan", "--tenant", tenant])
         .env("DEPROV_DATABASE_URL", env.server.url("target"))
         .env("DEPROV_CONFIG", config.path())
         .env_remove("DEPROV_TARGET_URL")
@@ -97,7 +97,7 @@ async fn a_restrict_check_fired_before_the_cascade_reaches_its_row_fails_the_job
     assert!(report.cascade.would_fail, "{:?}", report.cascade);
     assert!(report.to_text().contains("tasks_project_id_fkey"));
     // Scripts can rely on the exit status: deprov would refuse this tenant.
-    let (ok, text) = plan_cli(&env);
+    let (ok, text) = plan_cli(&env, "1");
     assert!(!ok, "plan exits non-zero when deprov would refuse:\n{text}");
     assert!(text.contains("tasks_project_id_fkey"), "{text}");
 }
@@ -116,7 +116,8 @@ async fn the_same_schema_with_the_keys_created_the_other_way_round_completes_lik
         .await
         .unwrap();
     assert!(report.cascade.simulated && !report.cascade.would_fail);
-    let (ok, text) = plan_cli(&env);
+    // Tenant 1 is deleted now (`plan` would say there is no such tenant): tenant 2 is planned.
+    let (ok, text) = plan_cli(&env, "2");
     assert!(ok, "{text}");
 }
 
