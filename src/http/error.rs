@@ -232,7 +232,7 @@ impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         if is_unstorable_text(&e) {
             Self::Unprocessable(
-                "a text field or query parameter contains a NUL character (\\u0000), which cannot be stored"
+                "a text field or query parameter contains a NUL character (U+0000), which cannot be stored"
                     .into(),
             )
         } else if is_unavailable(&e) {

@@ -62,6 +62,9 @@ fn config_toml() -> String {
          [\"2xx\", \"401\", \"403\", \"404\", \"409\", \"422\", \"429\"]\n\
          [[operations]]\ninclude-operation-id = \"post_reconcile\"\n\
          checks.positive_data_acceptance.expected-statuses = \
+         [\"2xx\", \"401\", \"403\", \"404\", \"409\", \"422\", \"429\"]\n\
+         [[operations]]\ninclude-operation-id = \"put_kill_switch\"\n\
+         checks.positive_data_acceptance.expected-statuses = \
          [\"2xx\", \"401\", \"403\", \"404\", \"409\", \"422\", \"429\"]\n"
     )
 }
@@ -106,8 +109,10 @@ async fn schemathesis_finds_no_server_error_and_no_response_outside_the_spec() {
         std::env::var("DEPROV_ST_MAX_EXAMPLES").unwrap_or_else(|_| MAX_EXAMPLES.into()),
         "--generation-database".into(),
         "none".into(),
+        // One worker: with two, hypothesis (under schemathesis 4.32.5) raised internal errors
+        // ("AST constructor recursion depth mismatch", a KeyError in its lambda cache) in some runs.
         "--workers".into(),
-        "2".into(),
+        "1".into(),
         "--request-timeout".into(),
         "10".into(),
         "--report".into(),
