@@ -112,16 +112,29 @@ pub enum AuditAction {
 }
 
 pub(super) fn actor(acting: &Acting) -> anyhow::Result<(String, String)> {
-    let reason = acting.reason.trim();
+    let reason = cli_reason(Some(&acting.reason), "")?;
+    Ok((cli_actor(acting.actor.as_deref()), reason.to_owned()))
+}
+
+/// The audit actor of a CLI operator action: `cli`, or `cli:<actor>` for `--actor` / `DEPROV_ACTOR`.
+pub(super) fn cli_actor(actor: Option<&str>) -> String {
+    match actor.map(str::trim) {
+        None | Some("") => "cli".to_owned(),
+        Some(a) => format!("cli:{a}"),
+    }
+}
+
+/// `--reason` trimmed, or `default` when not given; 1..=1000 characters.
+///
+/// # Errors
+/// When the reason is blank or longer than 1000 characters.
+pub(super) fn cli_reason<'a>(reason: Option<&'a str>, default: &'a str) -> anyhow::Result<&'a str> {
+    let reason = reason.map_or(default, str::trim);
     anyhow::ensure!(
         !reason.is_empty() && reason.chars().count() <= 1000,
         "--reason: must be 1..=1000 characters"
     );
-    let who = match acting.actor.as_deref().map(str::trim) {
-        None | Some("") => "cli".to_owned(),
-        Some(a) => format!("cli:{a}"),
-    };
-    Ok((who, reason.to_owned()))
+    Ok(reason)
 }
 
 pub(super) fn rfc3339(t: time::OffsetDateTime) -> String {

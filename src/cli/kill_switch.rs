@@ -248,15 +248,8 @@ async fn change(
     } else {
         "released from the command line"
     };
-    let reason = args.reason.as_deref().map_or(default, str::trim);
-    anyhow::ensure!(
-        !reason.is_empty() && reason.chars().count() <= 1000,
-        "--reason: must be 1..=1000 characters"
-    );
-    let actor = match args.actor.as_deref().map(str::trim) {
-        None | Some("") => "cli".to_owned(),
-        Some(a) => format!("cli:{a}"),
-    };
+    let reason = super::jobs::cli_reason(args.reason.as_deref(), default)?;
+    let actor = super::jobs::cli_actor(args.actor.as_deref());
     let mut tx = db::begin(pool, db::Bounds::STATE).await?;
     let result = kill_switch::set_scope(&mut tx, &scope, engage, reason, &actor).await?;
     tx.commit().await?;

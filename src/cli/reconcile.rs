@@ -162,10 +162,7 @@ fn target_pool(
 }
 
 fn who(actor: Option<&str>) -> String {
-    match actor.map(str::trim) {
-        None | Some("") => "cli".to_owned(),
-        Some(a) => format!("cli:{a}"),
-    }
+    super::jobs::cli_actor(actor)
 }
 
 /// The text `deprov reconcile` prints for a report.

@@ -65,16 +65,11 @@ pub enum TokensAction {
 }
 
 fn acting(acting: &TokenActing, default_reason: &str) -> anyhow::Result<(String, String)> {
-    let reason = acting.reason.as_deref().map_or(default_reason, str::trim);
-    anyhow::ensure!(
-        !reason.is_empty() && reason.chars().count() <= 1000,
-        "--reason: must be 1..=1000 characters"
-    );
-    let who = match acting.actor.as_deref().map(str::trim) {
-        None | Some("") => "cli".to_owned(),
-        Some(a) => format!("cli:{a}"),
-    };
-    Ok((who, reason.to_owned()))
+    let reason = super::jobs::cli_reason(acting.reason.as_deref(), default_reason)?;
+    Ok((
+        super::jobs::cli_actor(acting.actor.as_deref()),
+        reason.to_owned(),
+    ))
 }
 
 /// The table `deprov tokens list` prints: one line per token under a header.
