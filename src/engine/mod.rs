@@ -194,20 +194,45 @@ pub async fn find_blockers(
     Ok(hits)
 }
 
-/// Runs one batch of step `step` from `cursor`, in its own transaction: at most `limits.rows` child
-/// rows of at most `parents` parent rows (see [`queries::batch`]).
+/// Where a batch starts within its step.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchStart<'c> {
+    /// The step (index into [`Plan::steps`]).
+    pub step: usize,
+    /// Where the step's last batch ended.
+    pub cursor: &'c Cursor,
+    /// Parent rows to read at most.
+    pub parents: i64,
+    /// The step's last batch was filled by the cursor's parent alone: with a [`Cursor::Within`], a
+    /// step where [`Plan::range_step`] holds continues that parent as a key range
+    /// ([`queries::range_bound`]).
+    pub large_parent: bool,
+}
+
+/// Runs one batch from `at`, in its own transaction: at most `limits.rows` child rows of at most
+/// `at.parents` parent rows (see [`queries::batch`], and [`BatchStart::large_parent`]).
 ///
 /// # Errors
 /// Database errors (timeouts are retryable: the batch rolled back and can run again).
 pub async fn run_batch(
     target: &PgPool,
     plan: &Plan,
-    step: usize,
-    cursor: &Cursor,
-    parents: i64,
+    at: BatchStart<'_>,
     tenant: &str,
     limits: &BatchLimits,
 ) -> Result<BatchResult, EngineError> {
+    let BatchStart {
+        step,
+        cursor,
+        parents,
+        large_parent,
+    } = at;
+    if let Cursor::Within(parent, last) = cursor
+        && large_parent
+        && plan.range_step(&plan.steps[step])
+    {
+        return run_range(target, plan, step, parent, last, limits).await;
+    }
     let stmt = queries::batch(plan, &plan.steps[step], cursor);
     let position: Vec<String> = match cursor {
         Cursor::Start => Vec::new(),
@@ -225,6 +250,7 @@ pub async fn run_batch(
         crate::db::query_as::<(i64, i64, i64, i64, Option<Vec<String>>, Option<Vec<String>>)>(
             stmt.as_query(),
         )
+        .persistent(false)
         .bind(tenant)
         .bind(limits.rows)
         .bind(position)
@@ -232,15 +258,7 @@ pub async fn run_batch(
         .fetch_one(&mut *tx)
         .await?;
     let cascaded = match &before {
-        Some(before) => {
-            let after = deleted_so_far(&mut tx, plan).await?;
-            after
-                .into_iter()
-                .zip(before)
-                .map(|((oid, n), (_, m))| (oid, n - m))
-                .filter(|(_, n)| *n > 0)
-                .collect()
-        }
+        Some(before) => cascaded_since(&mut tx, plan, before).await?,
         None => Vec::new(),
     };
     tx.commit().await?;
@@ -266,6 +284,83 @@ pub async fn run_batch(
         cascaded,
         elapsed: started.elapsed(),
     })
+}
+
+/// A batch continuing inside `parent` after child key `last`, as a key range
+/// ([`queries::range_bound`], then [`queries::range_delete`]), in one transaction like
+/// [`run_batch`]. The next cursor stays inside the parent while a full batch was found, else moves
+/// after it.
+async fn run_range(
+    target: &PgPool,
+    plan: &Plan,
+    step: usize,
+    parent: &[String],
+    last: &[String],
+    limits: &BatchLimits,
+) -> Result<BatchResult, EngineError> {
+    let s = &plan.steps[step];
+    let position: Vec<String> = parent.iter().chain(last).cloned().collect();
+    let started = Instant::now();
+    let mut tx = crate::db::begin(target, limits.bounds()).await?;
+    let before = if plan.absorbs_below(s.table) {
+        Some(deleted_so_far(&mut tx, plan).await?)
+    } else {
+        None
+    };
+    let (selected, end): (i64, Option<Vec<String>>) =
+        crate::db::query_as(queries::range_bound(plan, s).as_query())
+            .persistent(false)
+            .bind(&position)
+            .bind(limits.rows)
+            .fetch_one(&mut *tx)
+            .await?;
+    let deleted = match &end {
+        Some(end) => {
+            let done = crate::db::query(queries::range_delete(plan, s).as_query())
+                .persistent(false)
+                .bind(&position)
+                .bind(end)
+                .execute(&mut *tx)
+                .await?;
+            i64::try_from(done.rows_affected()).unwrap_or(i64::MAX)
+        }
+        None => 0,
+    };
+    let cascaded = match &before {
+        Some(before) => cascaded_since(&mut tx, plan, before).await?,
+        None => Vec::new(),
+    };
+    tx.commit().await?;
+    let next = match end {
+        Some(end) if selected >= limits.rows => Cursor::Within(parent.to_vec(), end),
+        _ => Cursor::AfterParent(parent.to_vec()),
+    };
+    Ok(BatchResult {
+        // A row inserted into the range between the two statements is deleted too: never report
+        // fewer selected than deleted (the difference counts as kept back).
+        selected: selected.max(deleted),
+        deleted,
+        parents: 1,
+        parents_used: i64::from(selected > 0),
+        next: Some(next),
+        cascaded,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Rows deleted per absorbed table since `before` ([`deleted_so_far`]), those with any.
+async fn cascaded_since(
+    tx: &mut PgConnection,
+    plan: &Plan,
+    before: &[(u32, i64)],
+) -> Result<Vec<(u32, i64)>, sqlx::Error> {
+    let after = deleted_so_far(tx, plan).await?;
+    Ok(after
+        .into_iter()
+        .zip(before)
+        .map(|((oid, n), (_, m))| (oid, n - m))
+        .filter(|(_, n)| *n > 0)
+        .collect())
 }
 
 /// Deletes the tenant rows of `table` that its batches kept back, all in one short transaction

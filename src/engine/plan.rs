@@ -221,6 +221,20 @@ impl Plan {
             .collect()
     }
 
+    /// Whether a batch that continues inside one parent ([`super::queries::Cursor::Within`]) runs
+    /// as a key range ([`super::queries::range_bound`], [`super::queries::range_delete`]): the
+    /// step has a parent, the table a primary key, children go in ascending key order (not a tree)
+    /// and none are kept back (no non-CASCADE reference to itself).
+    pub fn range_step(&self, step: &Step) -> bool {
+        !step.path.is_empty()
+            && matches!(
+                self.catalog.tables[&step.table].key,
+                super::catalog::RowKey::Columns(_)
+            )
+            && !self.is_tree(step.table)
+            && self.held_self_refs(step.table).is_empty()
+    }
+
     /// Human-readable path of a step: `app.deployments → app.environments → app.accounts`.
     pub fn describe_path(&self, step: &Step) -> String {
         let mut parts = vec![self.name(step.table).to_string()];

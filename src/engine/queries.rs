@@ -6,6 +6,9 @@
 use super::plan::{Plan, Step};
 use crate::sql::{SqlBuilder, Statement};
 
+mod range;
+pub use range::{range_bound, range_delete};
+
 /// Alias bases so nested sub-queries never shadow each other's aliases.
 const STEP_BASE: usize = 0;
 const REF_BASE: usize = 1000;
@@ -77,9 +80,21 @@ fn cols_ordered(b: &mut SqlBuilder, alias: usize, columns: &[String], desc: bool
 
 /// `(($3::text[])[from+1]::t1, ...)`: values of the cursor array, cast to the key's types.
 fn cursor_values(b: &mut SqlBuilder, types: &[&crate::sql::SqlType], from: usize) {
+    array_values(b, "$3", types, from);
+}
+
+/// `((<param>::text[])[from+1]::t1, ...)`: values of a text array parameter cast to `types`.
+fn array_values(
+    b: &mut SqlBuilder,
+    param: &'static str,
+    types: &[&crate::sql::SqlType],
+    from: usize,
+) {
     b.sql("(");
     b.join(types, ", ", |b, i, ty| {
-        b.sql("($3::text[])[")
+        b.sql("(")
+            .sql(param)
+            .sql("::text[])[")
             .int((from + i + 1) as i64)
             .sql("]::")
             .ty(ty);
@@ -259,15 +274,16 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     b.join(&pnames, ", ", |b, _, p| {
         b.ident(p).sql(" DESC");
     });
+    // The last row is found first and only then printed: text for one row, not for every row.
     b.sql(" LIMIT 1), (SELECT ARRAY[");
     b.join(&order, ", ", |b, _, c| {
         b.ident(c).sql("::text");
     });
-    b.sql("] FROM batch ORDER BY ");
+    b.sql("] FROM (SELECT * FROM batch ORDER BY ");
     b.join(&directed, ", ", |b, _, (c, d)| {
         b.ident(c).sql(if *d { "" } else { " DESC" });
     });
-    b.sql(" LIMIT 1)");
+    b.sql(" LIMIT 1) last)");
     b.build()
 }
 

@@ -448,6 +448,7 @@ impl JobRun {
             w.config.worker.lease,
             hd.max_batch_duration,
         );
+        let mut large_parent = false;
         while cp.step < plan.steps.len() {
             let gate = self.may_destroy().await?;
             let step = &plan.steps[cp.step];
@@ -471,9 +472,12 @@ impl JobRun {
             let result = engine::run_batch(
                 &w.pools.target,
                 &plan,
-                cp.step,
-                &cp.cursor,
-                cp.parents,
+                engine::BatchStart {
+                    step: cp.step,
+                    cursor: &cp.cursor,
+                    parents: cp.parents,
+                    large_parent,
+                },
                 tenant,
                 &limits,
             )
@@ -530,6 +534,8 @@ impl JobRun {
                 Err(e) => return Err(e.into()),
             };
             timeouts = 0;
+            // A parent that alone filled this batch is continued as a key range.
+            large_parent = batch.parents_used == 1 && batch.selected >= cp.rows;
             let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
             telemetry::batch_committed(batch.elapsed, batch.deleted + cascaded);
             self.progress

@@ -1,0 +1,103 @@
+//! The batch that continues inside one parent, as a key range.
+//!
+//! A parent with more children than a batch (an account's million audit events) is deleted over many
+//! batches that each continue after the last deleted key ([`super::Cursor::Within`]). The general
+//! batch ([`super::batch`]) selects those rows, materializes their `ctid`s and deletes them by TID:
+//! every row is read twice and passed through several tuple stores. Inside one parent the rows of a
+//! batch are exactly a key range, so this shape first finds the range's upper end (the `$2`-th key
+//! after the cursor, reading keys only) and then deletes the range in one `DELETE … WHERE` whose
+//! index scan deletes as it reads, as PostgreSQL's own cascade does.
+//!
+//! Both run as unnamed statements (`persistent(false)`), so each is planned with its actual values
+//! (PostgreSQL's custom plans, docs §PREPARE "Notes"): a parent holding most of a table gets the
+//! primary key's index from the cursor on, a small parent the foreign key's index. A prepared generic
+//! plan would not know which parent it serves.
+//!
+//! Used only where [`crate::engine::Plan::range_step`] holds: children in ascending order of a
+//! primary key, none kept back.
+
+use super::super::plan::{Plan, Step};
+use super::{array_values, cols};
+use crate::sql::{SqlBuilder, SqlType, Statement};
+
+/// The referencing columns of the step's first hop, the parent's referenced types and the child's
+/// key columns and types.
+struct Shape<'p> {
+    from_cols: &'p [String],
+    parent_types: Vec<&'p SqlType>,
+    key_cols: Vec<String>,
+    key_types: Vec<SqlType>,
+}
+
+fn shape<'p>(plan: &'p Plan, step: &Step) -> Shape<'p> {
+    let fk = &plan.catalog.foreign_keys[step.path[0]];
+    let parent = &plan.catalog.tables[&fk.to];
+    let key = plan.catalog.tables[&step.table].key_columns();
+    Shape {
+        from_cols: &fk.from_cols,
+        parent_types: fk.to_cols.iter().map(|c| &parent.columns[c]).collect(),
+        key_cols: key.iter().map(|(c, _)| c.clone()).collect(),
+        key_types: key.into_iter().map(|(_, t)| t).collect(),
+    }
+}
+
+/// `t0.<fk col> = ($1)[1]::<type> AND … AND (t0.<key>) > (($1)[np+1]::<type>, …)`: the parent's
+/// children after the cursor. `$1` is the cursor: parent values, then the last deleted key.
+fn after_cursor(b: &mut SqlBuilder, s: &Shape<'_>) {
+    b.join(s.from_cols, " AND ", |b, i, c| {
+        b.col(0, c).sql(" = ");
+        array_values(b, "$1", &s.parent_types[i..=i], i);
+    });
+    b.sql(" AND (");
+    cols(b, 0, &s.key_cols);
+    b.sql(") > ");
+    let key_types: Vec<&SqlType> = s.key_types.iter().collect();
+    array_values(b, "$1", &key_types, s.parent_types.len());
+}
+
+/// The end of the next range: `$1` = cursor (text[]: parent values, then the last deleted key), `$2`
+/// = rows (int8). Reads the keys of at most `$2` children after the cursor in key order and returns
+/// `(rows int8, last_key text[])`: how many there are and the greatest (NULL when none are left).
+pub fn range_bound(plan: &Plan, step: &Step) -> Statement {
+    let s = shape(plan, step);
+    let knames: Vec<String> = (0..s.key_cols.len()).map(|i| format!("k{i}")).collect();
+    let mut b = SqlBuilder::new();
+    b.sql("WITH s AS MATERIALIZED (SELECT ");
+    b.join(&s.key_cols, ", ", |b, i, c| {
+        b.col(0, c).sql(" AS ").ident(&knames[i]);
+    });
+    b.sql(" FROM ")
+        .table(plan.name(step.table))
+        .sql(" t0 WHERE ");
+    after_cursor(&mut b, &s);
+    b.sql(" ORDER BY ");
+    cols(&mut b, 0, &s.key_cols);
+    b.sql(" LIMIT $2) SELECT (SELECT count(*) FROM s), (SELECT ARRAY[");
+    b.join(&knames, ", ", |b, _, k| {
+        b.ident(k).sql("::text");
+    });
+    b.sql("] FROM (SELECT * FROM s ORDER BY ");
+    b.join(&knames, ", ", |b, _, k| {
+        b.ident(k).sql(" DESC");
+    });
+    b.sql(" LIMIT 1) l)");
+    b.build()
+}
+
+/// Deletes the parent's children after the cursor up to and including a key: `$1` = cursor (as in
+/// [`range_bound`]), `$2` = the range's last key (text[], [`range_bound`]'s `last_key`). The rows
+/// deleted are its `rows_affected`.
+pub fn range_delete(plan: &Plan, step: &Step) -> Statement {
+    let s = shape(plan, step);
+    let key_types: Vec<&SqlType> = s.key_types.iter().collect();
+    let mut b = SqlBuilder::new();
+    b.sql("DELETE FROM ")
+        .table(plan.name(step.table))
+        .sql(" t0 WHERE ");
+    after_cursor(&mut b, &s);
+    b.sql(" AND (");
+    cols(&mut b, 0, &s.key_cols);
+    b.sql(") <= ");
+    array_values(&mut b, "$2", &key_types, 0);
+    b.build()
+}
