@@ -39,6 +39,12 @@ impl BenchReport {
         both("foreground p99 ÷ baseline p99", &|s| {
             format!("{:.2}", rel(s.foreground_p99_ms))
         });
+        both("foreground p50 (ms)", &|s| {
+            format!("{:.2}", s.foreground_p50_ms)
+        });
+        both("foreground writes p99 (ms)", &|s| {
+            format!("{:.2}", s.foreground_write_p99_ms)
+        });
         both("foreground ops (errors)", &|s| {
             format!("{} ({})", s.foreground_ops, s.foreground_errors)
         });
@@ -68,7 +74,11 @@ impl BenchReport {
             ));
         }
         out.push_str(&format!(
-            "\nforeground baseline p99: {base:.2} ms; deprov batches that hit a timeout: {}\n",
+            "\nforeground baseline ({} ops): p99 {base:.2} ms, p50 {:.2} ms, writes p99 {:.2} ms; \
+             deprov batches that hit a timeout: {}\n",
+            self.foreground_baseline_ops,
+            self.foreground_baseline_p50_ms,
+            self.foreground_baseline_write_p99_ms,
             self.deprov_timeouts
         ));
         out.push_str(&format!(

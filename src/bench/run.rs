@@ -52,10 +52,11 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     pub rate_limit: u32,
     /// Foreground clients (each its own connection).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 4)]
     pub clients: usize,
-    /// Operations per second of each foreground client and of the tenant writer.
-    #[arg(long, default_value_t = 100)]
+    /// Operations per second of each foreground client and of the tenant writer. With the defaults
+    /// the foreground makes 800 operations/s, so a phase of 1.5 s rests its p99 on ~1,200 samples.
+    #[arg(long, default_value_t = 200)]
     pub rate: u32,
     /// Seconds of foreground (and tenant writer) with no deletion, for the foreground's baseline p99.
     #[arg(long, default_value_t = 5)]
@@ -90,6 +91,11 @@ pub struct Side {
     pub tenant_writer_longest_wait_ms: f64,
     /// Foreground p99 latency while the deletion ran, in ms.
     pub foreground_p99_ms: f64,
+    /// Foreground median latency while the deletion ran, in ms.
+    pub foreground_p50_ms: f64,
+    /// Foreground p99 latency of the writes alone (single-row `UPDATE`s, each a commit that waits
+    /// for its WAL flush), in ms.
+    pub foreground_write_p99_ms: f64,
     /// Foreground operations timed while the deletion ran.
     pub foreground_ops: usize,
     /// Foreground operations that failed.
@@ -107,6 +113,12 @@ pub struct BenchReport {
     pub deprov: Side,
     /// Foreground p99 latency with no deletion running, in ms.
     pub foreground_baseline_p99_ms: f64,
+    /// Foreground median latency with no deletion running, in ms.
+    pub foreground_baseline_p50_ms: f64,
+    /// Foreground writes' p99 latency with no deletion running, in ms.
+    pub foreground_baseline_write_p99_ms: f64,
+    /// Foreground operations timed for the baseline.
+    pub foreground_baseline_ops: usize,
     /// deprov rows/s ÷ cascade rows/s (issue 3's target: ≥ 0.6).
     pub ratio: f64,
     /// Whether the database deprov worked on equals the cascade's copy, table by table.
@@ -242,6 +254,9 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         cascade: cascade_side,
         deprov: deprov_side,
         foreground_baseline_p99_ms: baseline.quantile_ms(0.99),
+        foreground_baseline_p50_ms: baseline.quantile_ms(0.5),
+        foreground_baseline_write_p99_ms: baseline.write_quantile_ms(0.99),
+        foreground_baseline_ops: baseline.latencies.len(),
         equals_cascade,
         deprov_timeouts: timeouts,
         deprov_tables,
@@ -348,6 +363,8 @@ fn side(
         transactions,
         tenant_writer_longest_wait_ms: writer.max_ms(),
         foreground_p99_ms: fg.quantile_ms(0.99),
+        foreground_p50_ms: fg.quantile_ms(0.5),
+        foreground_write_p99_ms: fg.write_quantile_ms(0.99),
         foreground_ops: fg.latencies.len(),
         foreground_errors: fg.errors,
     }

@@ -18,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Samples {
     /// Latency of every completed operation.
     pub latencies: Vec<Duration>,
+    /// Latency of the completed writes alone (also in `latencies`).
+    pub writes: Vec<Duration>,
     /// Operations that failed (any database error).
     pub errors: u64,
 }
@@ -25,13 +27,12 @@ pub struct Samples {
 impl Samples {
     /// The `q` quantile (0..=1) of the latencies by the nearest-rank method, in ms; 0 with no samples.
     pub fn quantile_ms(&self, q: f64) -> f64 {
-        if self.latencies.is_empty() {
-            return 0.0;
-        }
-        let mut sorted = self.latencies.clone();
-        sorted.sort_unstable();
-        let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-        sorted[rank - 1].as_secs_f64() * 1000.0
+        quantile_ms(&self.latencies, q)
+    }
+
+    /// The `q` quantile of the writes' latencies, as [`Self::quantile_ms`].
+    pub fn write_quantile_ms(&self, q: f64) -> f64 {
+        quantile_ms(&self.writes, q)
     }
 
     /// The longest latency, in ms.
@@ -44,8 +45,20 @@ impl Samples {
 
     fn merge(&mut self, other: Samples) {
         self.latencies.extend(other.latencies);
+        self.writes.extend(other.writes);
         self.errors += other.errors;
     }
+}
+
+/// The nearest-rank `q` quantile of `latencies` in ms; 0 with none.
+fn quantile_ms(latencies: &[Duration], q: f64) -> f64 {
+    if latencies.is_empty() {
+        return 0.0;
+    }
+    let mut sorted = latencies.to_vec();
+    sorted.sort_unstable();
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1].as_secs_f64() * 1000.0
 }
 
 /// One kind of operation on one row key.
@@ -62,6 +75,11 @@ pub enum Op {
 }
 
 impl Op {
+    /// Whether it writes (an `UPDATE`, whose commit waits for the WAL flush).
+    pub fn is_write(self) -> bool {
+        !matches!(self, Op::ReadUsers)
+    }
+
     pub(crate) fn sql(self) -> &'static str {
         match self {
             Op::ReadUsers => "SELECT id, email FROM app.users WHERE account_id = $1",
@@ -122,7 +140,13 @@ pub fn start(pool: &PgPool, clients: usize, rate: u32, ops: Vec<(Op, i64)>) -> R
                     i += clients;
                     let started = Instant::now();
                     match sqlx::query(op.sql()).bind(key).execute(&mut *conn).await {
-                        Ok(_) => samples.latencies.push(started.elapsed()),
+                        Ok(_) => {
+                            let took = started.elapsed();
+                            samples.latencies.push(took);
+                            if op.is_write() {
+                                samples.writes.push(took);
+                            }
+                        }
                         Err(_) => samples.errors += 1,
                     }
                 }
@@ -141,11 +165,13 @@ mod tests {
     fn nearest_rank_quantiles() {
         let s = Samples {
             latencies: (1..=100).map(Duration::from_millis).collect(),
+            writes: vec![Duration::from_millis(7)],
             errors: 0,
         };
         assert!((s.quantile_ms(0.99) - 99.0).abs() < 1e-9);
         assert!((s.quantile_ms(0.5) - 50.0).abs() < 1e-9);
         assert!((s.max_ms() - 100.0).abs() < 1e-9);
+        assert!((s.write_quantile_ms(0.99) - 7.0).abs() < 1e-9);
         assert!((Samples::default().quantile_ms(0.99)).abs() < 1e-9);
     }
 }
