@@ -75,11 +75,12 @@ impl BenchReport {
         }
         out.push_str(&format!(
             "\nforeground baseline ({} ops): p99 {base:.2} ms, p50 {:.2} ms, writes p99 {:.2} ms; \
-             deprov batches that hit a timeout: {}\n",
+             deprov batches that hit a timeout: {}; deprov's read-only index passes: {}\n",
             self.foreground_baseline_ops,
             self.foreground_baseline_p50_ms,
             self.foreground_baseline_write_p99_ms,
-            self.deprov_timeouts
+            self.deprov_timeouts,
+            self.deprov_index_passes
         ));
         out.push_str(&format!(
             "ratio deprov ÷ cascade rows/s: {:.2} (target ≥ 0.6: {})\n",

@@ -11,6 +11,8 @@ pub mod absorb;
 pub mod catalog;
 pub mod plan;
 pub mod queries;
+mod range;
+pub use range::{IndexPass, kill_dead_entries};
 pub mod report;
 pub mod simulate;
 
@@ -231,7 +233,7 @@ pub async fn run_batch(
         && large_parent
         && plan.range_step(&plan.steps[step])
     {
-        return run_range(target, plan, step, parent, last, limits).await;
+        return range::run_range(target, plan, step, parent, last, limits).await;
     }
     let stmt = queries::batch(plan, &plan.steps[step], cursor);
     let position: Vec<String> = match cursor {
@@ -286,70 +288,8 @@ pub async fn run_batch(
     })
 }
 
-/// A batch continuing inside `parent` after child key `last`, as a key range
-/// ([`queries::range_bound`], then [`queries::range_delete`]), in one transaction like
-/// [`run_batch`]. The next cursor stays inside the parent while a full batch was found, else moves
-/// after it.
-async fn run_range(
-    target: &PgPool,
-    plan: &Plan,
-    step: usize,
-    parent: &[String],
-    last: &[String],
-    limits: &BatchLimits,
-) -> Result<BatchResult, EngineError> {
-    let s = &plan.steps[step];
-    let position: Vec<String> = parent.iter().chain(last).cloned().collect();
-    let started = Instant::now();
-    let mut tx = crate::db::begin(target, limits.bounds()).await?;
-    let before = if plan.absorbs_below(s.table) {
-        Some(deleted_so_far(&mut tx, plan).await?)
-    } else {
-        None
-    };
-    let (selected, end): (i64, Option<Vec<String>>) =
-        crate::db::query_as(queries::range_bound(plan, s).as_query())
-            .persistent(false)
-            .bind(&position)
-            .bind(limits.rows)
-            .fetch_one(&mut *tx)
-            .await?;
-    let deleted = match &end {
-        Some(end) => {
-            let done = crate::db::query(queries::range_delete(plan, s).as_query())
-                .persistent(false)
-                .bind(&position)
-                .bind(end)
-                .execute(&mut *tx)
-                .await?;
-            i64::try_from(done.rows_affected()).unwrap_or(i64::MAX)
-        }
-        None => 0,
-    };
-    let cascaded = match &before {
-        Some(before) => cascaded_since(&mut tx, plan, before).await?,
-        None => Vec::new(),
-    };
-    tx.commit().await?;
-    let next = match end {
-        Some(end) if selected >= limits.rows => Cursor::Within(parent.to_vec(), end),
-        _ => Cursor::AfterParent(parent.to_vec()),
-    };
-    Ok(BatchResult {
-        // A row inserted into the range between the two statements is deleted too: never report
-        // fewer selected than deleted (the difference counts as kept back).
-        selected: selected.max(deleted),
-        deleted,
-        parents: 1,
-        parents_used: i64::from(selected > 0),
-        next: Some(next),
-        cascaded,
-        elapsed: started.elapsed(),
-    })
-}
-
 /// Rows deleted per absorbed table since `before` ([`deleted_so_far`]), those with any.
-async fn cascaded_since(
+pub(crate) async fn cascaded_since(
     tx: &mut PgConnection,
     plan: &Plan,
     before: &[(u32, i64)],
@@ -411,7 +351,7 @@ pub async fn canonical_tenant_key(
 /// Rows deleted in each absorbed table by this backend and not yet reported to the statistics
 /// system (`pg_stat_get_xact_tuples_deleted`, PostgreSQL docs §28.2.25: it accumulates across
 /// transactions until the backend flushes its statistics, so a batch takes the difference).
-async fn deleted_so_far(
+pub(crate) async fn deleted_so_far(
     tx: &mut PgConnection,
     plan: &Plan,
 ) -> Result<Vec<(u32, i64)>, sqlx::Error> {

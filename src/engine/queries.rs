@@ -7,7 +7,7 @@ use super::plan::{Plan, Step};
 use crate::sql::{SqlBuilder, Statement};
 
 mod range;
-pub use range::{range_bound, range_delete};
+pub use range::{children_count, range_bound, range_delete};
 
 /// Alias bases so nested sub-queries never shadow each other's aliases.
 const STEP_BASE: usize = 0;

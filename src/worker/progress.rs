@@ -52,6 +52,11 @@ pub struct Progress {
     /// Rows updated before the first batch as the cascade's SET NULL / SET DEFAULT would leave them,
     /// because those updates keep them out of a later CASCADE (`engine::simulate::preset`).
     pub presets: u64,
+    /// Read-only statements that marked a large parent's dead index entries after its children
+    /// were deleted (`engine::range`).
+    pub index_passes: i64,
+    /// The longest of their transactions, in milliseconds (they hold no row locks).
+    pub longest_index_pass_ms: f64,
     /// Longest of those rolled-back batch transactions, in milliseconds (locks were held this long).
     pub longest_rolled_back_ms: f64,
     /// Pauses for the target's sake (see [`crate::config::PacingConfig`]).
@@ -78,6 +83,12 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Counts a read-only index pass ([`crate::engine::kill_dead_entries`]).
+    pub fn record_index_pass(&mut self, pass: &crate::engine::IndexPass) {
+        self.index_passes += i64::from(pass.statements);
+        self.longest_index_pass_ms = self.longest_index_pass_ms.max(pass.longest_ms);
+    }
+
     /// Parses stored progress; unknown or missing fields fall back to defaults.
     pub fn from_json(v: &serde_json::Value) -> Self {
         serde_json::from_value(v.clone()).unwrap_or_default()

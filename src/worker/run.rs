@@ -534,6 +534,20 @@ impl JobRun {
                 Err(e) => return Err(e.into()),
             };
             timeouts = 0;
+            if large_parent
+                && plan.range_step(step)
+                && let Some(Cursor::AfterParent(parent)) = &batch.next
+            {
+                // A large parent's children are gone: mark their dead index entries before the
+                // parent's own delete has to walk them (engine::range).
+                let budget = (hd.max_batch_duration * 4 / 5).max(Duration::from_millis(1));
+                match engine::kill_dead_entries(&w.pools.target, &plan, cp.step, parent, budget)
+                    .await
+                {
+                    Ok(pass) => self.progress.record_index_pass(&pass),
+                    Err(e) => tracing::warn!(job = %self.job.id, error = %e, "index pass failed"),
+                }
+            }
             // A parent that alone filled this batch is continued as a key range.
             large_parent = batch.parents_used == 1 && batch.selected >= cp.rows;
             let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();

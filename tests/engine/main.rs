@@ -8,6 +8,7 @@ mod demo_env;
 mod demo_equivalence;
 mod grace;
 mod harness;
+mod index_pass;
 mod kill_switch_ack;
 mod notify;
 mod operator_jobs;

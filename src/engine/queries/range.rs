@@ -101,3 +101,18 @@ pub fn range_delete(plan: &Plan, step: &Step) -> Statement {
     array_values(&mut b, "$2", &key_types, 0);
     b.build()
 }
+
+/// `SELECT count(*)` of the parent's children: `$1` = the parent's values (text[]). Run by
+/// [`crate::engine::range`]'s read-only pass as a plain index scan of the foreign key's index.
+pub fn children_count(plan: &Plan, step: &Step) -> Statement {
+    let s = shape(plan, step);
+    let mut b = SqlBuilder::new();
+    b.sql("SELECT count(*) FROM ")
+        .table(plan.name(step.table))
+        .sql(" t0 WHERE ");
+    b.join(s.from_cols, " AND ", |b, i, c| {
+        b.col(0, c).sql(" = ");
+        array_values(b, "$1", &s.parent_types[i..=i], i);
+    });
+    b.build()
+}
