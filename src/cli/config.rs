@@ -76,8 +76,8 @@ async fn check(pool: &sqlx::PgPool, config: &Config) -> anyhow::Result<()> {
     let root = config.root_table();
     match crate::engine::load_plan(pool, &root, &config.tenant.key_column).await {
         Ok(_) => println!(
-            "tenant.root_table {root} ({}): found on the target",
-            config.tenant.key_column
+            "tenant.root_table {} (key column {}): found on the target",
+            config.tenant.root_table, config.tenant.key_column
         ),
         Err(crate::engine::EngineError::Plan(e)) => {
             anyhow::bail!("configuration key `tenant`: {e}")
