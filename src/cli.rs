@@ -3,7 +3,7 @@
 //! Subcommands: `serve` (HTTP + worker), `worker` (worker only), `migrate`, `kill-switch on|off|status`,
 //! `jobs list|show|retry|cancel|undo`, `audit list`, `reconcile`, `tokens create|list|revoke`,
 //! `notifications list|redrive`,
-//! `plan --tenant ID`, `demo`. Every flag is also an environment variable (`DEPROV_*`).
+//! `plan --tenant ID`, `config check`, `demo`. Every flag is also an environment variable (`DEPROV_*`).
 
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -12,12 +12,14 @@ use crate::app::{self, Application, Settings};
 use crate::config::PoolConfig;
 use crate::db::{self, PoolRole};
 
+mod config;
 mod jobs;
 mod kill_switch;
 mod notifications;
 mod reconcile;
 mod tokens;
 
+pub use config::{CheckArgs, ConfigAction, ConfigArgs};
 pub use jobs::{Acting, AuditAction, AuditArgs, JobsAction, JobsArgs, jobs_table};
 pub use kill_switch::{ChangeArgs, KillSwitchAction, KillSwitchArgs, describe};
 pub use notifications::{NotificationsAction, NotificationsArgs, events_table};
@@ -73,6 +75,9 @@ pub enum Command {
         #[command(flatten)]
         settings: Settings,
     },
+    /// Check the configuration file against the target database as `serve` does at start (the
+    /// configured SQL parsed and analysed by PostgreSQL, nothing run).
+    Config(ConfigArgs),
     /// Run the end-to-end demo on a throwaway PostgreSQL.
     Demo(crate::demo::run::DemoArgs),
     /// Benchmarks on a throwaway PostgreSQL (`deprov bench delete`).
@@ -287,6 +292,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             json,
             settings,
         } => plan_command(&settings, &tenant, json).await?,
+        Command::Config(args) => config::run(args).await?,
         Command::Demo(args) => {
             let outcome = crate::demo::run::run(&args).await?;
             anyhow::ensure!(outcome.passed(), "demo checks failed: {outcome:?}");

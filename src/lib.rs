@@ -5,7 +5,8 @@
 //! with the [`engine`]: leaves of the foreign-key graph first, in short, checkpointed batches with
 //! server-side `lock_timeout` and `statement_timeout`. A kill switch stops all destruction at once.
 //! Database access goes through isolated, bounded pools ([`db`]); all dynamic SQL through [`sql`];
-//! Prometheus metrics through [`telemetry`].
+//! Prometheus metrics through [`telemetry`]. The operator's configured SQL is checked against the
+//! target database at start ([`sqlcheck`]).
 //! Signed senders (Standard Webhooks, Stripe, GitHub, Shopify, Slack, Vercel) are verified by
 //! [`sources`].
 //! Finished jobs are announced to an HTTP callback through an outbox ([`notify`]).
@@ -24,6 +25,7 @@ pub mod notify;
 pub mod queue;
 pub mod sources;
 pub mod sql;
+pub mod sqlcheck;
 pub mod telemetry;
 pub mod throwaway;
 pub mod worker;

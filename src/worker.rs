@@ -59,6 +59,9 @@ pub struct Worker {
     pub presence: presence::Presence,
     /// Where [`Self::run`] `LISTEN`s for kill switch changes (`None`: heartbeats only).
     pub notify_url: Option<String>,
+    /// The check of the configured SQL ([`crate::sqlcheck`]): [`Self::run`] claims no job before it
+    /// passed. [`Self::new`] makes one that passed.
+    pub sql_check: crate::sqlcheck::Gate,
 }
 
 /// Worker failures that are not a job's own error (the state database is unreachable).
@@ -89,7 +92,14 @@ impl Worker {
             stop: CancellationToken::new(),
             presence: presence::Presence::default(),
             notify_url: None,
+            sql_check: crate::sqlcheck::Gate::default(),
         }
+    }
+
+    /// The same worker, claiming jobs only once `gate` has passed (see [`Self::sql_check`]).
+    pub fn with_sql_check(mut self, gate: crate::sqlcheck::Gate) -> Self {
+        self.sql_check = gate;
+        self
     }
 
     /// The same worker, listening for kill switch changes on `url` (a direct or session-mode URL of
@@ -175,7 +185,8 @@ impl Worker {
     }
 
     /// Runs [`Self::step`] until `cancel` fires, polling every `worker.poll_interval` when idle and
-    /// backing off when the state database is unreachable. `cancel` also stops a running job at its
+    /// backing off when the state database is unreachable; it claims the first job only once
+    /// [`Self::sql_check`] has passed. `cancel` also stops a running job at its
     /// next batch boundary. Meanwhile the worker is live in `deprov.workers` and acknowledges kill
     /// switch changes ([`presence`]) and, with `[notifications]`, delivers finished jobs' events
     /// ([`crate::notify`]); at the end it is marked stopped.
@@ -203,6 +214,14 @@ impl Worker {
     }
 
     async fn run_jobs(&self, cancel: CancellationToken) {
+        if self.sql_check.status() != crate::sqlcheck::Status::Passed {
+            tracing::warn!(
+                "the configured SQL has not passed its check against the target: no job is claimed until it does"
+            );
+            if !self.sql_check.wait_until_passed(&cancel).await {
+                return;
+            }
+        }
         let mut worker = self.clone();
         worker.stop = cancel.clone();
         let mut failures = 0u32;

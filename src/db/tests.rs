@@ -18,6 +18,7 @@ fn service_statements_are_unnamed_and_bounded() {
         root.join("http"),
         root.join("cli"),
         root.join("telemetry"),
+        root.join("app"),
     ];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -29,7 +30,7 @@ fn service_statements_are_unnamed_and_bounded() {
             }
         }
     }
-    files.extend(["worker.rs", "app.rs", "cli.rs"].map(|f| root.join(f)));
+    files.extend(["worker.rs", "cli.rs", "sqlcheck.rs"].map(|f| root.join(f)));
     let mut offences = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();

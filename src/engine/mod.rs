@@ -15,15 +15,15 @@ mod range;
 pub use range::{IndexPass, kill_dead_entries};
 pub mod report;
 pub mod simulate;
+pub mod statements;
 
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::PgArguments;
-use sqlx::query::Query;
-use sqlx::{Either, Executor, PgConnection, PgPool, Postgres, Statement as _, TypeInfo as _};
+use sqlx::{PgConnection, PgPool};
 
 pub use plan::{Plan, PlanError, Step};
 pub use queries::Cursor;
+pub use statements::{lookup_tenant, soft_delete};
 
 use crate::config::HardDeleteConfig;
 use crate::sql::QualifiedName;
@@ -363,106 +363,6 @@ pub(crate) async fn deleted_so_far(
     .fetch_all(&mut *tx)
     .await?;
     Ok(counts.into_iter().map(|(o, n)| (o as u32, n)).collect())
-}
-
-/// Binds the tenant key to a configured statement's `$1` with the type PostgreSQL infers for it:
-/// integer types and uuid are parsed, anything else is sent as text.
-///
-/// Learning that type takes a described statement, which sqlx prepares under a name; it is closed
-/// again at once (`clear_cached_statements`), inside the caller's transaction, so no named statement
-/// outlives it on a pooled server connection.
-async fn bind_tenant<'q>(
-    conn: &mut PgConnection,
-    sql: &'q str,
-    tenant: &'q str,
-) -> Result<Query<'q, Postgres, PgArguments>, EngineError> {
-    use sqlx::Connection as _;
-    let prepared = conn
-        .prepare(sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(
-            sql.to_owned(),
-        )))
-        .await;
-    conn.clear_cached_statements().await?;
-    let prepared = prepared?;
-    let ty = match prepared.parameters() {
-        Some(Either::Left([])) => String::new(),
-        Some(Either::Left([only])) => only.name().to_owned(),
-        Some(Either::Left(types)) => {
-            return Err(EngineError::Statement(format!(
-                "takes {} parameters; only $1 (the tenant key) is given: {sql}",
-                types.len()
-            )));
-        }
-        _ => "TEXT".to_owned(),
-    };
-    let bad = |what: &str| {
-        EngineError::Statement(format!(
-            "tenant key {tenant:?} is not a valid {what} for $1 of: {sql}"
-        ))
-    };
-    let q = crate::db::query(sqlx::AssertSqlSafe(sql));
-    Ok(match ty.as_str() {
-        "" => q,
-        "INT2" => q.bind(tenant.parse::<i16>().map_err(|_| bad("smallint"))?),
-        "INT4" => q.bind(tenant.parse::<i32>().map_err(|_| bad("integer"))?),
-        "INT8" => q.bind(tenant.parse::<i64>().map_err(|_| bad("bigint"))?),
-        "UUID" => q.bind(tenant.parse::<uuid::Uuid>().map_err(|_| bad("uuid"))?),
-        _ => q.bind(tenant),
-    })
-}
-
-/// Step 1: runs the soft-delete statements in one bounded transaction. Returns rows affected.
-///
-/// # Errors
-/// Database errors; [`EngineError::Statement`] when a statement's `$1` cannot take the tenant key.
-pub async fn soft_delete(
-    target: &PgPool,
-    statements: &[String],
-    tenant: &str,
-    limits: &BatchLimits,
-) -> Result<u64, EngineError> {
-    let mut tx = crate::db::begin(target, limits.bounds()).await?;
-    let mut rows = 0;
-    for sql in statements {
-        let q = bind_tenant(&mut tx, sql, tenant).await?;
-        rows += q.execute(&mut *tx).await?.rows_affected();
-    }
-    tx.commit().await?;
-    Ok(rows)
-}
-
-/// Resolves a tenant key with the configured lookup statement (`$1` = the lookup value; the first
-/// column of the first row is the tenant key, read as text). `None` when no row matches.
-///
-/// # Errors
-/// Database errors; [`EngineError::Statement`] for an unusable statement.
-pub async fn lookup_tenant(
-    target: &PgPool,
-    sql: &str,
-    value: &str,
-    limits: &BatchLimits,
-) -> Result<Option<String>, EngineError> {
-    let mut tx = crate::db::begin(target, limits.bounds()).await?;
-    let q = bind_tenant(&mut tx, sql, value).await?;
-    let row = q.fetch_optional(&mut *tx).await?;
-    tx.commit().await?;
-    let Some(row) = row else { return Ok(None) };
-    use sqlx::Row as _;
-    let text: Result<Option<String>, _> = row.try_get(0);
-    match text {
-        Ok(v) => Ok(v),
-        Err(_) => match row.try_get::<Option<i64>, _>(0) {
-            Ok(v) => Ok(v.map(|n| n.to_string())),
-            Err(_) => row
-                .try_get::<Option<uuid::Uuid>, _>(0)
-                .map(|v| v.map(|u| u.to_string()))
-                .map_err(|_| {
-                    EngineError::Statement(format!(
-                        "lookup must return text, an integer or a uuid: {sql}"
-                    ))
-                }),
-        },
-    }
 }
 
 /// Tenant row counts per table of the plan (plan order), read-only.

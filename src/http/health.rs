@@ -1,4 +1,5 @@
-//! `GET /healthz` (liveness) and `GET /readyz` (readiness: the state database answers).
+//! `GET /healthz` (liveness) and `GET /readyz` (readiness: the state database answers, and the
+//! target database does not refuse the configured SQL).
 
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
@@ -27,13 +28,17 @@ pub async fn healthz() -> axum::Json<Health> {
 /// through the intake pool within the pool's acquire timeout (`[pools.intake] acquire_timeout`), else
 /// 503 with `Retry-After`. A service started while its database was down becomes ready within seconds
 /// of the database's return (its migrations are retried in the background), without a restart.
+/// Also 503 (`Retry-After: 5`, how often the check is repeated) while the start-up check of the
+/// configured SQL finds a statement the target database refuses: the detail names each setting and
+/// the server's error. A check not yet run (the target unreachable since start) does not make it
+/// 503: intake does not need the target.
 #[utoipa::path(
     get,
     path = "/readyz",
     tag = "health",
     responses(
         (status = 200, description = "Ready", body = Health),
-        (status = 503, description = "State database unreachable, or migrations not yet applied", body = Problem, content_type = "application/problem+json",
+        (status = 503, description = "State database unreachable, migrations not yet applied, or the target database refuses a configured statement (the detail names its setting)", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
 )]
@@ -42,6 +47,12 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>,
         return Err(ApiError::db_unavailable(
             "the state database was unreachable at start-up; its migrations are not applied yet",
         ));
+    }
+    if let crate::sqlcheck::Status::Refused(refused) = state.sql_check.status() {
+        return Err(ApiError::Unavailable {
+            detail: refused.to_string(),
+            retry_after: crate::sqlcheck::RECHECK_REFUSED.as_secs(),
+        });
     }
     // Bounded by the pool's acquire timeout and, on the server, by Bounds::STATE; no client-side
     // deadline abandons the query (see crate::db).

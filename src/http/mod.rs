@@ -92,6 +92,9 @@ pub struct AppState {
     /// Whether deprov's migrations are applied (or were not asked for). `false` while a state database
     /// that was down at start-up has not yet been migrated: `/readyz` answers 503 meanwhile.
     pub migrated: Arc<AtomicBool>,
+    /// The check of the configured SQL against the target ([`crate::sqlcheck`]): `/readyz` answers
+    /// 503 naming the refused settings while it finds any. [`AppState::new`] makes one that passed.
+    pub sql_check: crate::sqlcheck::Gate,
     /// Intake's group commit ([`crate::queue::group_commit`]), started on first use (inside the
     /// runtime that serves requests).
     group_commit: Arc<std::sync::OnceLock<GroupCommit>>,
@@ -130,6 +133,7 @@ impl AppState {
             vercel,
             metrics,
             migrated: Arc::new(AtomicBool::new(true)),
+            sql_check: crate::sqlcheck::Gate::default(),
             group_commit: Arc::new(std::sync::OnceLock::new()),
             config,
         }

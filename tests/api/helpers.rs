@@ -51,6 +51,9 @@ pub struct TestOptions {
     pub intake_extra: String,
     /// `[intake.rate_limit]` as (per_second, burst); `None` = off (`per_second = 0`).
     pub rate_limit: Option<(f64, u32)>,
+    /// SQL run on the target after `app.accounts (id bigint PRIMARY KEY, installation_id text)` is
+    /// created and before deprov starts (start-up checks the configured SQL against the schema).
+    pub target_setup: String,
 }
 
 impl Default for TestOptions {
@@ -65,6 +68,7 @@ impl Default for TestOptions {
             extra_config: String::new(),
             intake_extra: String::new(),
             rate_limit: None,
+            target_setup: String::new(),
         }
     }
 }
@@ -135,6 +139,13 @@ pub async fn spawn_app() -> TestApp {
 
 /// Starts a server with `options`.
 pub async fn spawn_app_with(options: TestOptions) -> TestApp {
+    try_spawn_app_with(options)
+        .await
+        .expect("build application")
+}
+
+/// Starts a server with `options`, or returns why `Application::build` refused to.
+pub async fn try_spawn_app_with(options: TestOptions) -> Result<TestApp, deprov::app::AppError> {
     let pg = tokio::task::spawn_blocking(|| {
         Throwaway::start(&ThrowawayOptions {
             unsafe_fast: true,
@@ -165,6 +176,10 @@ pub async fn spawn_app_with(options: TestOptions) -> TestApp {
         .execute(&target)
         .await
         .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(options.target_setup.clone()))
+            .execute(&target)
+            .await
+            .unwrap();
         target.close().await;
     }
     let settings = Settings {
@@ -179,9 +194,7 @@ pub async fn spawn_app_with(options: TestOptions) -> TestApp {
         pooler_mode: deprov::db::PoolerMode::Session,
         notify_url: None,
     };
-    let app = Application::build(settings)
-        .await
-        .expect("build application");
+    let app = Application::build(settings).await?;
     let port = app.port();
     let cancel = CancellationToken::new();
     let server = tokio::spawn(app.run_until_stopped(cancel.clone()));
@@ -190,7 +203,7 @@ pub async fn spawn_app_with(options: TestOptions) -> TestApp {
         .connect(&pg.url("postgres"))
         .await
         .unwrap();
-    TestApp {
+    Ok(TestApp {
         address: format!("http://127.0.0.1:{port}"),
         port,
         client: reqwest::Client::builder()
@@ -203,7 +216,7 @@ pub async fn spawn_app_with(options: TestOptions) -> TestApp {
         server: Some(server),
         _config_dir: config_dir,
         _pg: pg,
-    }
+    })
 }
 
 impl Drop for TestApp {

@@ -25,6 +25,7 @@ mod reconcile;
 mod requests;
 mod schemathesis;
 mod signed;
+mod sqlcheck;
 mod tokens;
 mod tokens_cache;
 mod vercel;

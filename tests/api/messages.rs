@@ -68,6 +68,7 @@ fn help_texts_have_no_rustdoc_links() {
         &["tokens", "create"],
         &["notifications", "list"],
         &["notifications", "redrive"],
+        &["config", "check"],
     ];
     for args in commands {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))

@@ -26,16 +26,15 @@ async fn app() -> TestApp {
              [hard_delete]\ngrace_period = \"1h\"\n[reconcile]\nrelease_rate = 4.0\n\
              [worker]\npoll_interval = \"20ms\"\n"
         ),
+        // Before start: deprov refuses statements naming a column the target does not have.
+        target_setup: "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz".into(),
         ..Default::default()
     })
     .await;
-    sqlx::raw_sql(
-        "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz; \
-         INSERT INTO app.accounts (id) SELECT generate_series(1, 6)",
-    )
-    .execute(&app.db)
-    .await
-    .unwrap();
+    sqlx::raw_sql("INSERT INTO app.accounts (id) SELECT generate_series(1, 6)")
+        .execute(&app.db)
+        .await
+        .unwrap();
     app
 }
 

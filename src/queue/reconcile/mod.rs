@@ -280,36 +280,32 @@ async fn requests_where(
         .await
 }
 
-/// Reads the orphans statement's tenant keys on the target (bounded like a batch).
+/// Reads the orphans statement's tenant keys on the target (bounded like a batch), each first column
+/// read by [`crate::engine::statements::key_text`]; a NULL key names no tenant and is skipped.
 async fn soft_deleted(
     target: &PgPool,
     sql: &str,
     limits: &BatchLimits,
 ) -> Result<Vec<String>, EngineError> {
-    use sqlx::Row as _;
     let mut tx = crate::db::begin(target, limits.bounds()).await?;
     let rows = crate::db::query(sqlx::AssertSqlSafe(sql.to_owned()))
         .fetch_all(&mut *tx)
         .await?;
     tx.commit().await?;
-    rows.iter()
-        .map(|row| {
-            if let Ok(v) = row.try_get::<String, _>(0) {
-                Ok(v)
-            } else if let Ok(v) = row.try_get::<i64, _>(0) {
-                Ok(v.to_string())
-            } else if let Ok(v) = row.try_get::<i32, _>(0) {
-                Ok(v.to_string())
-            } else if let Ok(v) = row.try_get::<Uuid, _>(0) {
-                Ok(v.to_string())
-            } else {
-                Err(EngineError::Statement(
+    let mut keys = Vec::with_capacity(rows.len());
+    for row in &rows {
+        match crate::engine::statements::key_text(row) {
+            Ok(Some(key)) => keys.push(key),
+            Ok(None) => {}
+            Err(()) => {
+                return Err(EngineError::Statement(
                     "its first column must be text, an integer or uuid (cast it with ::text)"
                         .into(),
-                ))
+                ));
             }
-        })
-        .collect()
+        }
+    }
+    Ok(keys)
 }
 
 /// Orphans: tenants soft-deleted on the target (per `orphans_sql`) without a job in a state other

@@ -2,13 +2,15 @@
 //! fewer server connections than deprov has clients ([`service`]); the failures this mode guards
 //! against, shown on the same PgBouncer with sqlx's defaults and with the CLI without the mode
 //! ([`failures`]); TCP keepalives on pool sockets ([`keepalive`]); `GET /metrics` of a real process
-//! through the same PgBouncer ([`metrics`]).
+//! through the same PgBouncer ([`metrics`]); the start-up check of the configured SQL through it
+//! ([`sqlcheck`]).
 
 mod failures;
 mod keepalive;
 mod kill_switch;
 mod metrics;
 mod service;
+mod sqlcheck;
 
 use std::collections::BTreeMap;
 

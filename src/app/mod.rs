@@ -12,22 +12,29 @@
 //! (sqlx's migrator needs a session), so that background retry only ever migrates over a direct or
 //! session-mode connection.
 //! `deprov worker` serves `GET /metrics` (and `/healthz`) on `--metrics-listen` when given.
+//!
+//! Start-up also checks the target database: `[tenant] root_table` must exist, and the target must
+//! accept every configured statement ([`crate::sqlcheck`]); either failing stops the process with a
+//! message naming the setting. A target that cannot be reached defers the statement check: it runs
+//! in the background once the target answers, and the worker claims no job until it passed.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, ConfigError};
-use crate::db::{self, PoolerMode, Pools};
+use crate::config::ConfigError;
+use crate::db::PoolerMode;
 use crate::http::{self, AppState};
 use crate::telemetry::{self, collect::Collector};
 use crate::worker::Worker;
+
+mod start;
+
+use start::{Prepared, prepare, spawn_sql_check, spawn_worker};
 
 /// Shortest accepted `DEPROV_OPERATOR_TOKEN`, in characters (as for source tokens).
 pub const MIN_OPERATOR_TOKEN_LEN: usize = 16;
@@ -106,6 +113,10 @@ pub enum AppError {
     /// `[tenant] root_table` or `key_column` does not exist in the target database.
     #[error("configuration key `tenant`: {0}")]
     Tenant(#[from] crate::engine::PlanError),
+    /// The target database refuses configured statements (see [`crate::sqlcheck`]); each is named
+    /// by its setting with the server's error.
+    #[error(transparent)]
+    Statements(#[from] crate::sqlcheck::Refused),
     /// A database URL does not parse.
     #[error("database URL: {0}")]
     Url(#[source] sqlx::Error),
@@ -120,131 +131,6 @@ pub enum AppError {
         /// The I/O error.
         source: std::io::Error,
     },
-}
-
-/// What a process needs besides HTTP: configuration, pools, and whether the migrations are applied
-/// (`true` also when not asked for). A state database that cannot be reached is not an error: the
-/// migrations are then `false` and applied later by [`migrate_in_background`]; any other migration
-/// failure is.
-async fn prepare(settings: &Settings) -> Result<(Arc<Config>, Pools, Arc<AtomicBool>), AppError> {
-    // Before any connection opens, so every one is counted.
-    telemetry::install();
-    let config = Arc::new(Config::load(&settings.config.to_string_lossy())?);
-    let target = settings
-        .target_url
-        .as_deref()
-        .unwrap_or(&settings.database_url);
-    for (name, url) in [
-        ("DEPROV_DATABASE_URL", &settings.database_url[..]),
-        ("DEPROV_TARGET_URL", target),
-    ] {
-        let options = db::connect_options(url).map_err(AppError::Url)?;
-        settings
-            .pooler_mode
-            .check_url(&options)
-            .map_err(|reason| AppError::Setting { name, reason })?;
-    }
-    if settings.migrate && !settings.pooler_mode.allows_migrations() {
-        return Err(AppError::Setting {
-            name: "DEPROV_MIGRATE",
-            reason: "migrations cannot run through a transaction pooler (DEPROV_POOLER_MODE=transaction): \
-                     run `deprov migrate` with a direct DEPROV_DATABASE_URL, then start with DEPROV_MIGRATE=false"
-                .into(),
-        });
-    }
-    settings.pooler_mode.apply();
-    let pools = Pools::new(&settings.database_url, target, &config.pools).map_err(AppError::Url)?;
-    let migrated = Arc::new(AtomicBool::new(true));
-    if settings.migrate {
-        match db::migrate(&pools.queue).await {
-            Ok(()) => {}
-            Err(sqlx::migrate::MigrateError::Execute(e)) if http::error::is_unavailable(&e) => {
-                tracing::warn!(error = %e, "state database unreachable at start; migrating once it answers");
-                migrated.store(false, Ordering::Release);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    check_tenant_root(&config, target).await?;
-    Ok((config, pools, migrated))
-}
-
-/// Applies the migrations until they succeed or `cancel` fires, retrying with backoff (1 s doubling
-/// to 5 s, plus the pool's acquire wait) and setting `migrated` on success. Returns whether they were
-/// applied. Errors other than an unreachable database are logged and retried alike: the process stays
-/// up and `/readyz` stays 503 until they are fixed.
-async fn migrate_in_background(
-    pool: sqlx::PgPool,
-    migrated: Arc<AtomicBool>,
-    cancel: CancellationToken,
-) -> bool {
-    let mut attempt = 0u32;
-    while !migrated.load(Ordering::Acquire) {
-        let wait = Duration::from_secs(1 << attempt.min(2)).min(Duration::from_secs(5));
-        tokio::select! {
-            () = cancel.cancelled() => return false,
-            () = tokio::time::sleep(wait) => {}
-        }
-        attempt += 1;
-        let result = tokio::select! {
-            () = cancel.cancelled() => return false,
-            r = db::migrate(&pool) => r,
-        };
-        match result {
-            Ok(()) => {
-                tracing::info!(attempt, "state database reachable; migrations applied");
-                migrated.store(true, Ordering::Release);
-            }
-            Err(e) => {
-                tracing::warn!(attempt, error = %e, "migrating the state database failed; retrying")
-            }
-        }
-    }
-    true
-}
-
-/// Runs `worker` once the migrations are applied (at once when they are).
-fn spawn_worker(
-    worker: Option<Worker>,
-    pool: sqlx::PgPool,
-    migrated: Arc<AtomicBool>,
-    cancel: CancellationToken,
-) -> Option<tokio::task::JoinHandle<()>> {
-    if worker.is_none() && migrated.load(Ordering::Acquire) {
-        return None;
-    }
-    Some(tokio::spawn(async move {
-        if migrate_in_background(pool, migrated, cancel.clone()).await
-            && let Some(w) = worker
-        {
-            w.run(cancel).await;
-        }
-    }))
-}
-
-/// Refuses to start when `[tenant] root_table` / `key_column` do not exist in the target database.
-/// A target that cannot be reached is not an error (deprov must start while the database is down);
-/// the plan is checked again when a job runs. The wait is bounded by the pool's 5 s acquire timeout
-/// and, on the server, by [`db::Bounds::STATE`]; no client deadline abandons the catalog query.
-/// It uses a connection of its own (`deprov-cli`), closed afterwards, so the target pool starts empty.
-async fn check_tenant_root(config: &Config, target_url: &str) -> Result<(), AppError> {
-    let root = config.root_table();
-    let options = db::connect_options(target_url).map_err(AppError::Url)?;
-    let bounds = crate::config::PoolConfig {
-        max_connections: 1,
-        acquire_timeout: std::time::Duration::from_secs(5),
-    };
-    let pool = db::pool(&options, db::PoolRole::Cli, &bounds);
-    let result = match crate::engine::load_plan(&pool, &root, &config.tenant.key_column).await {
-        Ok(_) => Ok(()),
-        Err(crate::engine::EngineError::Plan(e)) => Err(AppError::Tenant(e)),
-        Err(e) => {
-            tracing::warn!(error = %e, "target database not reachable at start; [tenant] is checked when a job runs");
-            Ok(())
-        }
-    };
-    pool.close().await;
-    result
 }
 
 /// A unique worker name for leases: `<hostname>-<pid>-<random>`.
@@ -290,7 +176,12 @@ impl Application {
             });
         }
         crate::sources::oidc::install_crypto_provider();
-        let (config, pools, migrated) = prepare(&settings).await?;
+        let Prepared {
+            config,
+            pools,
+            migrated,
+            sql_check,
+        } = prepare(&settings).await?;
         let listener = TcpListener::bind(settings.listen)
             .await
             .map_err(|source| AppError::Io {
@@ -304,10 +195,12 @@ impl Application {
         let worker = (!settings.no_worker).then(|| {
             Worker::new(pools.clone(), config.clone(), worker_id())
                 .with_notify_url(settings.listen_url())
+                .with_sql_check(sql_check.clone())
         });
         let limits = config.intake.clone();
         let mut state = AppState::new(pools.clone(), config.clone(), operator);
         state.migrated = migrated;
+        state.sql_check = sql_check;
         state.metrics = Arc::new(Collector::new(
             pools,
             worker.is_some(),
@@ -338,7 +231,8 @@ impl Application {
     /// accepting, lets in-flight requests finish, stops the worker at its next boundary, closes the
     /// pools (after handlers still running in their own tasks are done) and returns. Also runs, until
     /// then: pending migrations ([`Application::build`] on a database that was down), the rate
-    /// limiter's cleanup and the metrics upkeep.
+    /// limiter's cleanup, the metrics upkeep and the configured SQL's check when it is pending
+    /// ([`crate::sqlcheck::check_until_passed`]).
     ///
     /// # Errors
     /// [`AppError::Io`] when serving fails.
@@ -353,6 +247,12 @@ impl Application {
         if let Some(limit) = self.state.rate_limit.clone() {
             http::rate_limit::spawn_retain(limit, cancel.child_token());
         }
+        let sql_check = spawn_sql_check(
+            &self.state.pools,
+            &self.state.config,
+            &self.state.sql_check,
+            cancel.child_token(),
+        );
         telemetry::spawn_upkeep(cancel.child_token());
         tracing::info!(address = %self.address, worker = has_worker, "deprov serving");
         // hyper with connection-level limits (header time, idle keep-alive, header buffer); the
@@ -364,6 +264,9 @@ impl Application {
             && let Err(e) = task.await
         {
             tracing::error!(error = %e, "worker task ended abnormally");
+        }
+        if let Some(task) = sql_check {
+            let _ = task.await;
         }
         // Waits for handlers still running in their own tasks, then ends every connection cleanly.
         self.state.pools.close().await;
@@ -382,7 +285,12 @@ impl Application {
 /// [`AppError`] from loading the configuration, building pools, migrating (other than an unreachable
 /// database, which is retried), or binding `metrics_listen`.
 pub async fn run_worker(settings: Settings, cancel: CancellationToken) -> Result<(), AppError> {
-    let (config, pools, migrated) = prepare(&settings).await?;
+    let Prepared {
+        config,
+        pools,
+        migrated,
+        sql_check,
+    } = prepare(&settings).await?;
     let collector = Arc::new(Collector::new(
         pools.clone(),
         true,
@@ -393,14 +301,19 @@ pub async fn run_worker(settings: Settings, cancel: CancellationToken) -> Result
         None => None,
     };
     telemetry::spawn_upkeep(cancel.child_token());
+    let checking = spawn_sql_check(&pools, &config, &sql_check, cancel.child_token());
     let queue = pools.queue.clone();
-    let worker =
-        Worker::new(pools.clone(), config, worker_id()).with_notify_url(settings.listen_url());
+    let worker = Worker::new(pools.clone(), config, worker_id())
+        .with_notify_url(settings.listen_url())
+        .with_sql_check(sql_check);
     tracing::info!(worker = %worker.id, listening = worker.notify_url.is_some(), "deprov worker running");
     if let Some(task) = spawn_worker(Some(worker), queue, migrated, cancel.clone()) {
         let _ = task.await;
     }
     cancel.cancel();
+    if let Some(task) = checking {
+        let _ = task.await;
+    }
     if let Some(task) = metrics {
         let _ = task.await;
     }

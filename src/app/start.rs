@@ -1,0 +1,185 @@
+//! Start-up work of `deprov serve` and `deprov worker` besides HTTP: loading the configuration,
+//! building the pools, migrating (now or, with the state database down, in the background), checking
+//! the target (`[tenant] root_table` and the configured SQL, [`crate::sqlcheck`]), and the tasks that
+//! wait for those before the worker runs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{AppError, Settings};
+use crate::config::Config;
+use crate::db::{self, Pools};
+use crate::http;
+use crate::telemetry;
+use crate::worker::Worker;
+
+/// What a process needs besides HTTP (see [`prepare`]).
+pub(super) struct Prepared {
+    pub(super) config: Arc<Config>,
+    pub(super) pools: Pools,
+    /// Whether the migrations are applied (`true` also when not asked for).
+    pub(super) migrated: Arc<AtomicBool>,
+    /// The configured SQL's check: passed, or pending (the target was not reachable).
+    pub(super) sql_check: crate::sqlcheck::Gate,
+}
+
+/// Loads the configuration, builds the pools, migrates and checks the target ([`check_target`]). A
+/// state database that cannot be reached is not an error: the migrations are then `false` and applied
+/// later by [`migrate_in_background`]; any other migration failure is. Nor is a target that cannot
+/// be reached: the SQL check is then pending.
+pub(super) async fn prepare(settings: &Settings) -> Result<Prepared, AppError> {
+    // Before any connection opens, so every one is counted.
+    telemetry::install();
+    let config = Arc::new(Config::load(&settings.config.to_string_lossy())?);
+    let target = settings
+        .target_url
+        .as_deref()
+        .unwrap_or(&settings.database_url);
+    for (name, url) in [
+        ("DEPROV_DATABASE_URL", &settings.database_url[..]),
+        ("DEPROV_TARGET_URL", target),
+    ] {
+        let options = db::connect_options(url).map_err(AppError::Url)?;
+        settings
+            .pooler_mode
+            .check_url(&options)
+            .map_err(|reason| AppError::Setting { name, reason })?;
+    }
+    if settings.migrate && !settings.pooler_mode.allows_migrations() {
+        return Err(AppError::Setting {
+            name: "DEPROV_MIGRATE",
+            reason: "migrations cannot run through a transaction pooler (DEPROV_POOLER_MODE=transaction): \
+                     run `deprov migrate` with a direct DEPROV_DATABASE_URL, then start with DEPROV_MIGRATE=false"
+                .into(),
+        });
+    }
+    settings.pooler_mode.apply();
+    let pools = Pools::new(&settings.database_url, target, &config.pools).map_err(AppError::Url)?;
+    let migrated = Arc::new(AtomicBool::new(true));
+    if settings.migrate {
+        match db::migrate(&pools.queue).await {
+            Ok(()) => {}
+            Err(sqlx::migrate::MigrateError::Execute(e)) if http::error::is_unavailable(&e) => {
+                tracing::warn!(error = %e, "state database unreachable at start; migrating once it answers");
+                migrated.store(false, Ordering::Release);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let sql_check = check_target(&config, target).await?;
+    Ok(Prepared {
+        config,
+        pools,
+        migrated,
+        sql_check,
+    })
+}
+
+/// Applies the migrations until they succeed or `cancel` fires, retrying with backoff (1 s doubling
+/// to 5 s, plus the pool's acquire wait) and setting `migrated` on success. Returns whether they were
+/// applied. Errors other than an unreachable database are logged and retried alike: the process stays
+/// up and `/readyz` stays 503 until they are fixed.
+async fn migrate_in_background(
+    pool: sqlx::PgPool,
+    migrated: Arc<AtomicBool>,
+    cancel: CancellationToken,
+) -> bool {
+    let mut attempt = 0u32;
+    while !migrated.load(Ordering::Acquire) {
+        let wait = Duration::from_secs(1 << attempt.min(2)).min(Duration::from_secs(5));
+        tokio::select! {
+            () = cancel.cancelled() => return false,
+            () = tokio::time::sleep(wait) => {}
+        }
+        attempt += 1;
+        let result = tokio::select! {
+            () = cancel.cancelled() => return false,
+            r = db::migrate(&pool) => r,
+        };
+        match result {
+            Ok(()) => {
+                tracing::info!(attempt, "state database reachable; migrations applied");
+                migrated.store(true, Ordering::Release);
+            }
+            Err(e) => {
+                tracing::warn!(attempt, error = %e, "migrating the state database failed; retrying")
+            }
+        }
+    }
+    true
+}
+
+/// Runs `worker` once the migrations are applied (at once when they are).
+pub(super) fn spawn_worker(
+    worker: Option<Worker>,
+    pool: sqlx::PgPool,
+    migrated: Arc<AtomicBool>,
+    cancel: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if worker.is_none() && migrated.load(Ordering::Acquire) {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        if migrate_in_background(pool, migrated, cancel.clone()).await
+            && let Some(w) = worker
+        {
+            w.run(cancel).await;
+        }
+    }))
+}
+
+/// Refuses to start when `[tenant] root_table` / `key_column` do not exist in the target database,
+/// or when the target refuses a configured statement ([`crate::sqlcheck::check_at_start`]).
+/// A target that cannot be reached is not an error (deprov must start while the database is down):
+/// the plan is checked again when a job runs, and the statements by
+/// [`crate::sqlcheck::check_until_passed`] (the returned gate is then pending). The wait is bounded
+/// by the pool's 5 s acquire timeout and, on the server, by [`db::Bounds::STATE`] (catalog) and
+/// `[hard_delete]`'s timeouts (statements); no client deadline abandons a query. It uses a
+/// connection of its own (`deprov-cli`), closed afterwards, so the target pool starts empty.
+async fn check_target(
+    config: &Config,
+    target_url: &str,
+) -> Result<crate::sqlcheck::Gate, AppError> {
+    let root = config.root_table();
+    let options = db::connect_options(target_url).map_err(AppError::Url)?;
+    let bounds = crate::config::PoolConfig {
+        max_connections: 1,
+        acquire_timeout: std::time::Duration::from_secs(5),
+    };
+    let pool = db::pool(&options, db::PoolRole::Cli, &bounds);
+    let result = match crate::engine::load_plan(&pool, &root, &config.tenant.key_column).await {
+        Ok(_) => crate::sqlcheck::check_at_start(&pool, config)
+            .await
+            .map_err(AppError::from),
+        Err(crate::engine::EngineError::Plan(e)) => Err(AppError::Tenant(e)),
+        Err(e) => {
+            tracing::warn!(error = %e, "target database not reachable at start; [tenant] is checked when a job runs, \
+                the configured SQL once the target answers (no job is claimed until then)");
+            Ok(crate::sqlcheck::Gate::new(crate::sqlcheck::Status::Pending))
+        }
+    };
+    pool.close().await;
+    result
+}
+
+/// Runs [`crate::sqlcheck::check_until_passed`] on the target pool while `gate` is pending (none
+/// when it passed at start).
+pub(super) fn spawn_sql_check(
+    pools: &Pools,
+    config: &Arc<Config>,
+    gate: &crate::sqlcheck::Gate,
+    cancel: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if gate.status() == crate::sqlcheck::Status::Passed {
+        return None;
+    }
+    Some(tokio::spawn(crate::sqlcheck::check_until_passed(
+        pools.target.clone(),
+        config.clone(),
+        gate.clone(),
+        cancel,
+    )))
+}

@@ -1,0 +1,101 @@
+//! `deprov config check`: the configuration file checked as `deprov serve` checks it at start — parsed
+//! and validated, `[tenant] root_table` found in the target's catalog, and every configured statement
+//! accepted by the target database ([`crate::sqlcheck`]) — without starting anything.
+
+use std::path::PathBuf;
+
+use crate::config::Config;
+use crate::db::{self, PoolRole, PoolerMode};
+
+/// `deprov config`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConfigArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: ConfigAction,
+}
+
+/// `deprov config check`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ConfigAction {
+    /// Check the configuration file against the target database as `deprov serve` does at start:
+    /// the file parses and validates, `[tenant] root_table` exists, and the target accepts every
+    /// configured statement (`[soft_delete] statements`, `undo_statements`, `orphans`, each
+    /// `tenant_lookup`), parsed and analysed by PostgreSQL without being run.
+    ///
+    /// Exit status: 0 all good; 1 the file is invalid, the target refuses something (each refused
+    /// setting is named with the server's error), or the target cannot be reached.
+    Check(CheckArgs),
+}
+
+/// The file and the target database.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CheckArgs {
+    /// The TOML configuration file.
+    #[arg(long, env = "DEPROV_CONFIG")]
+    pub config: PathBuf,
+    /// The application database (default: `DEPROV_DATABASE_URL`).
+    #[arg(long, env = "DEPROV_TARGET_URL", hide_env_values = true)]
+    pub target_url: Option<String>,
+    /// deprov's state database; the target when no target URL is given (nothing is read from it).
+    #[arg(long, env = "DEPROV_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// `transaction` when the URL points at a transaction pooler (see `deprov serve --help`).
+    #[arg(long, env = "DEPROV_POOLER_MODE", value_enum, default_value_t = PoolerMode::Session)]
+    pub pooler_mode: PoolerMode,
+}
+
+/// Runs `deprov config`.
+///
+/// # Errors
+/// An invalid file, a refused statement or a missing root table (each named), an unreachable target.
+pub async fn run(args: ConfigArgs) -> anyhow::Result<()> {
+    let ConfigAction::Check(args) = args.action;
+    let config = Config::load(&args.config.to_string_lossy())?;
+    println!("{}: valid", args.config.display());
+    let url = args
+        .target_url
+        .as_deref()
+        .or(args.database_url.as_deref())
+        .ok_or_else(|| {
+            anyhow::anyhow!("give the target database: DEPROV_TARGET_URL (or DEPROV_DATABASE_URL)")
+        })?;
+    let options = db::connect_options(url)?;
+    args.pooler_mode
+        .check_url(&options)
+        .map_err(|reason| anyhow::anyhow!("the target URL: {reason}"))?;
+    args.pooler_mode.apply();
+    let pool = db::pool(&options, PoolRole::Cli, &config.pools.target);
+    let result = check(&pool, &config).await;
+    // Closed before exiting (see `plan_command`).
+    pool.close().await;
+    result
+}
+
+async fn check(pool: &sqlx::PgPool, config: &Config) -> anyhow::Result<()> {
+    let root = config.root_table();
+    match crate::engine::load_plan(pool, &root, &config.tenant.key_column).await {
+        Ok(_) => println!(
+            "tenant.root_table {} (key column {}): found on the target",
+            config.tenant.root_table, config.tenant.key_column
+        ),
+        Err(crate::engine::EngineError::Plan(e)) => {
+            anyhow::bail!("configuration key `tenant`: {e}")
+        }
+        Err(e) => anyhow::bail!("cannot reach the target database to check the configuration: {e}"),
+    }
+    let findings = crate::sqlcheck::check(pool, config).await.map_err(|e| {
+        anyhow::anyhow!("cannot check the configured statements on the target database: {e}")
+    })?;
+    for c in crate::sqlcheck::configured(config) {
+        match findings.iter().find(|f| f.setting == c.setting) {
+            Some(f) => println!("{}: REFUSED: {}", c.setting, f.refusal),
+            None => println!("{}: accepted", c.setting),
+        }
+    }
+    if findings.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::sqlcheck::Refused(findings).into())
+    }
+}

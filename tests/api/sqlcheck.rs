@@ -1,0 +1,360 @@
+//! The configured SQL checked against the target at start (`deprov::sqlcheck`): a broken statement
+//! stops `deprov serve` naming its setting and the server's error, `deprov config check` says the
+//! same, every kind of refusal is named, a valid configuration starts and the check changes nothing,
+//! and with the target down at start the worker claims nothing until the check passes while
+//! `/readyz` names what the target refuses.
+
+use std::time::Duration;
+
+use deprov::app::AppError;
+use deprov::throwaway::{Throwaway, ThrowawayOptions};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::helpers::{
+    TestOptions, VercelMode, accepted, deletion, spawn_app_with, try_spawn_app_with,
+};
+
+const SOFT_DELETE: &str = "UPDATE app.accounts SET deleted_at = now() WHERE id = $1";
+const TYPO: &str = "UPDTE app.accounts SET deleted_at = now() WHERE id = $1";
+
+/// Runs `deprov <args>` with `DEPROV_DATABASE_URL` = `pg`'s `postgres` database and a config of
+/// `[tenant]` + `extra`; waits at most 30 s for it to exit (it is killed and the test fails
+/// otherwise). Returns the exit code and stdout + stderr.
+async fn run_to_exit(pg: &Throwaway, args: &[&str], extra: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("deprov.toml");
+    std::fs::write(
+        &config,
+        format!("[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n{extra}"),
+    )
+    .unwrap();
+    let port = crate::helpers::closed_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
+        .args(args)
+        .env("DEPROV_DATABASE_URL", pg.url("postgres"))
+        .env("DEPROV_CONFIG", &config)
+        .env("DEPROV_LISTEN", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "warn")
+        .env_remove("DEPROV_TARGET_URL")
+        .env_remove("DEPROV_POOLER_MODE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if tokio::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("deprov {args:?} still running after 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+#[tokio::test]
+async fn a_typo_in_a_soft_delete_statement_stops_serve_and_config_check_names_it() {
+    let pg = crate::process::start_pg(Some(
+        "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz; INSERT INTO app.accounts VALUES (1)",
+    ))
+    .await;
+    let broken = format!("[soft_delete]\nstatements = [{SOFT_DELETE:?}, {TYPO:?}]\n");
+
+    let (code, text) = run_to_exit(&pg, &["serve"], &broken).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(
+            r#"soft_delete.statements[1]: syntax error at or near "UPDTE" at character 1 (SQLSTATE 42601)"#
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("soft_delete.statements[0]"), "{text}");
+    assert!(
+        !text.contains("Database(") && !text.contains("Some("),
+        "{text}"
+    );
+
+    let (code, text) = run_to_exit(&pg, &["config", "check"], &broken).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("soft_delete.statements[0]: accepted"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"soft_delete.statements[1]: REFUSED: syntax error at or near "UPDTE""#),
+        "{text}"
+    );
+
+    let valid = format!("[soft_delete]\nstatements = [{SOFT_DELETE:?}]\n");
+    let (code, text) = run_to_exit(&pg, &["config", "check"], &valid).await;
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("soft_delete.statements[0]: accepted"),
+        "{text}"
+    );
+
+    // Fixed, it starts as before, and nothing was soft-deleted by any of the checks.
+    let process = crate::process::spawn(pg, "serve", &valid).await;
+    let ready = process
+        .client
+        .get(process.url("/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), StatusCode::OK);
+    let db = crate::process::connect(&process.pg).await;
+    let touched: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM app.accounts WHERE deleted_at IS NOT NULL")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(touched, 0);
+}
+
+#[tokio::test]
+async fn every_refused_statement_is_named_with_the_servers_error_and_deprov_does_not_start() {
+    let extra = r#"
+[sources.shop]
+token = "shop-token-0123456789abcdef"
+tenant = { pointer = "/tenant" }
+tenant_lookup = "SELECT created_at FROM app.accounts WHERE installation_id = $1"
+[soft_delete]
+statements = [
+  "UPDATE app.accounts SET deleted_at = now() WHERE id = $1",
+  "UPDATE app.accounts SET deleted = true WHERE id = $1",
+  "UPDATE app.accounts SET deleted_at = now() WHERE id = $1 AND installation_id = $2",
+]
+undo_statements = ["UPDATE app.acounts SET deleted_at = NULL WHERE id = $1"]
+orphans = "SELECT id FROM app.accounts WHERE deleted_at IS NOT NULL AND id > $1"
+[vercel]
+source = "vercel"
+tenant_lookup = "SELECT id FROM app.accounts WHERE balance = $1"
+"#;
+    let err = try_spawn_app_with(TestOptions {
+        vercel: VercelMode::Off,
+        extra_config: extra.into(),
+        target_setup: "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz, \
+                       ADD COLUMN balance numeric, ADD COLUMN created_at timestamptz"
+            .into(),
+        ..Default::default()
+    })
+    .await
+    .err()
+    .expect("deprov must refuse to start");
+    let AppError::Statements(refused) = &err else {
+        panic!("{err}");
+    };
+    let found: Vec<(&str, Option<&str>)> = refused
+        .0
+        .iter()
+        .map(|f| (f.setting.as_str(), f.refusal.sqlstate.as_deref()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("soft_delete.statements[1]", Some("42703")),
+            ("soft_delete.statements[2]", None),
+            ("soft_delete.undo_statements[0]", Some("42P01")),
+            ("soft_delete.orphans", None),
+            ("sources.shop.tenant_lookup", None),
+            ("vercel.tenant_lookup", Some("42883")),
+        ],
+        "{err}"
+    );
+    let message = err.to_string();
+    for expected in [
+        "refuses 6 configured statements",
+        r#"soft_delete.statements[1]: column "deleted" of relation "accounts" does not exist"#,
+        "soft_delete.statements[2]: takes 2 parameters ($1 to $2); only $1 is given (the tenant key)",
+        r#"soft_delete.undo_statements[0]: relation "app.acounts" does not exist"#,
+        "soft_delete.orphans: takes 1 parameter ($1); the orphans statement is run without any",
+        r#"sources.shop.tenant_lookup: its first column "created_at" is of type timestamptz"#,
+        "vercel.tenant_lookup: $1 is inferred as numeric, and deprov sends the key as text: \
+         operator does not exist: numeric = text",
+    ] {
+        assert!(message.contains(expected), "{expected}\nnot in: {message}");
+    }
+}
+
+#[tokio::test]
+async fn a_valid_configuration_starts_and_its_check_runs_nothing() {
+    // The first statement has no $1: run, it would soft-delete every tenant.
+    let extra = r#"
+[sources.shop]
+token = "shop-token-0123456789abcdef"
+tenant = { pointer = "/tenant" }
+tenant_lookup = "SELECT id FROM app.accounts WHERE installation_id = $1"
+[soft_delete]
+statements = [
+  "UPDATE app.accounts SET deleted_at = now()",
+  "UPDATE app.accounts SET deleted_at = now() WHERE id = $1",
+  "UPDATE app.accounts SET deleted_at = now() WHERE installation_id = $1",
+]
+undo_statements = ["UPDATE app.accounts SET deleted_at = NULL WHERE id = $1::text::bigint"]
+orphans = "SELECT id::int FROM app.accounts WHERE deleted_at IS NOT NULL"
+[vercel]
+source = "vercel"
+tenant_lookup = "SELECT gen_random_uuid() FROM app.accounts WHERE installation_id = $1"
+"#;
+    let app = spawn_app_with(TestOptions {
+        vercel: VercelMode::Off,
+        extra_config: extra.into(),
+        target_setup: "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz; \
+                       INSERT INTO app.accounts (id, installation_id) VALUES (1, 'i1'), (2, 'i2')"
+            .into(),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
+    let touched: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM app.accounts WHERE deleted_at IS NOT NULL")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(touched, 0);
+}
+
+/// Polls `/readyz` until `done(status, body)` or 30 s pass.
+async fn readyz_until(
+    app: &crate::helpers::TestApp,
+    what: &str,
+    done: impl Fn(StatusCode, &Value) -> bool,
+) -> (StatusCode, Value, Option<String>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = app.get("/readyz").await;
+        let status = r.status();
+        let retry = r
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body: Value = r.json().await.unwrap();
+        if done(status, &body) {
+            return (status, body, retry);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: still {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn with_the_target_down_at_start_no_job_is_claimed_until_the_check_passes() {
+    let target = tokio::task::spawn_blocking(|| {
+        Throwaway::start(&ThrowawayOptions {
+            unsafe_fast: true,
+            ..Default::default()
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let saas = sqlx::PgPool::connect(&target.url("postgres"))
+        .await
+        .unwrap();
+    // No `deleted_at` yet: the soft delete below names a column the target does not have. The
+    // checkpoint keeps it across the immediate stop (the throwaway commits asynchronously).
+    sqlx::raw_sql(
+        "CREATE SCHEMA app; CREATE TABLE app.accounts (id bigint PRIMARY KEY); \
+         INSERT INTO app.accounts VALUES (1), (2)",
+    )
+    .execute(&saas)
+    .await
+    .unwrap();
+    sqlx::raw_sql("CHECKPOINT").execute(&saas).await.unwrap();
+    saas.close().await;
+    target.stop().unwrap();
+
+    let app = spawn_app_with(TestOptions {
+        target_url: Some(target.url("postgres")),
+        worker: true,
+        extra_config: format!(
+            "[soft_delete]\nstatements = [{SOFT_DELETE:?}]\n\
+             [worker]\npoll_interval = \"20ms\"\nheartbeat_interval = \"100ms\"\n\
+             [pools.target]\nmax_connections = 2\nacquire_timeout = \"500ms\"\n"
+        ),
+        ..Default::default()
+    })
+    .await;
+    // Not checked yet: intake does not need the target, so the service is ready.
+    assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
+    let job = accepted(app.post_deletion(&deletion("1")).await).await["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    target.restart().unwrap();
+    let (_, body, retry) = readyz_until(&app, "the refusal", |s, _| {
+        s == StatusCode::SERVICE_UNAVAILABLE
+    })
+    .await;
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(
+            r#"soft_delete.statements[0]: column "deleted_at" of relation "accounts" does not exist"#
+        ) && detail.contains("SQLSTATE 42703"),
+        "{body}"
+    );
+    assert_eq!(retry.as_deref(), Some("5"));
+
+    // The worker is alive (it heartbeats every 100 ms) and polls every 20 ms, yet claims nothing.
+    let since: time::OffsetDateTime = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let beats: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM deprov.workers WHERE heartbeat_at > $1 + interval '500 ms'",
+        )
+        .bind(since)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        if beats > 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no heartbeat");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (state, attempts): (String, i32) =
+        sqlx::query_as("SELECT state, attempts FROM deprov.jobs WHERE id = $1::uuid")
+            .bind(&job)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!((state.as_str(), attempts), ("queued", 0));
+
+    // The schema is fixed: the next check passes, the service is ready and the job runs.
+    let saas = sqlx::PgPool::connect(&target.url("postgres"))
+        .await
+        .unwrap();
+    sqlx::raw_sql("ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz")
+        .execute(&saas)
+        .await
+        .unwrap();
+    readyz_until(&app, "the check passing", |s, _| s == StatusCode::OK).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let view: Value = app.get_job(&job).await.json().await.unwrap();
+        if view["state"] == "completed" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left: Vec<i64> = sqlx::query_scalar("SELECT id FROM app.accounts ORDER BY id")
+        .fetch_all(&saas)
+        .await
+        .unwrap();
+    assert_eq!(left, [2]);
+}
