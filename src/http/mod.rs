@@ -144,8 +144,8 @@ impl AppState {
         self.migrated.load(Ordering::Acquire)
     }
 
-    /// Records a deletion request through intake's group commit, started on first use with one
-    /// writer per `[pools.intake]` connection and `[intake] group_commit` requests per transaction.
+    /// Records a deletion request through intake's group commit, started on first use with
+    /// `[intake] group_writers` writers and `[intake] group_commit` requests per transaction.
     ///
     /// # Errors
     /// See [`GroupCommit::record`].
@@ -153,7 +153,10 @@ impl AppState {
         let group_commit = self.group_commit.get_or_init(|| {
             GroupCommit::start(
                 self.pools.intake.clone(),
-                self.config.pools.intake.max_connections as usize,
+                self.config
+                    .intake
+                    .group_writers
+                    .min(self.config.pools.intake.max_connections as usize),
                 self.config.intake.group_commit,
                 self.config.pools.intake.acquire_timeout,
             )

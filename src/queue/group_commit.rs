@@ -3,7 +3,7 @@
 //! Every accepted request must be durable before it is answered, so each one costs a `COMMIT` that
 //! waits for the WAL flush (`synchronous_commit = on`), plus its `BEGIN` round trip. Under load,
 //! handlers hand their [`NewRequest`] to a bounded queue instead, and a fixed set of writer tasks
-//! (one per intake pool connection) each take whatever is waiting — up to `[intake] group_commit`
+//! (`[intake] group_writers`, each on its own intake connection) each take whatever is waiting — up to `[intake] group_commit`
 //! requests — and record them with [`intake::record`] in one transaction and one commit. A request
 //! arriving on an idle service is alone in its group: nothing waits for a group to fill.
 //!
