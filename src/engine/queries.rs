@@ -274,17 +274,30 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     b.join(&pnames, ", ", |b, _, p| {
         b.ident(p).sql(" DESC");
     });
-    // The last row is found first and only then printed: text for one row, not for every row.
-    b.sql(" LIMIT 1), (SELECT ARRAY[");
-    b.join(&order, ", ", |b, _, c| {
+    b.sql(" LIMIT 1), ");
+    let reversed: Vec<(&String, bool)> = directed.iter().map(|&(c, d)| (c, !d)).collect();
+    last_as_text(&mut b, "batch", &order, &reversed);
+    b.build()
+}
+
+/// `(SELECT ARRAY[c1::text, …] FROM (SELECT * FROM <from> ORDER BY o1 [DESC], … LIMIT 1) last)`:
+/// the first row of `from` in `order` (`true` = descending), printed as text. The row is found
+/// first and only then printed: text for one row, not for every row.
+fn last_as_text(
+    b: &mut SqlBuilder,
+    from: &'static str,
+    out: &[&String],
+    order: &[(&String, bool)],
+) {
+    b.sql("(SELECT ARRAY[");
+    b.join(out, ", ", |b, _, c| {
         b.ident(c).sql("::text");
     });
-    b.sql("] FROM (SELECT * FROM batch ORDER BY ");
-    b.join(&directed, ", ", |b, _, (c, d)| {
-        b.ident(c).sql(if *d { "" } else { " DESC" });
+    b.sql("] FROM (SELECT * FROM ").sql(from).sql(" ORDER BY ");
+    b.join(order, ", ", |b, _, (c, desc)| {
+        b.ident(c).sql(if *desc { " DESC" } else { "" });
     });
     b.sql(" LIMIT 1) last)");
-    b.build()
 }
 
 /// `SELECT count(*)` of the tenant rows of a table over all of its steps (a row reachable through two

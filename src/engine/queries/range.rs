@@ -17,7 +17,7 @@
 //! primary key, none kept back.
 
 use super::super::plan::{Plan, Step};
-use super::{array_values, cols};
+use super::{array_values, cols, last_as_text};
 use crate::sql::{SqlBuilder, SqlType, Statement};
 
 /// The referencing columns of the step's first hop, the parent's referenced types and the child's
@@ -72,15 +72,10 @@ pub fn range_bound(plan: &Plan, step: &Step) -> Statement {
     after_cursor(&mut b, &s);
     b.sql(" ORDER BY ");
     cols(&mut b, 0, &s.key_cols);
-    b.sql(" LIMIT $2) SELECT (SELECT count(*) FROM s), (SELECT ARRAY[");
-    b.join(&knames, ", ", |b, _, k| {
-        b.ident(k).sql("::text");
-    });
-    b.sql("] FROM (SELECT * FROM s ORDER BY ");
-    b.join(&knames, ", ", |b, _, k| {
-        b.ident(k).sql(" DESC");
-    });
-    b.sql(" LIMIT 1) l)");
+    b.sql(" LIMIT $2) SELECT (SELECT count(*) FROM s), ");
+    let out: Vec<&String> = knames.iter().collect();
+    let order: Vec<(&String, bool)> = knames.iter().map(|k| (k, true)).collect();
+    last_as_text(&mut b, "s", &out, &order);
     b.build()
 }
 
