@@ -135,12 +135,14 @@ impl CatalogExpr {
 
 /// The opening of a bounded transaction (see `crate::db::begin`): `BEGIN; SET LOCAL lock_timeout =
 /// '<n>ms'; SET LOCAL statement_timeout = '<m>ms'`, plus `SET LOCAL synchronous_commit = on` when
-/// `durable`. Sent as one simple-protocol query. Durations are whole milliseconds, at least 1 (0 would
+/// `durable`, and the planner settings of `crate::db::Bounds::plain_index_scans` when
+/// `plain_index_scans`. Sent as one simple-protocol query. Durations are whole milliseconds, at least 1 (0 would
 /// mean "no limit" to PostgreSQL).
 pub fn begin_bounded(
     lock: std::time::Duration,
     statement: std::time::Duration,
     durable: bool,
+    plain_index_scans: bool,
 ) -> sqlx::AssertSqlSafe<String> {
     let ms = |d: std::time::Duration| d.as_millis().max(1);
     let mut sql = format!(
@@ -150,6 +152,12 @@ pub fn begin_bounded(
     );
     if durable {
         sql.push_str("; SET LOCAL synchronous_commit = on");
+    }
+    if plain_index_scans {
+        sql.push_str(
+            "; SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
+             SET LOCAL enable_indexonlyscan = off",
+        );
     }
     sqlx::AssertSqlSafe(sql)
 }

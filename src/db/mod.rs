@@ -133,6 +133,10 @@ pub struct Bounds {
     /// `SET LOCAL synchronous_commit = on`: the COMMIT returns only once the transaction is durable,
     /// whatever the server's default (intake promises that an answered request is stored).
     pub durable: bool,
+    /// `SET LOCAL enable_seqscan`, `enable_bitmapscan`, `enable_indexonlyscan` = off: the planner
+    /// reads through plain index scans where it can (for `engine::kill_dead_entries`, whose scan
+    /// must visit the heap to mark dead index entries).
+    pub plain_index_scans: bool,
 }
 
 impl Bounds {
@@ -143,6 +147,7 @@ impl Bounds {
         lock_timeout: Duration::from_secs(1),
         statement_timeout: Duration::from_secs(5),
         durable: false,
+        plain_index_scans: false,
     };
 
     /// Bounds with the given timeouts, not durable.
@@ -151,6 +156,15 @@ impl Bounds {
             lock_timeout,
             statement_timeout,
             durable: false,
+            plain_index_scans: false,
+        }
+    }
+
+    /// The same bounds with plain index scans preferred (see [`Self::plain_index_scans`]).
+    pub fn plain_index_scans(self) -> Self {
+        Self {
+            plain_index_scans: true,
+            ..self
         }
     }
 
@@ -207,6 +221,7 @@ pub async fn begin(
                 bounds.lock_timeout,
                 bounds.statement_timeout,
                 bounds.durable,
+                bounds.plain_index_scans,
             )
             .into_sql_str(),
         ),
@@ -227,6 +242,7 @@ pub async fn begin_on(
         bounds.lock_timeout,
         bounds.statement_timeout,
         bounds.durable,
+        bounds.plain_index_scans,
     ))
     .await
 }

@@ -101,8 +101,7 @@ const MAX_INDEX_PASSES: u32 = 8;
 /// the parent's own delete does not walk them. Only for a foreign key with an index on its columns
 /// ([`crate::engine::catalog::ForeignKey::indexed`]); otherwise it does nothing (returns 0
 /// statements). Each statement is a transaction with `statement_timeout` = `timeout`, holding only
-/// `ACCESS SHARE` (no row locks), planned as a plain index scan (`SET LOCAL enable_seqscan`,
-/// `enable_bitmapscan`, `enable_indexonlyscan` = off: a bitmap or index-only scan marks nothing); a
+/// `ACCESS SHARE` (no row locks), planned as a plain index scan ([`crate::db::Bounds::plain_index_scans`]: a bitmap or index-only scan marks nothing); a
 /// statement cut by the timeout is followed by another, at most [`MAX_INDEX_PASSES`].
 ///
 /// # Errors
@@ -130,14 +129,8 @@ pub async fn kill_dead_entries(
     while pass.statements < MAX_INDEX_PASSES && !pass.finished {
         pass.statements += 1;
         let started = Instant::now();
-        let mut tx = crate::db::begin(target, crate::db::Bounds::new(timeout, timeout)).await?;
-        crate::db::query(
-            "SELECT set_config('enable_seqscan', 'off', true), \
-             set_config('enable_bitmapscan', 'off', true), \
-             set_config('enable_indexonlyscan', 'off', true)",
-        )
-        .execute(&mut *tx)
-        .await?;
+        let bounds = crate::db::Bounds::new(timeout, timeout).plain_index_scans();
+        let mut tx = crate::db::begin(target, bounds).await?;
         let counted = crate::db::query_scalar::<i64>(stmt.as_query())
             .persistent(false)
             .bind(parent)
