@@ -5,9 +5,9 @@
 //! whose ID is already stored, or appeared earlier in the group, is a duplicate (or an
 //! [`IntakeError::Mismatch`] when an Idempotency-Key / external ID comes with another body); the
 //! others attach to their subject's active job or create it (`held` when a kill switch blocks the
-//! first request that creates it). It runs at most six statements per group: the stored requests, the
-//! kill switches blocking the new ones, the jobs inserted, the active jobs found instead, the
-//! requests inserted, and the duplicate counts. PostgreSQL's per-statement work, not the commit,
+//! first request that creates it). It runs at most five statements per group: the stored requests together
+//! with the kill switches blocking each request, the jobs inserted, the active jobs found instead,
+//! the requests inserted, and the duplicate counts. PostgreSQL's per-statement work, not the commit,
 //! bounded intake's rate (README "Known limits"): a group of 32 costs what one request did.
 //!
 //! Every statement binds arrays (`unnest`), so the SQL text is fixed.
@@ -46,16 +46,7 @@ pub async fn record_many(
 ) -> Result<Vec<Result<Accepted, IntakeError>>, IntakeError> {
     let ids: Vec<Uuid> = reqs.iter().map(NewRequest::id).collect();
     let fingerprints: Vec<String> = reqs.iter().map(NewRequest::fingerprint).collect();
-    let stored: HashMap<Uuid, (String, Uuid, String)> = crate::db::query_as(
-        "SELECT r.id, r.fingerprint, r.job_id, j.state FROM deprov.deletion_requests r \
-         JOIN deprov.jobs j ON j.id = r.job_id WHERE r.id = ANY($1)",
-    )
-    .bind(&ids)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|(id, fp, job, state): (Uuid, String, Uuid, String)| (id, (fp, job, state)))
-    .collect();
+    let (stored, blocked) = look_up(&mut *conn, reqs, &ids).await?;
 
     // Classify in order, as one-by-one recording would see the group.
     let mut first_new: HashMap<Uuid, usize> = HashMap::new();
@@ -88,7 +79,9 @@ pub async fn record_many(
     let mut jobs: HashMap<(&'static str, String), (Uuid, String)> = HashMap::new();
     let mut held = vec![false; reqs.len()];
     if !new.is_empty() {
-        held_flags(&mut *conn, reqs, &new, &mut held).await?;
+        for &i in &new {
+            held[i] = blocked[i];
+        }
         insert_jobs(&mut *conn, reqs, &new, &held, max_attempts, &mut jobs).await?;
         insert_requests(&mut *conn, reqs, &ids, &fingerprints, &new, &held, &jobs).await?;
     }
@@ -152,31 +145,46 @@ fn tenant_of(req: &NewRequest) -> Option<String> {
     (req.subject_kind == SubjectKind::Tenant).then(|| req.subject.clone())
 }
 
-/// Sets `held[i]` for each new request `i` that an engaged kill switch blocks: the global one, its
-/// source's or its tenant's (the scopes of [`super::kill_switch`]; a request for an installation not
-/// yet resolved has no tenant).
-async fn held_flags(
+/// One request of [`look_up`]: its ID, its stored fingerprint, job and job state (all NULL when it
+/// is not stored), and whether a kill switch blocks it.
+type LookedUp = (Uuid, Option<String>, Option<Uuid>, Option<String>, bool);
+
+/// The group's stored requests (`id → (fingerprint, job, job state)`) and, per request in order,
+/// whether an engaged kill switch blocks it: the global one, its source's or its tenant's (the
+/// scopes of [`super::kill_switch`]; a request for an installation not yet resolved has no tenant).
+/// One statement for both.
+async fn look_up(
     conn: &mut PgConnection,
     reqs: &[NewRequest],
-    new: &[usize],
-    held: &mut [bool],
-) -> Result<(), sqlx::Error> {
-    let sources: Vec<String> = new.iter().map(|&i| reqs[i].source.clone()).collect();
-    let tenants: Vec<Option<String>> = new.iter().map(|&i| tenant_of(&reqs[i])).collect();
-    let blocked: Vec<bool> = crate::db::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM deprov.kill_switch WHERE engaged) \
-             OR EXISTS (SELECT 1 FROM deprov.kill_switch_scopes k WHERE k.engaged \
+    ids: &[Uuid],
+) -> Result<(HashMap<Uuid, (String, Uuid, String)>, Vec<bool>), sqlx::Error> {
+    let sources: Vec<String> = reqs.iter().map(|r| r.source.clone()).collect();
+    let tenants: Vec<Option<String>> = reqs.iter().map(tenant_of).collect();
+    let rows: Vec<LookedUp> =
+        crate::db::query_as(
+            "SELECT s.id, r.fingerprint, r.job_id, j.state, \
+               EXISTS (SELECT 1 FROM deprov.kill_switch WHERE engaged) \
+               OR EXISTS (SELECT 1 FROM deprov.kill_switch_scopes k WHERE k.engaged \
                  AND ((k.scope = 'source' AND k.key = s.source) OR (k.scope = 'tenant' AND k.key = s.tenant))) \
-         FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS s(source, tenant, n) ORDER BY s.n",
-    )
-    .bind(&sources)
-    .bind(&tenants)
-    .fetch_all(&mut *conn)
-    .await?;
-    for (&i, b) in new.iter().zip(blocked) {
-        held[i] = b;
+             FROM unnest($1::uuid[], $2::text[], $3::text[]) WITH ORDINALITY AS s(id, source, tenant, n) \
+             LEFT JOIN deprov.deletion_requests r ON r.id = s.id \
+             LEFT JOIN deprov.jobs j ON j.id = r.job_id \
+             ORDER BY s.n",
+        )
+        .bind(ids)
+        .bind(&sources)
+        .bind(&tenants)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut stored = HashMap::new();
+    let mut blocked = Vec::with_capacity(rows.len());
+    for (id, fp, job, state, b) in rows {
+        if let (Some(fp), Some(job), Some(state)) = (fp, job, state) {
+            stored.insert(id, (fp, job, state));
+        }
+        blocked.push(b);
     }
-    Ok(())
+    Ok((stored, blocked))
 }
 
 /// Creates a job for each subject of the new requests that has no active one (`held` when its first
