@@ -218,16 +218,17 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         args.json,
         "baseline: foreground and tenant writer, no deletion",
     );
-    let running = workload::start(&saas, args.clients, args.rate, keys.foreground.clone());
-    let writer = workload::start(&saas, 1, args.rate, keys.tenant.clone());
+    let (saas_url, copy_url) = (server.url("saas"), server.url("saas_cascade"));
+    let running = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
+    let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
     tokio::time::sleep(Duration::from_secs(args.baseline_secs)).await;
     let baseline = running.stop().await;
     writer.stop().await;
 
     say(args.json, "cascade: one DELETE on the copy");
     checkpoint(&admin).await?;
-    let fg = workload::start(&copy, args.clients, args.rate, keys.foreground.clone());
-    let writer = workload::start(&copy, 1, args.rate, keys.tenant.clone());
+    let fg = workload::start(&copy_url, args.clients, args.rate, keys.foreground.clone());
+    let writer = workload::start(&copy_url, 1, args.rate, keys.tenant.clone());
     let root = QualifiedName::new("app", "accounts");
     let cascade = cascade_delete(&copy, &root, "id", tenants.large).await?;
     let cascade_side = side(
@@ -241,7 +242,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
 
     say(args.json, "deprov: a deletion request and a worker");
     checkpoint(&admin).await?;
-    let (deprov_side, progress) = run_deprov(args, &server, &saas, &keys, tenants.large).await?;
+    let (deprov_side, progress) = run_deprov(args, &server, &keys, tenants.large).await?;
 
     let equals_cascade =
         database_digest(&saas, "app").await? == database_digest(&copy, "app").await?;
@@ -268,7 +269,6 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
 async fn run_deprov(
     args: &BenchArgs,
     server: &Throwaway,
-    saas: &PgPool,
     keys: &Keys,
     tenant: i64,
 ) -> Result<(Side, serde_json::Value), BenchError> {
@@ -300,8 +300,9 @@ async fn run_deprov(
         reason: Some("deprov bench delete".into()),
     };
 
-    let fg = workload::start(saas, args.clients, args.rate, keys.foreground.clone());
-    let writer = workload::start(saas, 1, args.rate, keys.tenant.clone());
+    let saas_url = server.url("saas");
+    let fg = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
+    let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
     let started = Instant::now();
     let job_id = intake::record_tx(&pools.intake, &request, config.worker.max_attempts as i32)
         .await

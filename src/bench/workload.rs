@@ -9,8 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::PgPool;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// Timings of one workload over one run.
@@ -94,67 +92,98 @@ impl Op {
 #[derive(Debug)]
 pub struct Running {
     cancel: CancellationToken,
-    tasks: Vec<JoinHandle<Samples>>,
+    samples: tokio::sync::oneshot::Receiver<Samples>,
 }
 
 impl Running {
     /// Stops every client after its current operation and merges their samples.
     pub async fn stop(self) -> Samples {
         self.cancel.cancel();
-        let mut all = Samples::default();
-        for task in self.tasks {
-            if let Ok(samples) = task.await {
-                all.merge(samples);
-            }
-        }
-        all
+        self.samples.await.unwrap_or_default()
     }
 }
 
-/// Starts `clients` clients on `pool`, each running `rate` operations per second, cycling through
-/// `ops` (an operation with its key). Each client takes its own connection from `pool` for the whole
-/// run, so `pool` needs at least `clients` connections.
-pub fn start(pool: &PgPool, clients: usize, rate: u32, ops: Vec<(Op, i64)>) -> Running {
+/// Starts `clients` clients of the database at `url`, each on its own connection running `rate`
+/// operations per second, cycling through `ops` (an operation with its key).
+///
+/// They run on a thread of their own with its own Tokio runtime, like a client in another process:
+/// whatever else the benchmark's runtime is busy with (deprov's worker, in `deprov bench delete`)
+/// cannot delay them being polled, so a latency measures the database and the machine's CPU, not
+/// the benchmark's scheduling. A client that cannot connect counts one error.
+pub fn start(url: &str, clients: usize, rate: u32, ops: Vec<(Op, i64)>) -> Running {
     let cancel = CancellationToken::new();
+    let (tx, samples) = tokio::sync::oneshot::channel();
     let period = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
-    let tasks = (0..clients)
-        .map(|client| {
-            let pool = pool.clone();
-            let cancel = cancel.clone();
-            let ops = ops.clone();
-            tokio::spawn(async move {
-                let mut samples = Samples::default();
-                let Ok(mut conn) = pool.acquire().await else {
-                    samples.errors += 1;
-                    return samples;
-                };
-                let mut tick = tokio::time::interval(period);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-                let mut i = client;
-                while !ops.is_empty() {
-                    tokio::select! {
-                        () = cancel.cancelled() => break,
-                        _ = tick.tick() => {}
-                    }
-                    let (op, key) = ops[i % ops.len()];
-                    i += clients;
-                    let started = Instant::now();
-                    match sqlx::query(op.sql()).bind(key).execute(&mut *conn).await {
-                        Ok(_) => {
-                            let took = started.elapsed();
-                            samples.latencies.push(took);
-                            if op.is_write() {
-                                samples.writes.push(took);
-                            }
-                        }
-                        Err(_) => samples.errors += 1,
-                    }
+    let (url, stop) = (url.to_owned(), cancel.clone());
+    std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            let _ = tx.send(Samples {
+                errors: clients as u64,
+                ..Samples::default()
+            });
+            return;
+        };
+        let all = runtime.block_on(async {
+            let mut each = tokio::task::JoinSet::new();
+            for client in 0..clients {
+                let (url, ops, stop) = (url.clone(), ops.clone(), stop.clone());
+                each.spawn(
+                    async move { run_client(&url, client, clients, period, &ops, &stop).await },
+                );
+            }
+            let mut all = Samples::default();
+            while let Some(samples) = each.join_next().await {
+                all.merge(samples.unwrap_or_default());
+            }
+            all
+        });
+        let _ = tx.send(all);
+    });
+    Running { cancel, samples }
+}
+
+/// One client of [`start`]: its operations are `ops[client]`, `ops[client + clients]`, …
+async fn run_client(
+    url: &str,
+    client: usize,
+    clients: usize,
+    period: Duration,
+    ops: &[(Op, i64)],
+    cancel: &CancellationToken,
+) -> Samples {
+    use sqlx::Connection as _;
+    let mut samples = Samples::default();
+    let Ok(mut conn) = sqlx::PgConnection::connect(url).await else {
+        samples.errors += 1;
+        return samples;
+    };
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut i = client;
+    while !ops.is_empty() {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let (op, key) = ops[i % ops.len()];
+        i += clients;
+        let started = Instant::now();
+        match sqlx::query(op.sql()).bind(key).execute(&mut conn).await {
+            Ok(_) => {
+                let took = started.elapsed();
+                samples.latencies.push(took);
+                if op.is_write() {
+                    samples.writes.push(took);
                 }
-                samples
-            })
-        })
-        .collect();
-    Running { cancel, tasks }
+            }
+            Err(_) => samples.errors += 1,
+        }
+    }
+    let _ = conn.close().await;
+    samples
 }
 
 #[cfg(test)]
