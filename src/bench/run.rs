@@ -48,7 +48,7 @@ pub struct BenchArgs {
     /// `[hard_delete] max_batch_duration` in ms: the longest transaction the sizing aims under.
     #[arg(long, default_value_t = 100)]
     pub max_batch_ms: u64,
-    /// `[hard_delete] rate_limit` in rows/s (0 = unlimited, the "unthrottled" figures).
+    /// `[pacing] rate_limit` in rows/s (0 = unlimited, the "unthrottled" figures).
     #[arg(long, default_value_t = 0)]
     pub rate_limit: u32,
     /// Foreground clients (each its own connection).

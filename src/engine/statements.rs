@@ -268,7 +268,7 @@ fn refused(message: String) -> Verdict {
 
 /// Has the server parse and analyse `sql` as the engine would run it with `shape` ([`describe`]),
 /// without running it, and refuses what a run would refuse: the server's error for an invalid
-/// statement; more than `$1` ([`Shape::Action`], [`Shape::Lookup`]) or any parameter
+/// statement; no `$1` or more than `$1` ([`Shape::Action`], [`Shape::Lookup`]) or any parameter
 /// ([`Shape::Listing`]); a `$1` whose inferred type the engine does not bind as such and that does not
 /// accept the key as `text` (e.g. `numeric_column = $1`: 42883); for lookups and listings, no first
 /// column or one that is not a key type ([`is_key_type`]). Run it inside a transaction on `conn`
@@ -295,6 +295,14 @@ pub async fn check(
         Err(n) => {
             return Ok(refused(format!(
                 "takes {n} parameters ($1 to ${n}); only $1 is given ({})",
+                given(shape)
+            )));
+        }
+        Ok(TenantParam::None) if shape != Shape::Listing => {
+            // A forgotten `WHERE … = $1` makes a statement act on the same rows whatever the
+            // tenant: every tenant soft-deleted, or one lookup result for every installation.
+            return Ok(refused(format!(
+                "uses no $1: it would do the same whatever {} (write it as $1, e.g. WHERE id = $1)",
                 given(shape)
             )));
         }

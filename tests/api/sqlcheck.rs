@@ -130,6 +130,7 @@ statements = [
   "UPDATE app.accounts SET deleted_at = now() WHERE id = $1",
   "UPDATE app.accounts SET deleted = true WHERE id = $1",
   "UPDATE app.accounts SET deleted_at = now() WHERE id = $1 AND installation_id = $2",
+  "UPDATE app.accounts SET deleted_at = now()",
 ]
 undo_statements = ["UPDATE app.acounts SET deleted_at = NULL WHERE id = $1"]
 orphans = "SELECT id FROM app.accounts WHERE deleted_at IS NOT NULL AND id > $1"
@@ -161,6 +162,7 @@ tenant_lookup = "SELECT id FROM app.accounts WHERE balance = $1"
         [
             ("soft_delete.statements[1]", Some("42703")),
             ("soft_delete.statements[2]", None),
+            ("soft_delete.statements[3]", None),
             ("soft_delete.undo_statements[0]", Some("42P01")),
             ("soft_delete.orphans", None),
             ("sources.shop.tenant_lookup", None),
@@ -170,7 +172,8 @@ tenant_lookup = "SELECT id FROM app.accounts WHERE balance = $1"
     );
     let message = err.to_string();
     for expected in [
-        "refuses 6 configured statements",
+        "refuses 7 configured statements",
+        "soft_delete.statements[3]: uses no $1: it would do the same whatever the tenant key",
         r#"soft_delete.statements[1]: column "deleted" of relation "accounts" does not exist"#,
         "soft_delete.statements[2]: takes 2 parameters ($1 to $2); only $1 is given (the tenant key)",
         r#"soft_delete.undo_statements[0]: relation "app.acounts" does not exist"#,
@@ -185,7 +188,6 @@ tenant_lookup = "SELECT id FROM app.accounts WHERE balance = $1"
 
 #[tokio::test]
 async fn a_valid_configuration_starts_and_its_check_runs_nothing() {
-    // The first statement has no $1: run, it would soft-delete every tenant.
     let extra = r#"
 [sources.shop]
 token = "shop-token-0123456789abcdef"
@@ -193,7 +195,6 @@ tenant = { pointer = "/tenant" }
 tenant_lookup = "SELECT id FROM app.accounts WHERE installation_id = $1"
 [soft_delete]
 statements = [
-  "UPDATE app.accounts SET deleted_at = now()",
   "UPDATE app.accounts SET deleted_at = now() WHERE id = $1",
   "UPDATE app.accounts SET deleted_at = now() WHERE installation_id = $1",
 ]
