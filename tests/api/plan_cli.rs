@@ -16,11 +16,7 @@ fn plan(pg: &deprov::throwaway::Throwaway, tenant: &str) -> (Option<i32>, String
         .env_remove("DEPROV_TARGET_URL")
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = crate::process::output_text(&out);
     (out.status.code(), text)
 }
 

@@ -50,6 +50,15 @@ pub async fn start_pg(schema: Option<&str>) -> Throwaway {
     pg
 }
 
+/// A finished child's stdout then stderr, as text (what an operator sees in a terminal).
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// A small pool on `pg`'s `postgres` database, for assertions.
 pub async fn connect(pg: &Throwaway) -> PgPool {
     sqlx::postgres::PgPoolOptions::new()

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use deprov::app::AppError;
-use deprov::throwaway::{Throwaway, ThrowawayOptions};
+use deprov::throwaway::Throwaway;
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -51,11 +51,7 @@ async fn run_to_exit(pg: &Throwaway, args: &[&str], extra: &str) -> (Option<i32>
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = crate::process::output_text(&out);
     (out.status.code(), text)
 }
 
@@ -250,27 +246,10 @@ async fn readyz_until(
 
 #[tokio::test]
 async fn with_the_target_down_at_start_no_job_is_claimed_until_the_check_passes() {
-    let target = tokio::task::spawn_blocking(|| {
-        Throwaway::start(&ThrowawayOptions {
-            unsafe_fast: true,
-            ..Default::default()
-        })
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    let saas = sqlx::PgPool::connect(&target.url("postgres"))
-        .await
-        .unwrap();
     // No `deleted_at` yet: the soft delete below names a column the target does not have. The
     // checkpoint keeps it across the immediate stop (the throwaway commits asynchronously).
-    sqlx::raw_sql(
-        "CREATE SCHEMA app; CREATE TABLE app.accounts (id bigint PRIMARY KEY); \
-         INSERT INTO app.accounts VALUES (1), (2)",
-    )
-    .execute(&saas)
-    .await
-    .unwrap();
+    let target = crate::process::start_pg(Some("INSERT INTO app.accounts VALUES (1), (2)")).await;
+    let saas = crate::process::connect(&target).await;
     sqlx::raw_sql("CHECKPOINT").execute(&saas).await.unwrap();
     saas.close().await;
     target.stop().unwrap();

@@ -109,11 +109,7 @@ async fn the_cli_needs_the_pooler_mode_behind_transaction_pooling() {
             .env("RUST_LOG", "error")
             .output()
             .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = crate::process::output_text(&out);
         (out.status.success(), text)
     };
     let (ok, text) = deprov("session", &["kill-switch", "status"]);
