@@ -20,16 +20,23 @@ use crate::helpers::spawn_app;
 
 const SUBJECTS: [&str; 4] = ["t1", "t2", "t3", "t4"];
 
+/// A request for one of `SUBJECTS` under one of five keys per basis: duplicates and mismatches
+/// are frequent.
 fn random_request(rng: &mut StdRng) -> NewRequest {
-    let subject = SUBJECTS[rng.random_range(0..SUBJECTS.len())].to_owned();
+    request_among(rng, 5, &SUBJECTS)
+}
+
+/// A request for one of `subjects` under one of `keys` keys per basis.
+fn request_among(rng: &mut StdRng, keys: u32, subjects: &[&str]) -> NewRequest {
+    let subject = subjects[rng.random_range(0..subjects.len())].to_owned();
     let (basis, key, external_id) = match rng.random_range(0..3) {
         0 => {
-            let key = format!("ext-{}", rng.random_range(0..5));
+            let key = format!("ext-{}", rng.random_range(0..keys));
             (DedupBasis::ExternalId, key.clone(), Some(key))
         }
         1 => (
             DedupBasis::IdempotencyKey,
-            format!("idem-{}", rng.random_range(0..5)),
+            format!("idem-{}", rng.random_range(0..keys)),
             None,
         ),
         _ => (DedupBasis::TenantId, subject.clone(), None),
@@ -127,8 +134,36 @@ async fn rows(conn: &mut PgConnection, stored: &BTreeSet<Uuid>) -> BTreeMap<Stri
 
 #[tokio::test]
 async fn a_group_answers_and_stores_exactly_what_one_by_one_recording_does() {
+    let (duplicates, mismatches, held, _) = compare(20261130, &|rng| random_request(rng)).await;
+    // The groups exercised every path.
+    assert!(
+        duplicates > 20 && mismatches > 5 && held > 5,
+        "{duplicates} {mismatches} {held}"
+    );
+}
+
+/// Groups of mostly new requests, many for subjects without a job: the one-statement path
+/// (`record/first.rs`) records them, and falls back for the subjects that already have an active
+/// job and for groups holding a stored request.
+#[tokio::test]
+async fn a_group_of_new_requests_answers_and_stores_what_one_by_one_recording_does() {
+    const WIDE: [&str; 10] = ["t1", "t2", "t3", "t4", "n1", "n2", "n3", "n4", "n5", "n6"];
+    let (duplicates, _, held, new) = compare(20261201, &|rng| request_among(rng, 400, &WIDE)).await;
+    assert!(
+        new > 300 && duplicates > 0 && held > 5,
+        "{new} new, {duplicates} duplicates, {held} held"
+    );
+}
+
+/// Stores six requests and a kill switch on tenant t3, then records 40 random groups of 1–24
+/// requests made by `make` both ways (each in a transaction rolled back) and asserts equal answers
+/// and rows. Returns the group answers' counts: duplicates, mismatches, held, new.
+async fn compare(
+    seed: u64,
+    make: &dyn Fn(&mut StdRng) -> NewRequest,
+) -> (usize, usize, usize, usize) {
     let app = spawn_app().await;
-    let mut rng = StdRng::seed_from_u64(20261130);
+    let mut rng = StdRng::seed_from_u64(seed);
     // Stored before the groups: a few committed requests (duplicates and mismatches to be), and a
     // tenant kill switch on t3 (its new jobs start held, its requests are received while held).
     for _ in 0..6 {
@@ -149,10 +184,10 @@ async fn a_group_answers_and_stores_exactly_what_one_by_one_recording_does() {
         .into_iter()
         .collect();
 
-    let (mut duplicates, mut mismatches, mut held) = (0, 0, 0);
+    let (mut duplicates, mut mismatches, mut held, mut new) = (0, 0, 0, 0);
     for group in 0..40 {
         let size = rng.random_range(1..=24);
-        let reqs: Vec<NewRequest> = (0..size).map(|_| random_request(&mut rng)).collect();
+        let reqs: Vec<NewRequest> = (0..size).map(|_| make(&mut rng)).collect();
 
         let mut tx = app.db.begin().await.unwrap();
         let grouped: Vec<String> = record_many(&mut tx, &reqs, 5)
@@ -185,11 +220,13 @@ async fn a_group_answers_and_stores_exactly_what_one_by_one_recording_does() {
             .count();
         mismatches += grouped.iter().filter(|a| a.starts_with("error")).count();
         held += grouped.iter().filter(|a| a.contains("state=held")).count();
+        new += grouped
+            .iter()
+            .filter(|a| a.ends_with("duplicate=false"))
+            .count();
     }
-    println!("40 groups: {duplicates} duplicates, {mismatches} mismatches, {held} answers held");
-    // The groups exercised every path.
-    assert!(
-        duplicates > 20 && mismatches > 5 && held > 5,
-        "{duplicates} {mismatches} {held}"
+    println!(
+        "40 groups: {new} new, {duplicates} duplicates, {mismatches} mismatches, {held} answers held"
     );
+    (duplicates, mismatches, held, new)
 }

@@ -5,10 +5,13 @@
 //! whose ID is already stored, or appeared earlier in the group, is a duplicate (or an
 //! [`IntakeError::Mismatch`] when an Idempotency-Key / external ID comes with another body); the
 //! others attach to their subject's active job or create it (`held` when a kill switch blocks the
-//! first request that creates it). It runs at most five statements per group: the stored requests together
-//! with the kill switches blocking each request, the jobs inserted, the active jobs found instead,
-//! the requests inserted, and the duplicate counts. PostgreSQL's per-statement work, not the commit,
-//! bounded intake's rate (README "Known limits"): a group of 32 costs what one request did.
+//! first request that creates it).
+//!
+//! A group of new requests for subjects without an active job — the common case — is recorded by
+//! one statement ([`first`]). Otherwise at most four more follow: the jobs inserted, the active
+//! jobs found instead, the requests inserted (for the requests the first statement could not
+//! record), and the duplicate counts. PostgreSQL's per-statement work and the round trips, not the
+//! commit, bound intake's rate (README "Known limits").
 //!
 //! Every statement binds arrays (`unnest`), so the SQL text is fixed.
 
@@ -19,6 +22,8 @@ use uuid::Uuid;
 
 use super::intake::{Accepted, IntakeError, NewRequest, SubjectKind};
 use crate::ids::{DedupBasis, JobId};
+
+mod first;
 
 /// What a request of the group turned out to be before anything is written.
 enum Seen {
@@ -46,7 +51,48 @@ pub async fn record_many(
 ) -> Result<Vec<Result<Accepted, IntakeError>>, IntakeError> {
     let ids: Vec<Uuid> = reqs.iter().map(NewRequest::id).collect();
     let fingerprints: Vec<String> = reqs.iter().map(NewRequest::fingerprint).collect();
-    let (stored, blocked) = look_up(&mut *conn, reqs, &ids).await?;
+
+    // The first statement sees each request ID once (its first occurrence), and creates one job per
+    // subject: the one its first request names.
+    let mut uniq: Vec<usize> = Vec::with_capacity(reqs.len());
+    let mut seen_ids = std::collections::HashSet::new();
+    let mut subject_jobs: HashMap<(&'static str, String), Uuid> = HashMap::new();
+    let (mut job_ids, mut first_of_subject) = (Vec::new(), Vec::new());
+    for (i, req) in reqs.iter().enumerate() {
+        if !seen_ids.insert(ids[i]) {
+            continue;
+        }
+        uniq.push(i);
+        let mut first = false;
+        let job = *subject_jobs.entry(subject_key(req)).or_insert_with(|| {
+            first = true;
+            JobId::new().0
+        });
+        job_ids.push(job);
+        first_of_subject.push(first);
+    }
+    let pick = |v: &[Uuid]| uniq.iter().map(|&i| v[i]).collect::<Vec<Uuid>>();
+    let firsts = first::run(
+        &mut *conn,
+        &uniq.iter().map(|&i| reqs[i].clone()).collect::<Vec<_>>(),
+        &pick(&ids),
+        &uniq
+            .iter()
+            .map(|&i| fingerprints[i].clone())
+            .collect::<Vec<_>>(),
+        &job_ids,
+        &first_of_subject,
+        max_attempts,
+    )
+    .await?;
+    let mut stored: HashMap<Uuid, (String, Uuid, String)> = HashMap::new();
+    let mut blocked = vec![false; reqs.len()];
+    for (&i, f) in uniq.iter().zip(&firsts) {
+        blocked[i] = f.blocked;
+        if let Some(s) = &f.stored {
+            stored.insert(ids[i], s.clone());
+        }
+    }
 
     // Classify in order, as one-by-one recording would see the group.
     let mut first_new: HashMap<Uuid, usize> = HashMap::new();
@@ -72,18 +118,29 @@ pub async fn record_many(
             }
         });
     }
-    let new: Vec<usize> = (0..reqs.len())
-        .filter(|&i| matches!(seen[i], Seen::New))
-        .collect();
 
     let mut jobs: HashMap<(&'static str, String), (Uuid, String)> = HashMap::new();
     let mut held = vec![false; reqs.len()];
-    if !new.is_empty() {
-        for &i in &new {
-            held[i] = blocked[i];
+    // The new requests the first statement did not record: its subject has an active job, or a
+    // request of the group was stored (then the first statement wrote nothing).
+    let mut rest = Vec::new();
+    for ((&i, f), &job_id) in uniq.iter().zip(&firsts).zip(&job_ids) {
+        if !matches!(seen[i], Seen::New) {
+            continue;
         }
-        insert_jobs(&mut *conn, reqs, &new, &held, max_attempts, &mut jobs).await?;
-        insert_requests(&mut *conn, reqs, &ids, &fingerprints, &new, &held, &jobs).await?;
+        held[i] = blocked[i];
+        match (&f.created, f.inserted) {
+            (Some(state), true) => {
+                jobs.insert(subject_key(&reqs[i]), (job_id, state.clone()));
+            }
+            // Its job was created, but a concurrent transaction inserted the request first.
+            (Some(_), false) => return Err(IntakeError::Race),
+            (None, _) => rest.push(i),
+        }
+    }
+    if !rest.is_empty() {
+        insert_jobs(&mut *conn, reqs, &rest, &held, max_attempts, &mut jobs).await?;
+        insert_requests(&mut *conn, reqs, &ids, &fingerprints, &rest, &held, &jobs).await?;
     }
     if !duplicates.is_empty() {
         let (dup_ids, counts): (Vec<Uuid>, Vec<i32>) = duplicates.into_iter().unzip();
@@ -143,48 +200,6 @@ fn subject_key(req: &NewRequest) -> (&'static str, String) {
 
 fn tenant_of(req: &NewRequest) -> Option<String> {
     (req.subject_kind == SubjectKind::Tenant).then(|| req.subject.clone())
-}
-
-/// One request of [`look_up`]: its ID, its stored fingerprint, job and job state (all NULL when it
-/// is not stored), and whether a kill switch blocks it.
-type LookedUp = (Uuid, Option<String>, Option<Uuid>, Option<String>, bool);
-
-/// The group's stored requests (`id → (fingerprint, job, job state)`) and, per request in order,
-/// whether an engaged kill switch blocks it: the global one, its source's or its tenant's (the
-/// scopes of [`super::kill_switch`]; a request for an installation not yet resolved has no tenant).
-/// One statement for both.
-async fn look_up(
-    conn: &mut PgConnection,
-    reqs: &[NewRequest],
-    ids: &[Uuid],
-) -> Result<(HashMap<Uuid, (String, Uuid, String)>, Vec<bool>), sqlx::Error> {
-    let sources: Vec<String> = reqs.iter().map(|r| r.source.clone()).collect();
-    let tenants: Vec<Option<String>> = reqs.iter().map(tenant_of).collect();
-    let rows: Vec<LookedUp> =
-        crate::db::query_as(
-            "SELECT s.id, r.fingerprint, r.job_id, j.state, \
-               EXISTS (SELECT 1 FROM deprov.kill_switch WHERE engaged) \
-               OR EXISTS (SELECT 1 FROM deprov.kill_switch_scopes k WHERE k.engaged \
-                 AND ((k.scope = 'source' AND k.key = s.source) OR (k.scope = 'tenant' AND k.key = s.tenant))) \
-             FROM unnest($1::uuid[], $2::text[], $3::text[]) WITH ORDINALITY AS s(id, source, tenant, n) \
-             LEFT JOIN deprov.deletion_requests r ON r.id = s.id \
-             LEFT JOIN deprov.jobs j ON j.id = r.job_id \
-             ORDER BY s.n",
-        )
-        .bind(ids)
-        .bind(&sources)
-        .bind(&tenants)
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut stored = HashMap::new();
-    let mut blocked = Vec::with_capacity(rows.len());
-    for (id, fp, job, state, b) in rows {
-        if let (Some(fp), Some(job), Some(state)) = (fp, job, state) {
-            stored.insert(id, (fp, job, state));
-        }
-        blocked.push(b);
-    }
-    Ok((stored, blocked))
 }
 
 /// Creates a job for each subject of the new requests that has no active one (`held` when its first
