@@ -334,13 +334,13 @@ pub struct IntakeConfig {
     /// transaction per request). Requests that arrive together share a `COMMIT` and its WAL flush;
     /// a request on an idle service is never held back (see `queue::group_commit`).
     pub group_commit: usize,
-    /// Writer tasks recording groups, each on its own intake connection, 1..=1000 (default 8; at
+    /// Writer tasks recording groups, each on its own intake connection, 1..=1000 (default 2; at
     /// most `[pools.intake] max_connections` run). Fewer writers make larger groups, and a group
-    /// costs PostgreSQL nearly the same whatever its size, so fewer writers record more requests/s
-    /// at saturation but leave a stalled writer fewer peers: on `deprov bench intake` (32 clients,
-    /// PgBouncer, this 2-core machine) 2 writers recorded 3,819 requests/s and 8 writers 2,321/s,
-    /// but with 2 writers intake's p99 while the target was saturated with lock waits was 2.2–2.5×
-    /// its baseline (8 writers: 1.12×).
+    /// costs PostgreSQL little more than one request, so fewer writers record more requests/s at
+    /// saturation but leave a stalled writer fewer peers. On `deprov bench intake` (128 clients,
+    /// PgBouncer, a 2-core machine): 2 writers 7,788 requests/s, 4 writers 6,603/s, 8 writers
+    /// 6,877/s; intake's p99 with the target saturated with lock waits stayed within 1.5× its
+    /// baseline with 2 writers and exceeded it with 3, 4 and 8 (README "Known limits").
     pub group_writers: usize,
 }
 
@@ -352,7 +352,7 @@ impl Default for IntakeConfig {
             header_timeout: Duration::from_secs(5),
             rate_limit: RateLimitConfig::default(),
             group_commit: 32,
-            group_writers: 8,
+            group_writers: 2,
         }
     }
 }

@@ -38,8 +38,10 @@ pub struct IntakeArgs {
     /// Seconds of the throughput phase, and of pgbench.
     #[arg(long, default_value_t = 10)]
     pub secs: u64,
-    /// HTTP clients of the closed loop.
-    #[arg(long, default_value_t = 32)]
+    /// HTTP clients of the closed loop. Enough that requests wait for a writer, so the phase
+    /// measures intake's capacity rather than one client's round trip: with 32, each client
+    /// waited ~7 ms per request while the machine was ~30% idle.
+    #[arg(long, default_value_t = 128)]
     pub concurrency: usize,
     /// pgbench clients (deprov's intake pool has 8 connections).
     #[arg(long, default_value_t = 8)]
@@ -59,6 +61,9 @@ pub struct IntakeArgs {
     /// Connect deprov and pgbench to PostgreSQL directly instead of through PgBouncer.
     #[arg(long)]
     pub direct: bool,
+    /// deprov's `[intake] group_writers` for this run (default: the configuration's, 2).
+    #[arg(long)]
+    pub group_writers: Option<usize>,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -84,6 +89,8 @@ pub struct LatencyPhase {
 pub struct IntakeReport {
     /// `pgbouncer` or `direct`.
     pub via: String,
+    /// deprov's `[intake] group_writers` in this run.
+    pub group_writers: usize,
     /// Closed-loop HTTP clients.
     pub concurrency: usize,
     /// Seconds of the throughput phase.
@@ -138,8 +145,9 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
     let stage = Stage::start(&size, &[], &bouncer).await?;
     let state = connect(&stage.pg.url("deprov"), 2).await?;
     pgbench::prepare(&state).await?;
+    let (config, group_writers) = config(args.group_writers)?;
     let deprov = stage
-        .start_deprov_with(&stage::deprov_config(), "saas", false, !args.direct)
+        .start_deprov_with(&config, "saas", false, !args.direct)
         .await?;
     crate::sources::oidc::install_crypto_provider();
     let client = reqwest::Client::new();
@@ -206,6 +214,7 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
     ];
     Ok(IntakeReport {
         via: if args.direct { "direct" } else { "pgbouncer" }.into(),
+        group_writers,
         concurrency: args.concurrency,
         secs: args.secs,
         accepted,
@@ -222,6 +231,33 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
         lock_waiters_seen: at_start.min(at_end),
         goals,
     })
+}
+
+/// [`stage::deprov_config`] with its `group_writers = …` line (`[intake]`) set to `writers` when
+/// given, and the number of writers it configures.
+///
+/// # Errors
+/// [`ReplayError::Run`] when the configuration has no such line with a number.
+fn config(writers: Option<usize>) -> Result<(String, usize), ReplayError> {
+    let config = stage::deprov_config();
+    let mut configured = None;
+    let lines: Vec<String> = config
+        .lines()
+        .map(|l| match l.strip_prefix("group_writers = ") {
+            Some(rest) => {
+                let (value, comment) = rest.split_at(rest.find('#').unwrap_or(rest.len()));
+                configured = writers.or_else(|| value.trim().parse().ok());
+                format!("group_writers = {} {comment}", configured.unwrap_or(0))
+            }
+            None => l.to_owned(),
+        })
+        .collect();
+    match configured {
+        Some(n) => Ok((lines.join("\n"), n)),
+        None => Err(ReplayError::Run(
+            "the bench configuration has no `group_writers = N` line".into(),
+        )),
+    }
 }
 
 /// Rows in `deprov.deletion_requests`.
@@ -368,6 +404,7 @@ impl IntakeReport {
         let mut line =
             |name: &str, value: String| out.push_str(&format!("{name:<60} {value:>16}\n"));
         line("path to PostgreSQL", self.via.clone());
+        line("intake group writers", self.group_writers.to_string());
         line(
             &format!(
                 "intake, {} HTTP clients, {} s: accepted (errors)",
