@@ -45,6 +45,9 @@ impl BenchReport {
         both("foreground writes p99 (ms)", &|s| {
             format!("{:.2}", s.foreground_write_p99_ms)
         });
+        both("foreground reads p99 (ms)", &|s| {
+            format!("{:.2}", s.foreground_read_p99_ms)
+        });
         both("foreground ops (errors)", &|s| {
             format!("{} ({})", s.foreground_ops, s.foreground_errors)
         });
@@ -74,11 +77,12 @@ impl BenchReport {
             ));
         }
         out.push_str(&format!(
-            "\nforeground baseline ({} ops): p99 {base:.2} ms, p50 {:.2} ms, writes p99 {:.2} ms; \
-             deprov batches that hit a timeout: {}; deprov's read-only index passes: {}\n",
+            "\nforeground baseline ({} ops): p99 {base:.2} ms, p50 {:.2} ms, writes p99 {:.2} ms, \
+             reads p99 {:.2} ms; deprov batches that hit a timeout: {}; deprov's read-only index passes: {}\n",
             self.foreground_baseline_ops,
             self.foreground_baseline_p50_ms,
             self.foreground_baseline_write_p99_ms,
+            self.foreground_baseline_read_p99_ms,
             self.deprov_timeouts,
             self.deprov_index_passes
         ));

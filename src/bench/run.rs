@@ -96,6 +96,8 @@ pub struct Side {
     /// Foreground p99 latency of the writes alone (single-row `UPDATE`s, each a commit that waits
     /// for its WAL flush), in ms.
     pub foreground_write_p99_ms: f64,
+    /// Foreground p99 latency of the reads alone (an account's users by an indexed key), in ms.
+    pub foreground_read_p99_ms: f64,
     /// Foreground operations timed while the deletion ran.
     pub foreground_ops: usize,
     /// Foreground operations that failed.
@@ -117,6 +119,8 @@ pub struct BenchReport {
     pub foreground_baseline_p50_ms: f64,
     /// Foreground writes' p99 latency with no deletion running, in ms.
     pub foreground_baseline_write_p99_ms: f64,
+    /// Foreground reads' p99 latency with no deletion running, in ms.
+    pub foreground_baseline_read_p99_ms: f64,
     /// Foreground operations timed for the baseline.
     pub foreground_baseline_ops: usize,
     /// deprov rows/s ÷ cascade rows/s (issue 3's target: ≥ 0.6).
@@ -258,6 +262,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         foreground_baseline_p99_ms: baseline.quantile_ms(0.99),
         foreground_baseline_p50_ms: baseline.quantile_ms(0.5),
         foreground_baseline_write_p99_ms: baseline.write_quantile_ms(0.99),
+        foreground_baseline_read_p99_ms: baseline.read_quantile_ms(0.99),
         foreground_baseline_ops: baseline.latencies.len(),
         equals_cascade,
         deprov_timeouts: progress["timeouts"].as_i64().unwrap_or(0),
@@ -368,6 +373,7 @@ fn side(
         foreground_p99_ms: fg.quantile_ms(0.99),
         foreground_p50_ms: fg.quantile_ms(0.5),
         foreground_write_p99_ms: fg.write_quantile_ms(0.99),
+        foreground_read_p99_ms: fg.read_quantile_ms(0.99),
         foreground_ops: fg.latencies.len(),
         foreground_errors: fg.errors,
     }

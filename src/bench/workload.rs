@@ -18,6 +18,8 @@ pub struct Samples {
     pub latencies: Vec<Duration>,
     /// Latency of the completed writes alone (also in `latencies`).
     pub writes: Vec<Duration>,
+    /// Latency of the completed reads alone (also in `latencies`).
+    pub reads: Vec<Duration>,
     /// Operations that failed (any database error).
     pub errors: u64,
 }
@@ -33,6 +35,11 @@ impl Samples {
         quantile_ms(&self.writes, q)
     }
 
+    /// The `q` quantile of the reads' latencies, as [`Self::quantile_ms`].
+    pub fn read_quantile_ms(&self, q: f64) -> f64 {
+        quantile_ms(&self.reads, q)
+    }
+
     /// The longest latency, in ms.
     pub fn max_ms(&self) -> f64 {
         self.latencies
@@ -44,6 +51,7 @@ impl Samples {
     fn merge(&mut self, other: Samples) {
         self.latencies.extend(other.latencies);
         self.writes.extend(other.writes);
+        self.reads.extend(other.reads);
         self.errors += other.errors;
     }
 }
@@ -177,6 +185,8 @@ async fn run_client(
                 samples.latencies.push(took);
                 if op.is_write() {
                     samples.writes.push(took);
+                } else {
+                    samples.reads.push(took);
                 }
             }
             Err(_) => samples.errors += 1,
@@ -195,12 +205,14 @@ mod tests {
         let s = Samples {
             latencies: (1..=100).map(Duration::from_millis).collect(),
             writes: vec![Duration::from_millis(7)],
+            reads: vec![Duration::from_millis(3)],
             errors: 0,
         };
         assert!((s.quantile_ms(0.99) - 99.0).abs() < 1e-9);
         assert!((s.quantile_ms(0.5) - 50.0).abs() < 1e-9);
         assert!((s.max_ms() - 100.0).abs() < 1e-9);
         assert!((s.write_quantile_ms(0.99) - 7.0).abs() < 1e-9);
+        assert!((s.read_quantile_ms(0.99) - 3.0).abs() < 1e-9);
         assert!((Samples::default().quantile_ms(0.99)).abs() < 1e-9);
     }
 }

@@ -105,7 +105,10 @@ async fn intake_figures_are_consistent() {
         json: true,
     };
     let r = intake::run(&args).await.expect("bench runs");
-    assert_eq!(r.group_writers, 3, "--group-writers reaches the configuration");
+    assert_eq!(
+        r.group_writers, 3,
+        "--group-writers reaches the configuration"
+    );
     assert!(r.accepted > 0, "{r:#?}");
     assert_eq!(r.accepted as i64, r.durable, "accepted == rows stored");
     assert!(r.intake_per_s > 0.0);
