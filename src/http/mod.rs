@@ -158,6 +158,8 @@ impl AppState {
                     .group_writers
                     .min(self.config.pools.intake.max_connections as usize),
                 self.config.intake.group_commit,
+                4 * self.config.intake.group_commit
+                    * self.config.pools.intake.max_connections as usize,
                 self.config.pools.intake.acquire_timeout,
             )
         });

@@ -20,8 +20,10 @@
 //! pool's `acquire_timeout` gives up and is answered [`IntakeError::Db`] (`PoolTimedOut`, 503 +
 //! `Retry-After` at the HTTP edge; counted in `deprov_db_pool_acquire_timeouts_total{pool="intake"}`)
 //! — a writer never records a request whose caller gave up, and a caller whose request a writer took
-//! waits for its answer, bounded by the server-side timeouts. When the queue is full
-//! (`4 × group_commit × writers` requests waiting) a request is refused at once the same way.
+//! waits for its answer, bounded by the server-side timeouts. When the queue is full (`capacity`
+//! requests waiting; the service gives it `4 × group_commit × [pools.intake] max_connections`,
+//! whatever the number of writers, so that a stall of a few tens of milliseconds at a few
+//! thousand requests/s does not refuse anything) a request is refused at once the same way.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -70,11 +72,18 @@ impl std::fmt::Debug for GroupCommit {
 
 impl GroupCommit {
     /// Starts `writers` writer tasks on `pool` (at least 1), each recording up to `group` requests
-    /// (at least 1; 1 = one transaction per request) per transaction; a request waits at most
-    /// `wait` (the pool's `acquire_timeout`) for a writer. Must be called inside a Tokio runtime.
-    pub fn start(pool: PgPool, writers: usize, group: usize, wait: Duration) -> Self {
+    /// (at least 1; 1 = one transaction per request) per transaction; at most `capacity` requests
+    /// (at least `group`) wait for a writer, each at most `wait` (the pool's `acquire_timeout`).
+    /// Must be called inside a Tokio runtime.
+    pub fn start(
+        pool: PgPool,
+        writers: usize,
+        group: usize,
+        capacity: usize,
+        wait: Duration,
+    ) -> Self {
         let (writers, group) = (writers.max(1), group.max(1));
-        let (queue, rx) = mpsc::channel(4 * group * writers);
+        let (queue, rx) = mpsc::channel(capacity.max(group));
         let rx = Arc::new(Mutex::new(rx));
         for _ in 0..writers {
             tokio::spawn(write(pool.clone(), rx.clone(), group));
