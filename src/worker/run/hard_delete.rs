@@ -1,0 +1,312 @@
+//! The hard delete of one job run: batches in the plan's order (leaves of the foreign-key graph
+//! first), each a short transaction under the job's [`BatchLimits`], with its checkpoint written
+//! after each commit, timeouts absorbed by shrinking, key ranges and index passes for large
+//! parents, held-row passes for non-CASCADE self-references, and pacing between batches.
+
+use std::time::Duration;
+
+use super::{JobRun, MAX_LOCAL_TIMEOUTS, Stop};
+use crate::engine::simulate;
+use crate::engine::{self, BatchLimits, Cursor, EngineError, Plan};
+use crate::telemetry;
+use crate::worker::backoff;
+use crate::worker::pacing::Pacer;
+use crate::worker::progress::Checkpoint;
+use crate::worker::sizing;
+
+impl JobRun {
+    /// Deletes the tenant `tenant` by the batches of `leaves_first` (with the cascade allowance of
+    /// `[hard_delete] cascade_rows` absorbed into it), from the job's stored checkpoint when it was
+    /// made for the same plan, else from the first step.
+    ///
+    /// # Errors
+    /// [`Stop`] when the kill switch or a stop request ends the run, a batch fails in a way a
+    /// retry will not fix, or the state database does not take a checkpoint.
+    pub(super) async fn hard_delete(
+        &mut self,
+        leaves_first: &Plan,
+        tenant: &str,
+    ) -> Result<(), Stop> {
+        let w = self.worker.clone();
+        let hd = &w.config.hard_delete;
+        let stored = Checkpoint::from_json(self.job.checkpoint.as_ref());
+        let mut cascade_rows = stored
+            .as_ref()
+            .and_then(|cp| cp.cascade_rows)
+            .unwrap_or(hd.cascade_rows);
+        let mut plan = leaves_first.clone().absorb(f64::from(cascade_rows));
+        let batch_rows = self.limits.rows;
+        let lowered = |rows: u32| (rows != hd.cascade_rows).then_some(rows);
+        let fresh = |plan: &Plan, cascade_rows: u32| Checkpoint {
+            plan: plan.hash(),
+            step: 0,
+            cursor: Cursor::Start,
+            parents: 1,
+            rows: plan
+                .steps
+                .first()
+                .map_or(batch_rows, |s| plan.first_batch_rows(s.table, batch_rows)),
+            cascade_rows: lowered(cascade_rows),
+            kept_back: 0,
+            pass_deleted: 0,
+        };
+        let starting = !matches!(&stored, Some(cp) if cp.plan == plan.hash());
+        let mut cp = match stored {
+            Some(cp) if cp.plan == plan.hash() => cp,
+            Some(_) => {
+                // The schema changed since the checkpoint: start over (deletes are idempotent).
+                self.progress.note = Some(
+                    "schema changed since the last checkpoint; restarted from the first step"
+                        .into(),
+                );
+                fresh(&plan, cascade_rows)
+            }
+            None => fresh(&plan, cascade_rows),
+        };
+        self.progress.plan_hash = Some(plan.hash());
+        for step in &leaves_first.steps {
+            self.progress
+                .table_mut(&leaves_first.name(step.table).to_string());
+        }
+        if starting && simulate::detaches(leaves_first) {
+            // The cascade's SET NULL / SET DEFAULT updates that keep rows out of a later CASCADE
+            // (engine::simulate::preset) go first, so the batches meet those rows as it would.
+            let gate = self.may_destroy().await?;
+            let presets = simulate::presets(
+                &w.pools.target,
+                leaves_first,
+                tenant,
+                &self.limits,
+                hd.max_simulated_rows,
+            )
+            .await
+            .map_err(EngineError::from)?;
+            let updated =
+                simulate::apply_presets(&w.pools.target, leaves_first, &presets, &self.limits)
+                    .await?;
+            drop(gate);
+            self.progress.presets = updated;
+        }
+        let mut timeouts = 0;
+        let hd = &w.config.hard_delete;
+        let mut pacer = Pacer::new(
+            &w.config.pacing,
+            w.config.worker.lease,
+            hd.max_batch_duration,
+        );
+        let mut large_parent = false;
+        while cp.step < plan.steps.len() {
+            let gate = self.may_destroy().await?;
+            let step = &plan.steps[cp.step];
+            let table = plan.name(step.table).to_string();
+            let cascades = plan.absorbs_below(step.table);
+            let limits = BatchLimits {
+                rows: cp.rows,
+                // A batch that lets PostgreSQL cascade is cut short early when a parent row has far
+                // more descendants than estimated: then the plan falls back to leaves first.
+                statement_timeout: if cascades {
+                    self.limits.statement_timeout.min(
+                        (hd.max_batch_duration * 4 / 5)
+                            .max(hd.lock_timeout + Duration::from_millis(1)),
+                    )
+                } else {
+                    self.limits.statement_timeout
+                },
+                ..self.limits
+            };
+            let started = std::time::Instant::now();
+            let result = engine::run_batch(
+                &w.pools.target,
+                &plan,
+                engine::BatchStart {
+                    step: cp.step,
+                    cursor: &cp.cursor,
+                    parents: cp.parents,
+                    large_parent,
+                },
+                tenant,
+                &limits,
+            )
+            .await;
+            if let Err(e) = &result {
+                telemetry::batch_failed(e.sqlstate().as_deref());
+            }
+            let batch = match result {
+                Ok(batch) => batch,
+                Err(e) if e.sqlstate().as_deref() == Some("57014") && cascades && cp.rows <= 1 => {
+                    // One parent row's cascade alone outlasts the budget: its subtree is larger
+                    // than estimated. Re-plan with an eighth of the cascade allowance (at the end,
+                    // leaves first: every row by its own batch) and start the steps over; what is
+                    // deleted stays deleted.
+                    self.note_rollback(started);
+                    cascade_rows = if cascade_rows >= 64 {
+                        cascade_rows / 8
+                    } else {
+                        0
+                    };
+                    self.progress.note = Some(format!(
+                        "a single row of {table} cascaded for longer than {} ms; re-planned with cascade_rows = {cascade_rows}",
+                        limits.statement_timeout.as_millis()
+                    ));
+                    self.progress.replans += 1;
+                    self.progress.cascade_rows = Some(cascade_rows);
+                    plan = leaves_first.clone().absorb(f64::from(cascade_rows));
+                    cp = fresh(&plan, cascade_rows);
+                    self.progress.plan_hash = Some(plan.hash());
+                    continue;
+                }
+                Err(e)
+                    if matches!(e.sqlstate().as_deref(), Some("57014" | "55P03"))
+                        && timeouts < MAX_LOCAL_TIMEOUTS =>
+                {
+                    // The batch hit statement_timeout or lock_timeout and rolled back: retry
+                    // smaller; after a lock timeout first give the lock holder a moment.
+                    self.note_rollback(started);
+                    drop(gate);
+                    timeouts += 1;
+                    cp.rows = self.sizing.after_timeout(cp.rows);
+                    cp.parents = cp.parents.min(cp.rows);
+                    if e.sqlstate().as_deref() == Some("55P03") {
+                        let pause = backoff(
+                            timeouts,
+                            w.config.pacing.backoff,
+                            w.config.pacing.backoff_max,
+                        );
+                        self.pause(pause, "lock_timeout: another session holds a lock".into())
+                            .await?;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            timeouts = 0;
+            if large_parent
+                && plan.range_step(step)
+                && let Some(Cursor::AfterParent(parent)) = &batch.next
+            {
+                // A large parent's children are gone: mark their dead index entries before the
+                // parent's own delete has to walk them (engine::range).
+                let budget = (hd.max_batch_duration * 4 / 5).max(Duration::from_millis(1));
+                match engine::kill_dead_entries(&w.pools.target, &plan, cp.step, parent, budget)
+                    .await
+                {
+                    Ok(pass) => self.progress.record_index_pass(&pass),
+                    Err(e) => tracing::warn!(job = %self.job.id, error = %e, "index pass failed"),
+                }
+            }
+            // A parent that alone filled this batch is continued as a key range.
+            large_parent = batch.parents_used == 1 && batch.selected >= cp.rows;
+            let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
+            telemetry::batch_committed(batch.elapsed, batch.deleted + cascaded);
+            self.progress
+                .record_batch(&table, batch.deleted, batch.elapsed.as_secs_f64() * 1000.0);
+            for &(oid, rows) in &batch.cascaded {
+                self.progress
+                    .record_cascaded(&plan.name(oid).to_string(), rows);
+            }
+            let rows = self
+                .sizing
+                .next_rows(cp.rows, batch.selected, batch.elapsed);
+            cp.parents = sizing::next_parents(cp.parents, cp.rows, &batch, rows);
+            cp.rows = rows;
+            cp.kept_back += batch.selected - batch.deleted;
+            cp.pass_deleted += batch.deleted;
+            let last_of_table = !plan.steps[cp.step + 1..]
+                .iter()
+                .any(|s| s.table == step.table);
+            match batch.next {
+                Some(cursor) => cp.cursor = cursor,
+                None if last_of_table && cp.kept_back > 0 => {
+                    // Rows kept back as still referenced through a non-CASCADE self-reference must
+                    // be gone before a parent's cascade reaches them (it would fire that reference
+                    // on them while their referencing rows remain). Once their referencing rows are
+                    // deleted they can go: pass over the table's steps again while a pass deletes
+                    // something, then delete what is left in one statement.
+                    if cp.pass_deleted > 0 {
+                        self.progress.held_passes += 1;
+                        cp.step = plan
+                            .steps
+                            .iter()
+                            .position(|s| s.table == step.table)
+                            .expect("the step's own table");
+                    } else {
+                        let started = std::time::Instant::now();
+                        let swept = engine::run_sweep(
+                            &w.pools.target,
+                            &plan,
+                            step.table,
+                            tenant,
+                            &self.limits,
+                        )
+                        .await;
+                        if let Err(e) = &swept {
+                            telemetry::batch_failed(e.sqlstate().as_deref());
+                        }
+                        let n = swept?;
+                        let elapsed = started.elapsed();
+                        // A sweep is one more short batch transaction of this table.
+                        telemetry::batch_committed(elapsed, n);
+                        self.progress.held_sweeps += 1;
+                        self.progress
+                            .record_batch(&table, n, elapsed.as_secs_f64() * 1000.0);
+                        cp.step += 1;
+                        self.progress.table_mut(&table).done = true;
+                    }
+                    cp.cursor = Cursor::Start;
+                    cp.parents = 1;
+                    cp.kept_back = 0;
+                    cp.pass_deleted = 0;
+                    cp.rows = plan.steps.get(cp.step).map_or(self.limits.rows, |s| {
+                        plan.first_batch_rows(s.table, self.limits.rows)
+                    });
+                }
+                None => {
+                    if last_of_table {
+                        cp.kept_back = 0;
+                        cp.pass_deleted = 0;
+                    }
+                    cp.step += 1;
+                    cp.cursor = Cursor::Start;
+                    cp.parents = 1;
+                    // Cost per row differs per table (a parent's delete checks every child table):
+                    // each step starts small again and grows by measurement.
+                    cp.rows = plan.steps.get(cp.step).map_or(self.limits.rows, |s| {
+                        plan.first_batch_rows(s.table, self.limits.rows)
+                    });
+                    if !plan.steps[cp.step..].iter().any(|s| s.table == step.table) {
+                        self.progress.table_mut(&table).done = true;
+                    }
+                }
+            }
+            drop(gate);
+            self.heartbeat("hard_delete", Some(&cp)).await?;
+            let waited = pacer.admit(batch.deleted + cascaded, &w.stop).await;
+            self.progress.rate_limited_ms += waited.as_secs_f64() * 1000.0;
+            if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {
+                self.pause(pause, reason).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a batch transaction that rolled back on a timeout after running since `started`.
+    fn note_rollback(&mut self, started: std::time::Instant) {
+        self.progress.timeouts += 1;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.progress.longest_rolled_back_ms = self.progress.longest_rolled_back_ms.max(ms);
+    }
+
+    /// Pauses between batches (pacing), recorded in the progress; a stop request (SIGTERM) ends the
+    /// pause at once, and the next batch boundary hands the job back.
+    async fn pause(&mut self, pause: Duration, reason: String) -> Result<(), Stop> {
+        tracing::info!(job = %self.job.id, pause_ms = pause.as_millis(), %reason, "pacing: pausing the hard delete");
+        self.progress.pauses += 1;
+        self.progress.paused_ms += pause.as_secs_f64() * 1000.0;
+        self.progress.last_pause_reason = Some(reason);
+        tokio::select! {
+            () = self.worker.stop.cancelled() => {}
+            () = tokio::time::sleep(pause) => {}
+        }
+        Ok(())
+    }
+}
