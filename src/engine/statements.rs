@@ -23,6 +23,8 @@ use sqlx::{Statement as _, Type, TypeInfo as _};
 
 use super::{BatchLimits, EngineError};
 
+mod leading;
+
 /// How the engine uses a configured statement: what it binds, and what it reads back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -203,7 +205,7 @@ pub async fn lookup_tenant(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     /// The server's SQLSTATE (`42601`, `42P01`, `42703`, `42883`, …); `None` when deprov refuses a
-    /// statement the server accepted (too many parameters, an unusable first column).
+    /// statement the server accepted (not DML, too many parameters, an unusable first column).
     pub sqlstate: Option<String>,
     /// The server's message (with its position and hint when it sent them), or deprov's reason.
     pub message: String,
@@ -268,8 +270,10 @@ fn refused(message: String) -> Verdict {
 
 /// Has the server parse and analyse `sql` as the engine would run it with `shape` ([`describe`]),
 /// without running it, and refuses what a run would refuse: the server's error for an invalid
-/// statement; no `$1` or more than `$1` ([`Shape::Action`], [`Shape::Lookup`]) or any parameter
-/// ([`Shape::Listing`]); a `$1` whose inferred type the engine does not bind as such and that does not
+/// statement; a statement that does not start with UPDATE, DELETE,
+/// INSERT, MERGE, SELECT or WITH (DDL and utility statements: DROP, TRUNCATE, CREATE, GRANT,
+/// EXPLAIN, CALL, …; read by `leading::first_keyword` past comments); no `$1` or more than `$1`
+/// ([`Shape::Action`], [`Shape::Lookup`]) or any parameter ([`Shape::Listing`]); a `$1` whose inferred type the engine does not bind as such and that does not
 /// accept the key as `text` (e.g. `numeric_column = $1`: 42883); for lookups and listings, no first
 /// column or one that is not a key type ([`is_key_type`]). Run it inside a transaction on `conn`
 /// (one per statement: a refused statement aborts it) and roll that back.
@@ -286,6 +290,13 @@ pub async fn check(
         Ok(s) => s,
         Err(e) => return refusal(&e, "").map(Verdict::Refused).ok_or(e),
     };
+    if let Some(kind) = leading::first_keyword(sql).filter(|k| !leading::is_dml(k)) {
+        return Ok(refused(format!(
+            "is a {kind} statement; {} must be UPDATE, DELETE, INSERT, MERGE or SELECT (a WITH \
+             clause before one is fine): DDL and other utility statements are refused",
+            kind_of(shape)
+        )));
+    }
     let param = match TenantParam::of(&described) {
         Err(n) if shape == Shape::Listing => {
             return Ok(refused(format!(
@@ -349,6 +360,15 @@ pub async fn check(
         }
     }
     Ok(Verdict::Accepted)
+}
+
+/// What statements of `shape` are, in words.
+fn kind_of(shape: Shape) -> &'static str {
+    match shape {
+        Shape::Action => "soft-delete and undo statements",
+        Shape::Lookup => "a tenant_lookup",
+        Shape::Listing => "the orphans statement",
+    }
 }
 
 /// What `$1` is for a statement of `shape`, in words.

@@ -338,3 +338,68 @@ async fn with_the_target_down_at_start_no_job_is_claimed_until_the_check_passes(
         .unwrap();
     assert_eq!(left, [2]);
 }
+
+/// PostgreSQL's Describe accepts DDL and utility statements as readily as DML, and some take `$1`
+/// (`CREATE TABLE … AS SELECT … $1`, `EXPLAIN ANALYZE DELETE … $1`, which runs its DELETE): as
+/// `[soft_delete] statements` or `undo_statements` each is refused by its kind, comments before it
+/// or not, while DML (a `WITH` before it included) is accepted. Nothing is run.
+#[tokio::test]
+async fn ddl_and_utility_statements_are_refused_as_soft_delete_and_undo_statements() {
+    let extra = r#"
+[soft_delete]
+statements = [
+  "UPDATE app.accounts SET deleted_at = now() WHERE id = $1",
+  "TRUNCATE app.accounts",
+  "-- tidy up\n/* really /* nested */ */ drop TABLE app.accounts",
+  "WITH gone AS (UPDATE app.accounts SET deleted_at = now() WHERE id = $1 RETURNING id) SELECT count(*) FROM gone",
+  "EXPLAIN ANALYZE DELETE FROM app.accounts WHERE id = $1",
+]
+undo_statements = [
+  "CREATE TABLE app.kept AS SELECT * FROM app.accounts WHERE id = $1",
+  "GRANT SELECT ON app.accounts TO PUBLIC",
+  "/* restore */ UPDATE app.accounts SET deleted_at = NULL WHERE id = $1",
+]
+"#;
+    let setup = "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz; \
+                 INSERT INTO app.accounts VALUES (1)";
+    let err = try_spawn_app_with(TestOptions {
+        vercel: VercelMode::Off,
+        extra_config: extra.into(),
+        target_setup: setup.into(),
+        ..Default::default()
+    })
+    .await
+    .err()
+    .expect("deprov must refuse to start");
+    let AppError::Statements(refused) = &err else {
+        panic!("{err}");
+    };
+    let found: Vec<(&str, Option<&str>)> = refused
+        .0
+        .iter()
+        .map(|f| (f.setting.as_str(), f.refusal.sqlstate.as_deref()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("soft_delete.statements[1]", None),
+            ("soft_delete.statements[2]", None),
+            ("soft_delete.statements[4]", None),
+            ("soft_delete.undo_statements[0]", None),
+            ("soft_delete.undo_statements[1]", None),
+        ],
+        "{err}"
+    );
+    let message = err.to_string();
+    let rule = "soft-delete and undo statements must be UPDATE, DELETE, INSERT, MERGE or SELECT";
+    for (setting, kind) in [
+        ("soft_delete.statements[1]", "TRUNCATE"),
+        ("soft_delete.statements[2]", "DROP"),
+        ("soft_delete.statements[4]", "EXPLAIN"),
+        ("soft_delete.undo_statements[0]", "CREATE"),
+        ("soft_delete.undo_statements[1]", "GRANT"),
+    ] {
+        let expected = format!("{setting}: is a {kind} statement; {rule}");
+        assert!(message.contains(&expected), "{expected}\nnot in: {message}");
+    }
+}
