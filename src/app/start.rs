@@ -156,7 +156,11 @@ async fn check_target(
             .map_err(AppError::from),
         Err(crate::engine::EngineError::Plan(e)) => Err(AppError::Tenant(e)),
         Err(e) => {
-            tracing::warn!(error = %e, "target database not reachable at start; [tenant] is checked when a job runs, \
+            let error = match &e {
+                crate::engine::EngineError::Db(e) => db::errors::error_text(e),
+                e => e.to_string(),
+            };
+            tracing::warn!(%error, "target database not reachable at start; [tenant] is checked when a job runs, \
                 the configured SQL once the target answers (no job is claimed until then)");
             Ok(crate::sqlcheck::Gate::new(crate::sqlcheck::Status::Pending))
         }

@@ -55,6 +55,7 @@
 //! hook counts new connections. Both feed [`crate::telemetry`] under the pool's [`PoolRole::label`].
 
 pub mod breaker;
+pub mod errors;
 pub mod keepalive;
 
 use std::str::FromStr;

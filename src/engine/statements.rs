@@ -207,7 +207,8 @@ pub struct Refusal {
     /// The server's SQLSTATE (`42601`, `42P01`, `42703`, `42883`, …); `None` when deprov refuses a
     /// statement the server accepted (not DML, too many parameters, an unusable first column).
     pub sqlstate: Option<String>,
-    /// The server's message (with its position and hint when it sent them), or deprov's reason.
+    /// The server's message (with its position, detail and hint when it sent them), or deprov's
+    /// reason.
     pub message: String,
 }
 
@@ -246,14 +247,14 @@ fn refusal(e: &sqlx::Error, context: &str) -> Option<Refusal> {
     if super::is_retryable(e) || not_the_statement {
         return None;
     }
+    // The server's message, not sqlx's text for it (which ends in the C source line that raised
+    // it: `… at line 1188`), with the detail and hint sqlx leaves out.
     let mut message = format!("{context}{}", d.message());
     if let Some(pg) = d.try_downcast_ref::<PgDatabaseError>() {
         if let Some(PgErrorPosition::Original(at)) = pg.position() {
             message.push_str(&format!(" at character {at}"));
         }
-        if let Some(hint) = pg.hint() {
-            message.push_str(&format!("; hint: {hint}"));
-        }
+        message.push_str(&crate::db::errors::detail_and_hint(pg));
     }
     Some(Refusal {
         sqlstate: Some(code),
@@ -270,7 +271,7 @@ fn refused(message: String) -> Verdict {
 
 /// Has the server parse and analyse `sql` as the engine would run it with `shape` ([`describe`]),
 /// without running it, and refuses what a run would refuse: the server's error for an invalid
-/// statement; a statement that does not start with UPDATE, DELETE,
+/// statement (with its detail and hint); a statement that does not start with UPDATE, DELETE,
 /// INSERT, MERGE, SELECT or WITH (DDL and utility statements: DROP, TRUNCATE, CREATE, GRANT,
 /// EXPLAIN, CALL, …; read by `leading::first_keyword` past comments); no `$1` or more than `$1`
 /// ([`Shape::Action`], [`Shape::Lookup`]) or any parameter ([`Shape::Listing`]); a `$1` whose inferred type the engine does not bind as such and that does not

@@ -22,6 +22,11 @@ const TYPO: &str = "UPDTE app.accounts SET deleted_at = now() WHERE id = $1";
 /// `[tenant]` + `extra`; waits at most 30 s for it to exit (it is killed and the test fails
 /// otherwise). Returns the exit code and stdout + stderr.
 async fn run_to_exit(pg: &Throwaway, args: &[&str], extra: &str) -> (Option<i32>, String) {
+    run_on_url_to_exit(&pg.url("postgres"), args, extra).await
+}
+
+/// [`run_to_exit`] with `DEPROV_DATABASE_URL` = `url`.
+async fn run_on_url_to_exit(url: &str, args: &[&str], extra: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("deprov.toml");
     std::fs::write(
@@ -32,7 +37,7 @@ async fn run_to_exit(pg: &Throwaway, args: &[&str], extra: &str) -> (Option<i32>
     let port = crate::helpers::closed_port();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
         .args(args)
-        .env("DEPROV_DATABASE_URL", pg.url("postgres"))
+        .env("DEPROV_DATABASE_URL", url)
         .env("DEPROV_CONFIG", &config)
         .env("DEPROV_LISTEN", format!("127.0.0.1:{port}"))
         .env("RUST_LOG", "warn")
@@ -402,4 +407,66 @@ undo_statements = [
         let expected = format!("{setting}: is a {kind} statement; {rule}");
         assert!(message.contains(&expected), "{expected}\nnot in: {message}");
     }
+}
+
+/// What deprov prints of the server's errors while checking the configuration is the server's
+/// message, detail and hint with the SQLSTATE: not sqlx's text for them, which ends in the line of
+/// PostgreSQL's C source that raised the error (`… at line 1188`) and leaves the detail out.
+#[tokio::test]
+async fn the_check_shows_the_servers_message_detail_and_hint_not_its_source_line() {
+    let pg = crate::process::start_pg(Some(
+        "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz; \
+         CREATE VIEW app.per_installation AS SELECT id % 10 AS bucket, max(id) AS id \
+         FROM app.accounts GROUP BY id % 10",
+    ))
+    .await;
+    let no_source_line = |text: &str| {
+        assert!(
+            !text.contains(" at line ") && !text.contains("error returned from database"),
+            "{text}"
+        );
+    };
+
+    // A statement the server refuses with a detail and a hint.
+    let view =
+        "[soft_delete]\nstatements = [\"UPDATE app.per_installation SET id = 0 WHERE id = $1\"]\n";
+    let (code, text) = run_to_exit(&pg, &["config", "check"], view).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(
+            r#"soft_delete.statements[0]: REFUSED: cannot update view "per_installation"; detail: Views containing GROUP BY are not automatically updatable.; hint: To enable updating the view, provide an INSTEAD OF UPDATE trigger or an unconditional ON UPDATE DO INSTEAD rule. (SQLSTATE 55000)"#
+        ),
+        "{text}"
+    );
+    no_source_line(&text);
+
+    // A check that cannot run to its end: the table is locked past `[hard_delete] lock_timeout`.
+    let db = crate::process::connect(&pg).await;
+    let mut lock = db.begin().await.unwrap();
+    sqlx::raw_sql("LOCK app.accounts IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let valid = format!("[soft_delete]\nstatements = [{SOFT_DELETE:?}]\n");
+    let (code, text) = run_to_exit(&pg, &["config", "check"], &valid).await;
+    lock.rollback().await.unwrap();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(
+            "cannot check the configured statements on the target database: \
+             canceling statement due to lock timeout (SQLSTATE 55P03)"
+        ),
+        "{text}"
+    );
+    no_source_line(&text);
+
+    // A target database that does not exist.
+    let (code, text) =
+        run_on_url_to_exit(&pg.url("no_such_db"), &["config", "check"], &valid).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(r#"database "no_such_db" does not exist (SQLSTATE 3D000)"#),
+        "{text}"
+    );
+    no_source_line(&text);
 }
