@@ -274,7 +274,8 @@ fn refused(message: String) -> Verdict {
 /// statement (with its detail and hint); a statement that does not start with UPDATE, DELETE,
 /// INSERT, MERGE, SELECT or WITH (DDL and utility statements: DROP, TRUNCATE, CREATE, GRANT,
 /// EXPLAIN, CALL, …; read by `leading::first_keyword` past comments); no `$1` or more than `$1`
-/// ([`Shape::Action`], [`Shape::Lookup`]) or any parameter ([`Shape::Listing`]); a `$1` whose inferred type the engine does not bind as such and that does not
+/// ([`Shape::Action`], [`Shape::Lookup`]; `$2` without `$1` too, see [`describe_or_refuse`]) or
+/// any parameter ([`Shape::Listing`]); a `$1` whose inferred type the engine does not bind as such and that does not
 /// accept the key as `text` (e.g. `numeric_column = $1`: 42883); for lookups and listings, no first
 /// column or one that is not a key type ([`is_key_type`]). Run it inside a transaction on `conn`
 /// (one per statement: a refused statement aborts it) and roll that back.
@@ -287,9 +288,9 @@ pub async fn check(
     sql: &str,
     shape: Shape,
 ) -> Result<Verdict, sqlx::Error> {
-    let described = match describe(conn, sql, &[]).await {
+    let described = match describe_or_refuse(conn, sql, shape).await? {
         Ok(s) => s,
-        Err(e) => return refusal(&e, "").map(Verdict::Refused).ok_or(e),
+        Err(verdict) => return Ok(verdict),
     };
     if let Some(kind) = leading::first_keyword(sql).filter(|k| !leading::is_dml(k)) {
         return Ok(refused(format!(
@@ -361,6 +362,64 @@ pub async fn check(
         }
     }
     Ok(Verdict::Accepted)
+}
+
+/// SQLSTATE 42P18 (indeterminate_datatype): "could not determine data type of parameter $N", a
+/// parameter the statement does not use (below one it does) or uses where no type can be inferred.
+const INDETERMINATE_DATATYPE: &str = "42P18";
+
+/// [`describe`] inside a savepoint, the server's refusal as a [`Verdict`]. A statement refused with
+/// [`INDETERMINATE_DATATYPE`] is described again with `$1` declared `text`: when that passes with
+/// more parameters than `$1`, or fails the same way again (now about a parameter beyond `$1`), the
+/// statement uses a parameter the engine never gives (`WHERE id = $2` without `$1`), and is refused
+/// for that rather than for `$1`'s type. An orphans statement ([`Shape::Listing`]) refused with it
+/// uses a parameter.
+///
+/// # Errors
+/// What [`check`] returns as errors.
+async fn describe_or_refuse(
+    conn: &mut PgConnection,
+    sql: &str,
+    shape: Shape,
+) -> Result<Result<PgStatement, Verdict>, sqlx::Error> {
+    let mut savepoint = crate::db::savepoint(conn).await?;
+    let first = describe(&mut savepoint, sql, &[]).await;
+    let refused_first = match first {
+        Ok(s) => {
+            savepoint.commit().await?;
+            return Ok(Ok(s));
+        }
+        Err(e) => refusal(&e, "").ok_or(e)?,
+    };
+    savepoint.rollback().await?;
+    if refused_first.sqlstate.as_deref() != Some(INDETERMINATE_DATATYPE) {
+        return Ok(Err(Verdict::Refused(refused_first)));
+    }
+    if shape == Shape::Listing {
+        return Ok(Err(refused(
+            "uses parameters; the orphans statement is run without any".into(),
+        )));
+    }
+    let beyond = |uses: String| {
+        Ok(Err(refused(format!(
+            "must use $1 ({}) and no other parameter, but uses {uses}",
+            given(shape)
+        ))))
+    };
+    let text = <&str as Type<Postgres>>::type_info();
+    match describe(conn, sql, &[text]).await {
+        Ok(s) => match s.parameters() {
+            Some(Either::Left(types)) if types.len() > 1 => beyond(format!("${}", types.len())),
+            _ => Ok(Err(Verdict::Refused(refused_first))),
+        },
+        Err(e) => match refusal(&e, "") {
+            Some(r) if r.sqlstate.as_deref() == Some(INDETERMINATE_DATATYPE) => {
+                beyond("a parameter beyond $1".into())
+            }
+            Some(_) => Ok(Err(Verdict::Refused(refused_first))),
+            None => Err(e),
+        },
+    }
 }
 
 /// What statements of `shape` are, in words.

@@ -409,6 +409,66 @@ undo_statements = [
     }
 }
 
+/// A statement using `$2` (or beyond) without `$1` was refused with PostgreSQL's "could not
+/// determine data type of parameter $1", which reads as a type problem: it is refused for what it
+/// is, a parameter the engine never gives.
+#[tokio::test]
+async fn a_parameter_beyond_1_without_1_is_refused_in_plain_words() {
+    let extra = r#"
+[sources.shop]
+token = "shop-token-0123456789abcdef"
+tenant = { pointer = "/tenant" }
+tenant_lookup = "SELECT id FROM app.accounts WHERE installation_id = $3"
+[soft_delete]
+statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $2"]
+undo_statements = ["UPDATE app.accounts SET deleted_at = NULL WHERE $1 IS NULL"]
+orphans = "SELECT id FROM app.accounts WHERE id = $2"
+"#;
+    let err = try_spawn_app_with(TestOptions {
+        vercel: VercelMode::Off,
+        extra_config: extra.into(),
+        target_setup: "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz".into(),
+        ..Default::default()
+    })
+    .await
+    .err()
+    .expect("deprov must refuse to start");
+    let AppError::Statements(refused) = &err else {
+        panic!("{err}");
+    };
+    let found: Vec<(&str, Option<&str>)> = refused
+        .0
+        .iter()
+        .map(|f| (f.setting.as_str(), f.refusal.sqlstate.as_deref()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("soft_delete.statements[0]", None),
+            // `$1` used where no type can be inferred: the server's error stands.
+            ("soft_delete.undo_statements[0]", Some("42P18")),
+            ("soft_delete.orphans", None),
+            ("sources.shop.tenant_lookup", None),
+        ],
+        "{err}"
+    );
+    let message = err.to_string();
+    for expected in [
+        "soft_delete.statements[0]: must use $1 (the tenant key) and no other parameter, but uses $2",
+        "soft_delete.undo_statements[0]: could not determine data type of parameter $1",
+        "soft_delete.orphans: uses parameters; the orphans statement is run without any",
+        "sources.shop.tenant_lookup: must use $1 (the value to look up) and no other parameter, \
+         but uses a parameter beyond $1",
+    ] {
+        assert!(message.contains(expected), "{expected}\nnot in: {message}");
+    }
+    assert_eq!(
+        message.matches("could not determine").count(),
+        1,
+        "{message}"
+    );
+}
+
 /// What deprov prints of the server's errors while checking the configuration is the server's
 /// message, detail and hint with the SQLSTATE: not sqlx's text for them, which ends in the line of
 /// PostgreSQL's C source that raised the error (`… at line 1188`) and leaves the detail out.
