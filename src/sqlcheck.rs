@@ -224,7 +224,7 @@ pub async fn check_at_start(target: &PgPool, config: &Config) -> Result<Gate, Re
         Ok(findings) if findings.is_empty() => Ok(Gate::default()),
         Ok(findings) => Err(Refused(findings)),
         Err(e) => {
-            let error = db::errors::error_text(&e);
+            let error = db::errors::unreachable_text(target, &e).await;
             tracing::warn!(%error, "target database not reachable at start: the configured SQL \
                 is checked once it is, and the worker claims no job until then");
             Ok(Gate::new(Status::Pending))
@@ -274,7 +274,7 @@ pub async fn check_until_passed(
                 gate.set(Status::Refused(refused));
             }
             Err(e) if attempt == 1 || attempt.is_multiple_of(12) => {
-                let error = db::errors::error_text(&e);
+                let error = db::errors::unreachable_text(&target, &e).await;
                 tracing::warn!(attempt, %error, "target database not reachable: configured SQL not checked yet");
             }
             Err(e) => {

@@ -63,7 +63,8 @@ pub(super) async fn prepare(settings: &Settings) -> Result<Prepared, AppError> {
         match db::migrate(&pools.queue).await {
             Ok(()) => {}
             Err(sqlx::migrate::MigrateError::Execute(e)) if http::error::is_unavailable(&e) => {
-                tracing::warn!(error = %e, "state database unreachable at start; migrating once it answers");
+                let error = db::errors::unreachable_text(&pools.queue, &e).await;
+                tracing::warn!(%error, "state database unreachable at start; migrating once it answers");
                 migrated.store(false, Ordering::Release);
             }
             Err(e) => return Err(e.into()),
@@ -157,7 +158,7 @@ async fn check_target(
         Err(crate::engine::EngineError::Plan(e)) => Err(AppError::Tenant(e)),
         Err(e) => {
             let error = match &e {
-                crate::engine::EngineError::Db(e) => db::errors::error_text(e),
+                crate::engine::EngineError::Db(e) => db::errors::unreachable_text(&pool, e).await,
                 e => e.to_string(),
             };
             tracing::warn!(%error, "target database not reachable at start; [tenant] is checked when a job runs, \

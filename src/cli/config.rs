@@ -84,7 +84,7 @@ async fn check(pool: &sqlx::PgPool, config: &Config) -> anyhow::Result<()> {
         }
         Err(crate::engine::EngineError::Db(e)) => anyhow::bail!(
             "cannot reach the target database to check the configuration: {}",
-            db::errors::error_text(&e)
+            db::errors::unreachable_text(pool, &e).await
         ),
         Err(e) => anyhow::bail!("cannot reach the target database to check the configuration: {e}"),
     }
@@ -92,7 +92,7 @@ async fn check(pool: &sqlx::PgPool, config: &Config) -> anyhow::Result<()> {
         Ok(findings) => findings,
         Err(e) => anyhow::bail!(
             "cannot check the configured statements on the target database: {}",
-            db::errors::error_text(&e)
+            db::errors::unreachable_text(pool, &e).await
         ),
     };
     for c in crate::sqlcheck::configured(config) {

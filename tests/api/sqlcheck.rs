@@ -530,3 +530,70 @@ async fn the_check_shows_the_servers_message_detail_and_hint_not_its_source_line
     );
     no_source_line(&text);
 }
+
+/// A target that refuses connections is named so: sqlx's pool retries a refused connection until
+/// its acquire timeout and reported only `pool timed out while waiting for an open connection`,
+/// both in `deprov config check` and in the warning `deprov serve` logs when it starts without its
+/// target.
+#[tokio::test]
+async fn a_target_refusing_connections_is_reported_as_refused_not_as_a_pool_timeout() {
+    let down = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres",
+        crate::helpers::closed_port()
+    );
+    let quick = "[pools.target]\nmax_connections = 2\nacquire_timeout = \"200ms\"\n";
+    let (code, text) = run_on_url_to_exit(&down, &["config", "check"], quick).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("cannot reach the target database to check the configuration: ")
+            && text.contains("Connection refused"),
+        "{text}"
+    );
+    assert!(!text.contains("pool timed out"), "{text}");
+
+    // `serve` starts without its target and says why in its warning.
+    let pg = crate::process::start_pg(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("deprov.toml");
+    std::fs::write(
+        &config,
+        format!("[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n{quick}"),
+    )
+    .unwrap();
+    let log = dir.path().join("stderr.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
+        .arg("serve")
+        .env("DEPROV_DATABASE_URL", pg.url("postgres"))
+        .env("DEPROV_TARGET_URL", &down)
+        .env("DEPROV_CONFIG", &config)
+        .env(
+            "DEPROV_LISTEN",
+            format!("127.0.0.1:{}", crate::helpers::closed_port()),
+        )
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .env_remove("DEPROV_POOLER_MODE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let warning = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if let Some(line) = text
+            .lines()
+            .find(|l| l.contains("target database not reachable at start"))
+        {
+            break line.to_owned();
+        }
+        if tokio::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!("no start-up warning about the target: {text}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warning.contains("Connection refused"), "{warning}");
+    assert!(!warning.contains("pool timed out"), "{warning}");
+}
