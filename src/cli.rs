@@ -127,18 +127,43 @@ pub struct ExitWith {
     pub message: String,
 }
 
-/// Ends the process for `result`: 0, or the error printed to stderr as `Error: …` (a failed write
-/// is ignored: no panic on a closed stderr) and its exit status ([`ExitWith`], else 1).
+/// Ends the process for `result`: 0, or the error printed to stderr ([`error_report`]; a failed
+/// write is ignored: no panic on a closed stderr) and its exit status ([`ExitWith`], else 1).
 pub fn exit(result: anyhow::Result<()>) -> std::process::ExitCode {
     use std::io::Write as _;
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "Error: {e:?}");
+            let _ = writeln!(std::io::stderr(), "{}", error_report(&e));
             let code = e.downcast_ref::<ExitWith>().map_or(1, |x| x.code);
             std::process::ExitCode::from(code)
         }
     }
+}
+
+/// What [`exit`] prints for `e`: `Error: ` and its message, then, as anyhow's `{:?}` does,
+/// `Caused by:` and each cause in its chain, except a cause whose text the lines above already
+/// hold. deprov's errors mostly write their cause into their own message (`configuration: TOML
+/// parse error at line 3 …`), so anyhow's report showed such a cause, a TOML error with its
+/// excerpt of the file for one, twice.
+pub fn error_report(e: &anyhow::Error) -> String {
+    let mut report = format!("Error: {e}");
+    let mut seen = report.clone();
+    let mut heading = false;
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if seen.contains(&text) {
+            continue;
+        }
+        if !heading {
+            report.push_str("\n\nCaused by:");
+            heading = true;
+        }
+        report.push_str("\n    ");
+        report.push_str(&text.replace('\n', "\n    "));
+        seen.push_str(&text);
+    }
+    report
 }
 
 /// `deprov plan`: reads the target's catalog and prints the plan, row counts and blockers. Read-only.
@@ -324,4 +349,29 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_report;
+
+    #[test]
+    fn the_report_shows_every_cause_once() {
+        // A cause its message does not hold is shown under `Caused by:`, as anyhow shows it.
+        let e = anyhow::Error::new(std::io::Error::other("disk on fire\nsecond line"))
+            .context("reading the journal");
+        assert_eq!(
+            error_report(&e),
+            "Error: reading the journal\n\nCaused by:\n    disk on fire\n    second line"
+        );
+        // One whose message holds its cause (thiserror's `"…: {source}"`): once.
+        let e = anyhow::Error::new(crate::config::ConfigError::Read {
+            path: "/etc/deprov.toml".into(),
+            source: std::io::Error::other("permission denied"),
+        });
+        assert_eq!(
+            error_report(&e),
+            "Error: cannot read configuration file /etc/deprov.toml: permission denied"
+        );
+    }
 }

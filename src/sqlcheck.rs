@@ -224,7 +224,8 @@ pub async fn check_at_start(target: &PgPool, config: &Config) -> Result<Gate, Re
         Ok(findings) if findings.is_empty() => Ok(Gate::default()),
         Ok(findings) => Err(Refused(findings)),
         Err(e) => {
-            tracing::warn!(error = %e, "target database not reachable at start: the configured SQL \
+            let error = db::errors::unreachable_text(target, &e).await;
+            tracing::warn!(%error, "target database not reachable at start: the configured SQL \
                 is checked once it is, and the worker claims no job until then");
             Ok(Gate::new(Status::Pending))
         }
@@ -273,10 +274,12 @@ pub async fn check_until_passed(
                 gate.set(Status::Refused(refused));
             }
             Err(e) if attempt == 1 || attempt.is_multiple_of(12) => {
-                tracing::warn!(attempt, error = %e, "target database not reachable: configured SQL not checked yet");
+                let error = db::errors::unreachable_text(&target, &e).await;
+                tracing::warn!(attempt, %error, "target database not reachable: configured SQL not checked yet");
             }
             Err(e) => {
-                tracing::debug!(attempt, error = %e, "target database not reachable: configured SQL not checked yet");
+                let error = db::errors::error_text(&e);
+                tracing::debug!(attempt, %error, "target database not reachable: configured SQL not checked yet");
             }
         }
     }

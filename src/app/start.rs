@@ -63,7 +63,8 @@ pub(super) async fn prepare(settings: &Settings) -> Result<Prepared, AppError> {
         match db::migrate(&pools.queue).await {
             Ok(()) => {}
             Err(sqlx::migrate::MigrateError::Execute(e)) if http::error::is_unavailable(&e) => {
-                tracing::warn!(error = %e, "state database unreachable at start; migrating once it answers");
+                let error = db::errors::unreachable_text(&pools.queue, &e).await;
+                tracing::warn!(%error, "state database unreachable at start; migrating once it answers");
                 migrated.store(false, Ordering::Release);
             }
             Err(e) => return Err(e.into()),
@@ -156,7 +157,11 @@ async fn check_target(
             .map_err(AppError::from),
         Err(crate::engine::EngineError::Plan(e)) => Err(AppError::Tenant(e)),
         Err(e) => {
-            tracing::warn!(error = %e, "target database not reachable at start; [tenant] is checked when a job runs, \
+            let error = match &e {
+                crate::engine::EngineError::Db(e) => db::errors::unreachable_text(&pool, e).await,
+                e => e.to_string(),
+            };
+            tracing::warn!(%error, "target database not reachable at start; [tenant] is checked when a job runs, \
                 the configured SQL once the target answers (no job is claimed until then)");
             Ok(crate::sqlcheck::Gate::new(crate::sqlcheck::Status::Pending))
         }

@@ -82,11 +82,19 @@ async fn check(pool: &sqlx::PgPool, config: &Config) -> anyhow::Result<()> {
         Err(crate::engine::EngineError::Plan(e)) => {
             anyhow::bail!("configuration key `tenant`: {e}")
         }
+        Err(crate::engine::EngineError::Db(e)) => anyhow::bail!(
+            "cannot reach the target database to check the configuration: {}",
+            db::errors::unreachable_text(pool, &e).await
+        ),
         Err(e) => anyhow::bail!("cannot reach the target database to check the configuration: {e}"),
     }
-    let findings = crate::sqlcheck::check(pool, config).await.map_err(|e| {
-        anyhow::anyhow!("cannot check the configured statements on the target database: {e}")
-    })?;
+    let findings = match crate::sqlcheck::check(pool, config).await {
+        Ok(findings) => findings,
+        Err(e) => anyhow::bail!(
+            "cannot check the configured statements on the target database: {}",
+            db::errors::unreachable_text(pool, &e).await
+        ),
+    };
     for c in crate::sqlcheck::configured(config) {
         match findings.iter().find(|f| f.setting == c.setting) {
             Some(f) => println!("{}: REFUSED: {}", c.setting, f.refusal),

@@ -55,6 +55,7 @@
 //! hook counts new connections. Both feed [`crate::telemetry`] under the pool's [`PoolRole::label`].
 
 pub mod breaker;
+pub mod errors;
 pub mod keepalive;
 
 use std::str::FromStr;
@@ -245,6 +246,22 @@ pub async fn begin_on(
         bounds.plain_index_scans,
     ))
     .await
+}
+
+/// A savepoint in the transaction already open on `conn` (from [`begin`] or [`begin_on`], whose
+/// [`Bounds`] it shares): `SAVEPOINT`, then `RELEASE` on commit or `ROLLBACK TO SAVEPOINT` on
+/// rollback or drop. A statement that fails inside it aborts only the savepoint, so the caller's
+/// transaction goes on (the configured-SQL check retries a refused Describe this way).
+///
+/// # Errors
+/// [`sqlx::Error::BeginFailed`] when `conn` is not in a transaction (no unbounded transaction is
+/// ever opened here); connection errors.
+pub async fn savepoint(conn: &mut PgConnection) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
+    use sqlx::Connection as _;
+    if !conn.is_in_transaction() {
+        return Err(sqlx::Error::BeginFailed);
+    }
+    conn.begin().await
 }
 
 /// `sqlx::query`, unnamed in transaction pooler mode (see [`PoolerMode::apply`] and the module docs).

@@ -23,6 +23,8 @@ use sqlx::{Statement as _, Type, TypeInfo as _};
 
 use super::{BatchLimits, EngineError};
 
+mod leading;
+
 /// How the engine uses a configured statement: what it binds, and what it reads back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -203,9 +205,10 @@ pub async fn lookup_tenant(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     /// The server's SQLSTATE (`42601`, `42P01`, `42703`, `42883`, …); `None` when deprov refuses a
-    /// statement the server accepted (too many parameters, an unusable first column).
+    /// statement the server accepted (not DML, too many parameters, an unusable first column).
     pub sqlstate: Option<String>,
-    /// The server's message (with its position and hint when it sent them), or deprov's reason.
+    /// The server's message (with its position, detail and hint when it sent them), or deprov's
+    /// reason.
     pub message: String,
 }
 
@@ -244,14 +247,14 @@ fn refusal(e: &sqlx::Error, context: &str) -> Option<Refusal> {
     if super::is_retryable(e) || not_the_statement {
         return None;
     }
+    // The server's message, not sqlx's text for it (which ends in the C source line that raised
+    // it: `… at line 1188`), with the detail and hint sqlx leaves out.
     let mut message = format!("{context}{}", d.message());
     if let Some(pg) = d.try_downcast_ref::<PgDatabaseError>() {
         if let Some(PgErrorPosition::Original(at)) = pg.position() {
             message.push_str(&format!(" at character {at}"));
         }
-        if let Some(hint) = pg.hint() {
-            message.push_str(&format!("; hint: {hint}"));
-        }
+        message.push_str(&crate::db::errors::detail_and_hint(pg));
     }
     Some(Refusal {
         sqlstate: Some(code),
@@ -268,8 +271,11 @@ fn refused(message: String) -> Verdict {
 
 /// Has the server parse and analyse `sql` as the engine would run it with `shape` ([`describe`]),
 /// without running it, and refuses what a run would refuse: the server's error for an invalid
-/// statement; no `$1` or more than `$1` ([`Shape::Action`], [`Shape::Lookup`]) or any parameter
-/// ([`Shape::Listing`]); a `$1` whose inferred type the engine does not bind as such and that does not
+/// statement (with its detail and hint); a statement that does not start with UPDATE, DELETE,
+/// INSERT, MERGE, SELECT or WITH (DDL and utility statements: DROP, TRUNCATE, CREATE, GRANT,
+/// EXPLAIN, CALL, …; read by `leading::first_keyword` past comments); no `$1` or more than `$1`
+/// ([`Shape::Action`], [`Shape::Lookup`]; `$2` without `$1` too, see [`describe_or_refuse`]) or
+/// any parameter ([`Shape::Listing`]); a `$1` whose inferred type the engine does not bind as such and that does not
 /// accept the key as `text` (e.g. `numeric_column = $1`: 42883); for lookups and listings, no first
 /// column or one that is not a key type ([`is_key_type`]). Run it inside a transaction on `conn`
 /// (one per statement: a refused statement aborts it) and roll that back.
@@ -282,10 +288,17 @@ pub async fn check(
     sql: &str,
     shape: Shape,
 ) -> Result<Verdict, sqlx::Error> {
-    let described = match describe(conn, sql, &[]).await {
+    let described = match describe_or_refuse(conn, sql, shape).await? {
         Ok(s) => s,
-        Err(e) => return refusal(&e, "").map(Verdict::Refused).ok_or(e),
+        Err(verdict) => return Ok(verdict),
     };
+    if let Some(kind) = leading::first_keyword(sql).filter(|k| !leading::is_dml(k)) {
+        return Ok(refused(format!(
+            "is a {kind} statement; {} must be UPDATE, DELETE, INSERT, MERGE or SELECT (a WITH \
+             clause before one is fine): DDL and other utility statements are refused",
+            kind_of(shape)
+        )));
+    }
     let param = match TenantParam::of(&described) {
         Err(n) if shape == Shape::Listing => {
             return Ok(refused(format!(
@@ -349,6 +362,73 @@ pub async fn check(
         }
     }
     Ok(Verdict::Accepted)
+}
+
+/// SQLSTATE 42P18 (indeterminate_datatype): "could not determine data type of parameter $N", a
+/// parameter the statement does not use (below one it does) or uses where no type can be inferred.
+const INDETERMINATE_DATATYPE: &str = "42P18";
+
+/// [`describe`] inside a savepoint, the server's refusal as a [`Verdict`]. A statement refused with
+/// [`INDETERMINATE_DATATYPE`] is described again with `$1` declared `text`: when that passes with
+/// more parameters than `$1`, or fails the same way again (now about a parameter beyond `$1`), the
+/// statement uses a parameter the engine never gives (`WHERE id = $2` without `$1`), and is refused
+/// for that rather than for `$1`'s type. An orphans statement ([`Shape::Listing`]) refused with it
+/// uses a parameter.
+///
+/// # Errors
+/// What [`check`] returns as errors.
+async fn describe_or_refuse(
+    conn: &mut PgConnection,
+    sql: &str,
+    shape: Shape,
+) -> Result<Result<PgStatement, Verdict>, sqlx::Error> {
+    let mut savepoint = crate::db::savepoint(conn).await?;
+    let first = describe(&mut savepoint, sql, &[]).await;
+    let refused_first = match first {
+        Ok(s) => {
+            savepoint.commit().await?;
+            return Ok(Ok(s));
+        }
+        Err(e) => refusal(&e, "").ok_or(e)?,
+    };
+    savepoint.rollback().await?;
+    if refused_first.sqlstate.as_deref() != Some(INDETERMINATE_DATATYPE) {
+        return Ok(Err(Verdict::Refused(refused_first)));
+    }
+    if shape == Shape::Listing {
+        return Ok(Err(refused(
+            "uses parameters; the orphans statement is run without any".into(),
+        )));
+    }
+    let beyond = |uses: String| {
+        Ok(Err(refused(format!(
+            "must use $1 ({}) and no other parameter, but uses {uses}",
+            given(shape)
+        ))))
+    };
+    let text = <&str as Type<Postgres>>::type_info();
+    match describe(conn, sql, &[text]).await {
+        Ok(s) => match s.parameters() {
+            Some(Either::Left(types)) if types.len() > 1 => beyond(format!("${}", types.len())),
+            _ => Ok(Err(Verdict::Refused(refused_first))),
+        },
+        Err(e) => match refusal(&e, "") {
+            Some(r) if r.sqlstate.as_deref() == Some(INDETERMINATE_DATATYPE) => {
+                beyond("a parameter beyond $1".into())
+            }
+            Some(_) => Ok(Err(Verdict::Refused(refused_first))),
+            None => Err(e),
+        },
+    }
+}
+
+/// What statements of `shape` are, in words.
+fn kind_of(shape: Shape) -> &'static str {
+    match shape {
+        Shape::Action => "soft-delete and undo statements",
+        Shape::Lookup => "a tenant_lookup",
+        Shape::Listing => "the orphans statement",
+    }
 }
 
 /// What `$1` is for a statement of `shape`, in words.

@@ -87,3 +87,41 @@ fn help_texts_have_no_rustdoc_links() {
         }
     }
 }
+
+/// A configuration file that is not valid TOML stops `deprov serve` and `deprov config check` with
+/// the parser's error printed once: the report repeated, under `Caused by:`, the TOML error the
+/// message already holds.
+#[test]
+fn a_toml_error_in_the_configuration_is_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("deprov.toml");
+    std::fs::write(
+        &config,
+        "[tenant]\nroot_table = \"app.accounts\nkey_column = \"id\"\n",
+    )
+    .unwrap();
+    for args in [&["serve"][..], &["config", "check"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
+            .args(args)
+            .env("DEPROV_DATABASE_URL", "postgres://127.0.0.1:1/x")
+            .env("DEPROV_CONFIG", &config)
+            .env("DEPROV_LISTEN", "127.0.0.1:0")
+            .env_remove("DEPROV_TARGET_URL")
+            .env_remove("DEPROV_POOLER_MODE")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.matches("TOML parse error at line 2").count(),
+            1,
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(
+            stderr.matches(r#"root_table = "app.accounts"#).count(),
+            1,
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("Caused by"), "{args:?}: {stderr}");
+    }
+}

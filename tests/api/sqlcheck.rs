@@ -22,6 +22,11 @@ const TYPO: &str = "UPDTE app.accounts SET deleted_at = now() WHERE id = $1";
 /// `[tenant]` + `extra`; waits at most 30 s for it to exit (it is killed and the test fails
 /// otherwise). Returns the exit code and stdout + stderr.
 async fn run_to_exit(pg: &Throwaway, args: &[&str], extra: &str) -> (Option<i32>, String) {
+    run_on_url_to_exit(&pg.url("postgres"), args, extra).await
+}
+
+/// [`run_to_exit`] with `DEPROV_DATABASE_URL` = `url`.
+async fn run_on_url_to_exit(url: &str, args: &[&str], extra: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("deprov.toml");
     std::fs::write(
@@ -32,7 +37,7 @@ async fn run_to_exit(pg: &Throwaway, args: &[&str], extra: &str) -> (Option<i32>
     let port = crate::helpers::closed_port();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
         .args(args)
-        .env("DEPROV_DATABASE_URL", pg.url("postgres"))
+        .env("DEPROV_DATABASE_URL", url)
         .env("DEPROV_CONFIG", &config)
         .env("DEPROV_LISTEN", format!("127.0.0.1:{port}"))
         .env("RUST_LOG", "warn")
@@ -337,4 +342,258 @@ async fn with_the_target_down_at_start_no_job_is_claimed_until_the_check_passes(
         .await
         .unwrap();
     assert_eq!(left, [2]);
+}
+
+/// PostgreSQL's Describe accepts DDL and utility statements as readily as DML, and some take `$1`
+/// (`CREATE TABLE … AS SELECT … $1`, `EXPLAIN ANALYZE DELETE … $1`, which runs its DELETE): as
+/// `[soft_delete] statements` or `undo_statements` each is refused by its kind, comments before it
+/// or not, while DML (a `WITH` before it included) is accepted. Nothing is run.
+#[tokio::test]
+async fn ddl_and_utility_statements_are_refused_as_soft_delete_and_undo_statements() {
+    let extra = r#"
+[soft_delete]
+statements = [
+  "UPDATE app.accounts SET deleted_at = now() WHERE id = $1",
+  "TRUNCATE app.accounts",
+  "-- tidy up\n/* really /* nested */ */ drop TABLE app.accounts",
+  "WITH gone AS (UPDATE app.accounts SET deleted_at = now() WHERE id = $1 RETURNING id) SELECT count(*) FROM gone",
+  "EXPLAIN ANALYZE DELETE FROM app.accounts WHERE id = $1",
+]
+undo_statements = [
+  "CREATE TABLE app.kept AS SELECT * FROM app.accounts WHERE id = $1",
+  "GRANT SELECT ON app.accounts TO PUBLIC",
+  "/* restore */ UPDATE app.accounts SET deleted_at = NULL WHERE id = $1",
+]
+"#;
+    let setup = "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz; \
+                 INSERT INTO app.accounts VALUES (1)";
+    let err = try_spawn_app_with(TestOptions {
+        vercel: VercelMode::Off,
+        extra_config: extra.into(),
+        target_setup: setup.into(),
+        ..Default::default()
+    })
+    .await
+    .err()
+    .expect("deprov must refuse to start");
+    let AppError::Statements(refused) = &err else {
+        panic!("{err}");
+    };
+    let found: Vec<(&str, Option<&str>)> = refused
+        .0
+        .iter()
+        .map(|f| (f.setting.as_str(), f.refusal.sqlstate.as_deref()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("soft_delete.statements[1]", None),
+            ("soft_delete.statements[2]", None),
+            ("soft_delete.statements[4]", None),
+            ("soft_delete.undo_statements[0]", None),
+            ("soft_delete.undo_statements[1]", None),
+        ],
+        "{err}"
+    );
+    let message = err.to_string();
+    let rule = "soft-delete and undo statements must be UPDATE, DELETE, INSERT, MERGE or SELECT";
+    for (setting, kind) in [
+        ("soft_delete.statements[1]", "TRUNCATE"),
+        ("soft_delete.statements[2]", "DROP"),
+        ("soft_delete.statements[4]", "EXPLAIN"),
+        ("soft_delete.undo_statements[0]", "CREATE"),
+        ("soft_delete.undo_statements[1]", "GRANT"),
+    ] {
+        let expected = format!("{setting}: is a {kind} statement; {rule}");
+        assert!(message.contains(&expected), "{expected}\nnot in: {message}");
+    }
+}
+
+/// A statement using `$2` (or beyond) without `$1` was refused with PostgreSQL's "could not
+/// determine data type of parameter $1", which reads as a type problem: it is refused for what it
+/// is, a parameter the engine never gives.
+#[tokio::test]
+async fn a_parameter_beyond_1_without_1_is_refused_in_plain_words() {
+    let extra = r#"
+[sources.shop]
+token = "shop-token-0123456789abcdef"
+tenant = { pointer = "/tenant" }
+tenant_lookup = "SELECT id FROM app.accounts WHERE installation_id = $3"
+[soft_delete]
+statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $2"]
+undo_statements = ["UPDATE app.accounts SET deleted_at = NULL WHERE $1 IS NULL"]
+orphans = "SELECT id FROM app.accounts WHERE id = $2"
+"#;
+    let err = try_spawn_app_with(TestOptions {
+        vercel: VercelMode::Off,
+        extra_config: extra.into(),
+        target_setup: "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz".into(),
+        ..Default::default()
+    })
+    .await
+    .err()
+    .expect("deprov must refuse to start");
+    let AppError::Statements(refused) = &err else {
+        panic!("{err}");
+    };
+    let found: Vec<(&str, Option<&str>)> = refused
+        .0
+        .iter()
+        .map(|f| (f.setting.as_str(), f.refusal.sqlstate.as_deref()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("soft_delete.statements[0]", None),
+            // `$1` used where no type can be inferred: the server's error stands.
+            ("soft_delete.undo_statements[0]", Some("42P18")),
+            ("soft_delete.orphans", None),
+            ("sources.shop.tenant_lookup", None),
+        ],
+        "{err}"
+    );
+    let message = err.to_string();
+    for expected in [
+        "soft_delete.statements[0]: must use $1 (the tenant key) and no other parameter, but uses $2",
+        "soft_delete.undo_statements[0]: could not determine data type of parameter $1",
+        "soft_delete.orphans: uses parameters; the orphans statement is run without any",
+        "sources.shop.tenant_lookup: must use $1 (the value to look up) and no other parameter, \
+         but uses a parameter beyond $1",
+    ] {
+        assert!(message.contains(expected), "{expected}\nnot in: {message}");
+    }
+    assert_eq!(
+        message.matches("could not determine").count(),
+        1,
+        "{message}"
+    );
+}
+
+/// What deprov prints of the server's errors while checking the configuration is the server's
+/// message, detail and hint with the SQLSTATE: not sqlx's text for them, which ends in the line of
+/// PostgreSQL's C source that raised the error (`… at line 1188`) and leaves the detail out.
+#[tokio::test]
+async fn the_check_shows_the_servers_message_detail_and_hint_not_its_source_line() {
+    let pg = crate::process::start_pg(Some(
+        "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz; \
+         CREATE VIEW app.per_installation AS SELECT id % 10 AS bucket, max(id) AS id \
+         FROM app.accounts GROUP BY id % 10",
+    ))
+    .await;
+    let no_source_line = |text: &str| {
+        assert!(
+            !text.contains(" at line ") && !text.contains("error returned from database"),
+            "{text}"
+        );
+    };
+
+    // A statement the server refuses with a detail and a hint.
+    let view =
+        "[soft_delete]\nstatements = [\"UPDATE app.per_installation SET id = 0 WHERE id = $1\"]\n";
+    let (code, text) = run_to_exit(&pg, &["config", "check"], view).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(
+            r#"soft_delete.statements[0]: REFUSED: cannot update view "per_installation"; detail: Views containing GROUP BY are not automatically updatable.; hint: To enable updating the view, provide an INSTEAD OF UPDATE trigger or an unconditional ON UPDATE DO INSTEAD rule. (SQLSTATE 55000)"#
+        ),
+        "{text}"
+    );
+    no_source_line(&text);
+
+    // A check that cannot run to its end: the table is locked past `[hard_delete] lock_timeout`.
+    let db = crate::process::connect(&pg).await;
+    let mut lock = db.begin().await.unwrap();
+    sqlx::raw_sql("LOCK app.accounts IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let valid = format!("[soft_delete]\nstatements = [{SOFT_DELETE:?}]\n");
+    let (code, text) = run_to_exit(&pg, &["config", "check"], &valid).await;
+    lock.rollback().await.unwrap();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(
+            "cannot check the configured statements on the target database: \
+             canceling statement due to lock timeout (SQLSTATE 55P03)"
+        ),
+        "{text}"
+    );
+    no_source_line(&text);
+
+    // A target database that does not exist.
+    let (code, text) =
+        run_on_url_to_exit(&pg.url("no_such_db"), &["config", "check"], &valid).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(r#"database "no_such_db" does not exist (SQLSTATE 3D000)"#),
+        "{text}"
+    );
+    no_source_line(&text);
+}
+
+/// A target that refuses connections is named so: sqlx's pool retries a refused connection until
+/// its acquire timeout and reported only `pool timed out while waiting for an open connection`,
+/// both in `deprov config check` and in the warning `deprov serve` logs when it starts without its
+/// target.
+#[tokio::test]
+async fn a_target_refusing_connections_is_reported_as_refused_not_as_a_pool_timeout() {
+    let down = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres",
+        crate::helpers::closed_port()
+    );
+    let quick = "[pools.target]\nmax_connections = 2\nacquire_timeout = \"200ms\"\n";
+    let (code, text) = run_on_url_to_exit(&down, &["config", "check"], quick).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("cannot reach the target database to check the configuration: ")
+            && text.contains("Connection refused"),
+        "{text}"
+    );
+    assert!(!text.contains("pool timed out"), "{text}");
+
+    // `serve` starts without its target and says why in its warning.
+    let pg = crate::process::start_pg(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("deprov.toml");
+    std::fs::write(
+        &config,
+        format!("[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n{quick}"),
+    )
+    .unwrap();
+    let log = dir.path().join("stderr.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
+        .arg("serve")
+        .env("DEPROV_DATABASE_URL", pg.url("postgres"))
+        .env("DEPROV_TARGET_URL", &down)
+        .env("DEPROV_CONFIG", &config)
+        .env(
+            "DEPROV_LISTEN",
+            format!("127.0.0.1:{}", crate::helpers::closed_port()),
+        )
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .env_remove("DEPROV_POOLER_MODE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let warning = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if let Some(line) = text
+            .lines()
+            .find(|l| l.contains("target database not reachable at start"))
+        {
+            break line.to_owned();
+        }
+        if tokio::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!("no start-up warning about the target: {text}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warning.contains("Connection refused"), "{warning}");
+    assert!(!warning.contains("pool timed out"), "{warning}");
 }
