@@ -69,6 +69,8 @@ pub(super) async fn prepare(settings: &Settings) -> Result<Prepared, AppError> {
             }
             Err(e) => return Err(e.into()),
         }
+    } else {
+        refuse_pending_migrations(&pools.queue).await?;
     }
     let sql_check = check_target(&config, target).await?;
     Ok(Prepared {
@@ -187,4 +189,27 @@ pub(super) fn spawn_sql_check(
         gate.clone(),
         cancel,
     )))
+}
+
+/// With `DEPROV_MIGRATE=false`, refuses to start on a state database that lacks migrations this
+/// build needs: its statements would fail on every request (intake calls `deprov.record_first`,
+/// made by migration 7). A state database that cannot be reached is left to the readiness checks.
+///
+/// # Errors
+/// [`AppError::Setting`] naming the missing versions and `deprov migrate`.
+async fn refuse_pending_migrations(pool: &sqlx::PgPool) -> Result<(), AppError> {
+    match db::pending_migrations(pool).await {
+        Ok(pending) if pending.is_empty() => Ok(()),
+        Ok(pending) => Err(AppError::Setting {
+            name: "DEPROV_MIGRATE",
+            reason: format!(
+                "is false, but the state database lacks migration(s) {pending:?} of this deprov: \
+                 run `deprov migrate` with a direct DEPROV_DATABASE_URL first"
+            ),
+        }),
+        Err(e) => {
+            tracing::warn!(error = %db::errors::error_text(&e), "could not read the state database's migrations at start");
+            Ok(())
+        }
+    }
 }

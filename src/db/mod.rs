@@ -460,5 +460,27 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     sqlx::migrate!("./migrations").run(pool).await
 }
 
+/// The versions of deprov's migrations (embedded at build time) that the state database has not
+/// applied successfully, ascending; all of them when sqlx's `_sqlx_migrations` table does not exist
+/// yet. One read-only statement; works through a transaction pooler.
+///
+/// # Errors
+/// Connection and query errors other than the missing table (SQLSTATE 42P01).
+pub async fn pending_migrations(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
+    let applied: Vec<i64> = match query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(pool)
+        .await
+    {
+        Ok(v) => v,
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(sqlx::migrate!("./migrations")
+        .iter()
+        .map(|m| m.version)
+        .filter(|v| !applied.contains(v))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests;

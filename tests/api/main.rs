@@ -12,6 +12,7 @@ mod kill_switch_scopes;
 mod limits;
 mod messages;
 mod metrics;
+mod migrations;
 mod nul;
 mod oidc;
 mod openapi;

@@ -27,6 +27,16 @@ async fn run_to_exit(pg: &Throwaway, args: &[&str], extra: &str) -> (Option<i32>
 
 /// [`run_to_exit`] with `DEPROV_DATABASE_URL` = `url`.
 async fn run_on_url_to_exit(url: &str, args: &[&str], extra: &str) -> (Option<i32>, String) {
+    run_with_env_to_exit(url, args, extra, &[]).await
+}
+
+/// [`run_on_url_to_exit`] with the environment variables `env` set as well.
+pub(crate) async fn run_with_env_to_exit(
+    url: &str,
+    args: &[&str],
+    extra: &str,
+    env: &[(&str, &str)],
+) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("deprov.toml");
     std::fs::write(
@@ -43,6 +53,7 @@ async fn run_on_url_to_exit(url: &str, args: &[&str], extra: &str) -> (Option<i3
         .env("RUST_LOG", "warn")
         .env_remove("DEPROV_TARGET_URL")
         .env_remove("DEPROV_POOLER_MODE")
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
