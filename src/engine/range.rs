@@ -102,7 +102,7 @@ const MAX_INDEX_PASSES: u32 = 8;
 /// ([`crate::engine::catalog::ForeignKey::indexed`]); otherwise it does nothing (returns 0
 /// statements). Each statement is a transaction with `statement_timeout` = `timeout`, holding only
 /// `ACCESS SHARE` (no row locks), planned as a plain index scan ([`crate::db::Bounds::plain_index_scans`]: a bitmap or index-only scan marks nothing); a
-/// statement cut by the timeout is followed by another, at most [`MAX_INDEX_PASSES`].
+/// statement cut by the timeout is followed by another, at most `MAX_INDEX_PASSES`.
 ///
 /// # Errors
 /// [`EngineError::Db`] for errors other than the statement timeout (57014).

@@ -274,7 +274,7 @@ fn refused(message: String) -> Verdict {
 /// statement (with its detail and hint); a statement that does not start with UPDATE, DELETE,
 /// INSERT, MERGE, SELECT or WITH (DDL and utility statements: DROP, TRUNCATE, CREATE, GRANT,
 /// EXPLAIN, CALL, …; read by `leading::first_keyword` past comments); no `$1` or more than `$1`
-/// ([`Shape::Action`], [`Shape::Lookup`]; `$2` without `$1` too, see [`describe_or_refuse`]) or
+/// ([`Shape::Action`], [`Shape::Lookup`]; `$2` without `$1` too, see `describe_or_refuse`) or
 /// any parameter ([`Shape::Listing`]); a `$1` whose inferred type the engine does not bind as such and that does not
 /// accept the key as `text` (e.g. `numeric_column = $1`: 42883); for lookups and listings, no first
 /// column or one that is not a key type ([`is_key_type`]). Run it inside a transaction on `conn`

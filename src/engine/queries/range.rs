@@ -98,7 +98,7 @@ pub fn range_delete(plan: &Plan, step: &Step) -> Statement {
 }
 
 /// `SELECT count(*)` of the parent's children: `$1` = the parent's values (text[]). Run by
-/// [`crate::engine::range`]'s read-only pass as a plain index scan of the foreign key's index.
+/// `engine::range`'s read-only pass as a plain index scan of the foreign key's index.
 pub fn children_count(plan: &Plan, step: &Step) -> Statement {
     let s = shape(plan, step);
     let mut b = SqlBuilder::new();

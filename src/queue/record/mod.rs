@@ -8,7 +8,7 @@
 //! first request that creates it).
 //!
 //! A group of new requests for subjects without an active job — the common case — is recorded by
-//! one statement ([`first`]). Otherwise at most four more follow: the jobs inserted, the active
+//! one statement (`record::first`). Otherwise at most four more follow: the jobs inserted, the active
 //! jobs found instead, the requests inserted (for the requests the first statement could not
 //! record), and the duplicate counts. PostgreSQL's per-statement work and the round trips, not the
 //! commit, bound intake's rate (README "Known limits").
