@@ -157,6 +157,8 @@ pub struct Application {
     limits: crate::config::IntakeConfig,
     worker: Option<Worker>,
     state: AppState,
+    /// `settings.migrate` (see `start::Prepared::apply_migrations`).
+    apply_migrations: bool,
 }
 
 impl Application {
@@ -180,6 +182,7 @@ impl Application {
             config,
             pools,
             migrated,
+            apply_migrations,
             sql_check,
         } = prepare(&settings).await?;
         let listener = TcpListener::bind(settings.listen)
@@ -214,6 +217,7 @@ impl Application {
             limits,
             worker,
             state,
+            apply_migrations,
         })
     }
 
@@ -242,6 +246,7 @@ impl Application {
             self.worker,
             self.state.pools.queue.clone(),
             self.state.migrated.clone(),
+            self.apply_migrations,
             cancel.child_token(),
         );
         if let Some(limit) = self.state.rate_limit.clone() {
@@ -289,6 +294,7 @@ pub async fn run_worker(settings: Settings, cancel: CancellationToken) -> Result
         config,
         pools,
         migrated,
+        apply_migrations,
         sql_check,
     } = prepare(&settings).await?;
     let collector = Arc::new(Collector::new(
@@ -307,7 +313,13 @@ pub async fn run_worker(settings: Settings, cancel: CancellationToken) -> Result
         .with_notify_url(settings.listen_url())
         .with_sql_check(sql_check);
     tracing::info!(worker = %worker.id, listening = worker.notify_url.is_some(), "deprov worker running");
-    if let Some(task) = spawn_worker(Some(worker), queue, migrated, cancel.clone()) {
+    if let Some(task) = spawn_worker(
+        Some(worker),
+        queue,
+        migrated,
+        apply_migrations,
+        cancel.clone(),
+    ) {
         let _ = task.await;
     }
     cancel.cancel();

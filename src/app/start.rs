@@ -20,8 +20,11 @@ use crate::worker::Worker;
 pub(super) struct Prepared {
     pub(super) config: Arc<Config>,
     pub(super) pools: Pools,
-    /// Whether the migrations are applied (`true` also when not asked for).
+    /// Whether the migrations are applied (`true` also when not asked for and none is pending).
     pub(super) migrated: Arc<AtomicBool>,
+    /// `settings.migrate`: whether deprov applies the migrations itself, or only checks that none is
+    /// pending (`DEPROV_MIGRATE=false`).
+    pub(super) apply_migrations: bool,
     /// The configured SQL's check: passed, or pending (the target was not reachable).
     pub(super) sql_check: crate::sqlcheck::Gate,
 }
@@ -69,25 +72,28 @@ pub(super) async fn prepare(settings: &Settings) -> Result<Prepared, AppError> {
             }
             Err(e) => return Err(e.into()),
         }
-    } else {
-        refuse_pending_migrations(&pools.queue).await?;
+    } else if !refuse_pending_migrations(&pools.queue).await? {
+        migrated.store(false, Ordering::Release);
     }
     let sql_check = check_target(&config, target).await?;
     Ok(Prepared {
         config,
         pools,
         migrated,
+        apply_migrations: settings.migrate,
         sql_check,
     })
 }
 
-/// Applies the migrations until they succeed or `cancel` fires, retrying with backoff (1 s doubling
-/// to 5 s, plus the pool's acquire wait) and setting `migrated` on success. Returns whether they were
-/// applied. Errors other than an unreachable database are logged and retried alike: the process stays
-/// up and `/readyz` stays 503 until they are fixed.
+/// Applies the migrations (`apply`; else waits until none is pending: `DEPROV_MIGRATE=false`) until
+/// that succeeds or `cancel` fires, retrying with backoff (1 s doubling to 5 s, plus the pool's
+/// acquire wait) and setting `migrated` on success. Returns whether it succeeded. Errors other than an
+/// unreachable database, and pending migrations deprov may not apply, are logged and retried alike:
+/// the process stays up and `/readyz` stays 503 until they are fixed (`deprov migrate`).
 async fn migrate_in_background(
     pool: sqlx::PgPool,
     migrated: Arc<AtomicBool>,
+    apply: bool,
     cancel: CancellationToken,
 ) -> bool {
     let mut attempt = 0u32;
@@ -100,19 +106,38 @@ async fn migrate_in_background(
         attempt += 1;
         let result = tokio::select! {
             () = cancel.cancelled() => return false,
-            r = db::migrate(&pool) => r,
+            r = migrate_or_check(&pool, apply) => r,
         };
         match result {
             Ok(()) => {
-                tracing::info!(attempt, "state database reachable; migrations applied");
+                tracing::info!(
+                    attempt,
+                    apply,
+                    "state database reachable; migrations applied"
+                );
                 migrated.store(true, Ordering::Release);
             }
             Err(e) => {
-                tracing::warn!(attempt, error = %e, "migrating the state database failed; retrying")
+                tracing::warn!(attempt, error = %e, "the state database's migrations are not applied; retrying")
             }
         }
     }
     true
+}
+
+/// Applies the migrations (`apply`), or checks that none is pending; the error as text.
+async fn migrate_or_check(pool: &sqlx::PgPool, apply: bool) -> Result<(), String> {
+    if apply {
+        return db::migrate(pool).await.map_err(|e| e.to_string());
+    }
+    match db::pending_migrations(pool).await {
+        Ok(pending) if pending.is_empty() => Ok(()),
+        Ok(pending) => Err(format!(
+            "the state database lacks migration(s) {pending:?} of this deprov and DEPROV_MIGRATE is \
+             false: run `deprov migrate` with a direct DEPROV_DATABASE_URL"
+        )),
+        Err(e) => Err(db::errors::error_text(&e)),
+    }
 }
 
 /// Runs `worker` once the migrations are applied (at once when they are).
@@ -120,13 +145,14 @@ pub(super) fn spawn_worker(
     worker: Option<Worker>,
     pool: sqlx::PgPool,
     migrated: Arc<AtomicBool>,
+    apply_migrations: bool,
     cancel: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if worker.is_none() && migrated.load(Ordering::Acquire) {
         return None;
     }
     Some(tokio::spawn(async move {
-        if migrate_in_background(pool, migrated, cancel.clone()).await
+        if migrate_in_background(pool, migrated, apply_migrations, cancel.clone()).await
             && let Some(w) = worker
         {
             w.run(cancel).await;
@@ -193,13 +219,14 @@ pub(super) fn spawn_sql_check(
 
 /// With `DEPROV_MIGRATE=false`, refuses to start on a state database that lacks migrations this
 /// build needs: its statements would fail on every request (intake calls `deprov.record_first`,
-/// made by migration 7). A state database that cannot be reached is left to the readiness checks.
+/// made by migration 7). Returns whether the check ran: `false` when the state database could not be
+/// read, and then [`migrate_in_background`] repeats it and `/readyz` answers 503 until it passes.
 ///
 /// # Errors
 /// [`AppError::Setting`] naming the missing versions and `deprov migrate`.
-async fn refuse_pending_migrations(pool: &sqlx::PgPool) -> Result<(), AppError> {
+async fn refuse_pending_migrations(pool: &sqlx::PgPool) -> Result<bool, AppError> {
     match db::pending_migrations(pool).await {
-        Ok(pending) if pending.is_empty() => Ok(()),
+        Ok(pending) if pending.is_empty() => Ok(true),
         Ok(pending) => Err(AppError::Setting {
             name: "DEPROV_MIGRATE",
             reason: format!(
@@ -208,8 +235,8 @@ async fn refuse_pending_migrations(pool: &sqlx::PgPool) -> Result<(), AppError> 
             ),
         }),
         Err(e) => {
-            tracing::warn!(error = %db::errors::error_text(&e), "could not read the state database's migrations at start");
-            Ok(())
+            tracing::warn!(error = %db::errors::error_text(&e), "could not read the state database's migrations at start; checking again in the background");
+            Ok(false)
         }
     }
 }

@@ -50,3 +50,84 @@ async fn serve_and_worker_refuse_a_state_database_missing_a_migration() {
             .unwrap();
     assert!(exists);
 }
+
+/// `/readyz` of the server at `base`: status and problem `detail` (empty when ready).
+async fn readyz(base: &str) -> (u16, String) {
+    let r = reqwest::get(format!("{base}/readyz")).await.unwrap();
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.unwrap();
+    (status, body["detail"].as_str().unwrap_or("").to_owned())
+}
+
+/// Started while the state database is down, deprov cannot check its migrations at start: it must
+/// not then report ready on a database missing one (every request would fail), and it becomes
+/// ready without a restart once `deprov migrate` has run.
+#[tokio::test]
+async fn started_while_the_state_database_is_down_readiness_waits_for_a_missing_migration() {
+    use deprov::app::{Application, Settings};
+    let pg = start_pg(None).await;
+    let db = connect(&pg).await;
+    deprov::db::migrate(&db).await.unwrap();
+    sqlx::raw_sql(
+        "DROP FUNCTION deprov.record_first; DELETE FROM _sqlx_migrations WHERE version = 7",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    // The test server runs without fsync and stops in immediate mode: make the changes durable.
+    sqlx::raw_sql("CHECKPOINT").execute(&db).await.unwrap();
+    db.close().await;
+    pg.stop().unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("deprov.toml");
+    std::fs::write(
+        &config,
+        "[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n",
+    )
+    .unwrap();
+    let app = Application::build(Settings {
+        database_url: pg.url("postgres"),
+        target_url: None,
+        config,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        operator_token: None,
+        migrate: false,
+        no_worker: true,
+        pooler_mode: deprov::db::PoolerMode::Session,
+        metrics_listen: None,
+        notify_url: None,
+    })
+    .await
+    .expect("starts while the database is down");
+    let base = format!("http://{}", app.address());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(app.run_until_stopped(cancel.clone()));
+    let (status, detail) = readyz(&base).await;
+    assert_eq!(status, 503, "{detail}");
+    assert!(detail.contains("migrations"), "{detail}");
+
+    pg.restart().unwrap();
+    // The database answers, but migration 7 is missing: still not ready, for the same reason.
+    let db = connect(&pg).await;
+    assert_eq!(deprov::db::pending_migrations(&db).await.unwrap(), vec![7]);
+    let (status, detail) = readyz(&base).await;
+    assert_eq!(status, 503, "{detail}");
+    assert!(detail.contains("migrations"), "{detail}");
+
+    deprov::db::migrate(&db).await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (status, detail) = readyz(&base).await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not ready 30 s after the migration: {status} {detail}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    cancel.cancel();
+    let _ = server.await;
+}
