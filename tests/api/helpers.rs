@@ -92,6 +92,31 @@ pub struct TestApp {
 }
 
 /// A loopback port nothing listens on.
+/// `text` written to `deprov.toml` in a new temporary directory: the directory (delete on drop; keep
+/// it alive while the file is used) and the file's path.
+pub fn config_file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deprov.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+/// The settings deprov refused to start with, and each refusal's SQLSTATE (`None` for deprov's own
+/// refusals); panics when `err` is not [`deprov::app::AppError::Statements`].
+pub fn refusals(err: &deprov::app::AppError) -> Vec<(&str, Option<&str>)> {
+    let deprov::app::AppError::Statements(refused) = err else {
+        panic!("{err}");
+    };
+    refused
+        .0
+        .iter()
+        .map(|f| (f.setting.as_str(), f.refusal.sqlstate.as_deref()))
+        .collect()
+}
+
+/// The `[tenant]` section naming `app.accounts` by `id`, the root of the tests' minimal targets.
+pub const TENANT_ACCOUNTS: &str = "[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n";
+
 pub fn closed_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

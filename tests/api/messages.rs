@@ -93,13 +93,8 @@ fn help_texts_have_no_rustdoc_links() {
 /// message already holds.
 #[test]
 fn a_toml_error_in_the_configuration_is_printed_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("deprov.toml");
-    std::fs::write(
-        &config,
-        "[tenant]\nroot_table = \"app.accounts\nkey_column = \"id\"\n",
-    )
-    .unwrap();
+    let (_dir, config) =
+        crate::helpers::config_file("[tenant]\nroot_table = \"app.accounts\nkey_column = \"id\"\n");
     for args in [&["serve"][..], &["config", "check"]] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
             .args(args)

@@ -79,13 +79,7 @@ async fn started_while_the_state_database_is_down_readiness_waits_for_a_missing_
     db.close().await;
     pg.stop().unwrap();
 
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("deprov.toml");
-    std::fs::write(
-        &config,
-        "[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n",
-    )
-    .unwrap();
+    let (_dir, config) = crate::helpers::config_file(crate::helpers::TENANT_ACCOUNTS);
     let app = Application::build(Settings {
         database_url: pg.url("postgres"),
         target_url: None,

@@ -2,13 +2,7 @@
 
 /// `deprov plan` against `pg`'s `postgres` database: exit status and stdout + stderr.
 fn plan(pg: &deprov::throwaway::Throwaway, tenant: &str) -> (Option<i32>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("deprov.toml");
-    std::fs::write(
-        &config,
-        "[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n",
-    )
-    .unwrap();
+    let (_dir, config) = crate::helpers::config_file(crate::helpers::TENANT_ACCOUNTS);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
         .args(["plan", "--tenant", tenant])
         .env("DEPROV_DATABASE_URL", pg.url("postgres"))

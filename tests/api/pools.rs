@@ -96,13 +96,8 @@ async fn a_root_table_missing_from_a_reachable_target_is_a_start_up_error() {
         ..Default::default()
     })
     .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("deprov.toml");
-    std::fs::write(
-        &config,
-        "[tenant]\nroot_table = \"app.nope\"\nkey_column = \"id\"\n",
-    )
-    .unwrap();
+    let (_dir, config) =
+        crate::helpers::config_file("[tenant]\nroot_table = \"app.nope\"\nkey_column = \"id\"\n");
     let settings = deprov::app::Settings {
         database_url: pg.url("postgres"),
         target_url: None,

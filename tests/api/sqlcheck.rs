@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use deprov::app::AppError;
 use deprov::throwaway::Throwaway;
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -161,14 +160,7 @@ tenant_lookup = "SELECT id FROM app.accounts WHERE balance = $1"
     .await
     .err()
     .expect("deprov must refuse to start");
-    let AppError::Statements(refused) = &err else {
-        panic!("{err}");
-    };
-    let found: Vec<(&str, Option<&str>)> = refused
-        .0
-        .iter()
-        .map(|f| (f.setting.as_str(), f.refusal.sqlstate.as_deref()))
-        .collect();
+    let found = crate::helpers::refusals(&err);
     assert_eq!(
         found,
         [
@@ -387,14 +379,7 @@ undo_statements = [
     .await
     .err()
     .expect("deprov must refuse to start");
-    let AppError::Statements(refused) = &err else {
-        panic!("{err}");
-    };
-    let found: Vec<(&str, Option<&str>)> = refused
-        .0
-        .iter()
-        .map(|f| (f.setting.as_str(), f.refusal.sqlstate.as_deref()))
-        .collect();
+    let found = crate::helpers::refusals(&err);
     assert_eq!(
         found,
         [
@@ -444,14 +429,7 @@ orphans = "SELECT id FROM app.accounts WHERE id = $2"
     .await
     .err()
     .expect("deprov must refuse to start");
-    let AppError::Statements(refused) = &err else {
-        panic!("{err}");
-    };
-    let found: Vec<(&str, Option<&str>)> = refused
-        .0
-        .iter()
-        .map(|f| (f.setting.as_str(), f.refusal.sqlstate.as_deref()))
-        .collect();
+    let found = crate::helpers::refusals(&err);
     assert_eq!(
         found,
         [

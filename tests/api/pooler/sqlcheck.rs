@@ -2,7 +2,7 @@
 //! deprov naming the setting, and the check — whose Describe sqlx prepares under a name — leaves no
 //! prepared statement on the one shared server for the next client to collide with.
 
-use deprov::app::{AppError, Application, Settings};
+use deprov::app::{Application, Settings};
 use deprov::config::{Config, PoolConfig};
 use deprov::db::{self, Bounds, PoolRole, PoolerMode};
 use deprov::throwaway::BouncerOptions;
@@ -43,14 +43,7 @@ async fn the_check_through_pgbouncer_refuses_a_typo_and_leaves_no_prepared_state
     let err = Application::build(settings)
         .await
         .expect_err("deprov must refuse to start");
-    let AppError::Statements(refused) = &err else {
-        panic!("{err}");
-    };
-    let settings: Vec<(&str, Option<&str>)> = refused
-        .0
-        .iter()
-        .map(|f| (f.setting.as_str(), f.refusal.sqlstate.as_deref()))
-        .collect();
+    let settings = crate::helpers::refusals(&err);
     assert_eq!(
         settings,
         [("soft_delete.statements[1]", Some("42P01"))],
