@@ -133,8 +133,8 @@ async fn migrate_or_check(pool: &sqlx::PgPool, apply: bool) -> Result<(), String
     match db::pending_migrations(pool).await {
         Ok(pending) if pending.is_empty() => Ok(()),
         Ok(pending) => Err(format!(
-            "the state database lacks migration(s) {pending:?} of this deprov and DEPROV_MIGRATE is \
-             false: run `deprov migrate` with a direct DEPROV_DATABASE_URL"
+            "DEPROV_MIGRATE is false, but {}",
+            lacking(&pending)
         )),
         Err(e) => Err(db::errors::error_text(&e)),
     }
@@ -229,14 +229,20 @@ async fn refuse_pending_migrations(pool: &sqlx::PgPool) -> Result<bool, AppError
         Ok(pending) if pending.is_empty() => Ok(true),
         Ok(pending) => Err(AppError::Setting {
             name: "DEPROV_MIGRATE",
-            reason: format!(
-                "is false, but the state database lacks migration(s) {pending:?} of this deprov: \
-                 run `deprov migrate` with a direct DEPROV_DATABASE_URL first"
-            ),
+            reason: format!("is false, but {}", lacking(&pending)),
         }),
         Err(e) => {
             tracing::warn!(error = %db::errors::error_text(&e), "could not read the state database's migrations at start; checking again in the background");
             Ok(false)
         }
     }
+}
+
+/// What an operator reads when the state database lacks the migrations `pending` and deprov may
+/// not apply them: the versions, and the command that does.
+fn lacking(pending: &[i64]) -> String {
+    format!(
+        "the state database lacks migration(s) {pending:?} of this deprov: run `deprov migrate` \
+         with a direct DEPROV_DATABASE_URL first"
+    )
 }
