@@ -169,6 +169,25 @@ pub struct HardDeleteConfig {
     /// (default 5000000): the rows the cascade would delete or update, plus those it looks up. Above
     /// it the job fails rather than guess whether the cascade would succeed.
     pub max_simulated_rows: u64,
+    /// How often, at most, a batch commits durably and the job's checkpoint is written (default
+    /// 1s; 0s = every batch). The batches in between commit with `SET LOCAL synchronous_commit =
+    /// off` (PostgreSQL docs §30.4 "Asynchronous Commit"): their locks are released at once and the
+    /// WAL is flushed behind them, instead of each waiting for its own flush. A durable commit
+    /// flushes all WAL before it, so every checkpoint written names deletions already durable; a
+    /// target that crashes loses at most the batches since the last checkpoint, and the job redoes
+    /// them (deletes are idempotent). The lease is renewed with the checkpoint, so a
+    /// `worker.lease` under three times this shortens it to a third of the lease
+    /// ([`Self::checkpoint_every`]).
+    #[serde(with = "humantime_serde")]
+    pub checkpoint_interval: Duration,
+}
+
+impl HardDeleteConfig {
+    /// The checkpoint interval in force under a `lease`: `checkpoint_interval`, at most a third of
+    /// the lease (so a worker renews its lease at least three times within it).
+    pub fn checkpoint_every(&self, lease: Duration) -> Duration {
+        self.checkpoint_interval.min(lease / 3)
+    }
 }
 
 impl Default for HardDeleteConfig {
@@ -182,6 +201,7 @@ impl Default for HardDeleteConfig {
             statement_timeout: Duration::from_secs(5),
             cascade_rows: 2_000,
             max_simulated_rows: 5_000_000,
+            checkpoint_interval: Duration::from_secs(1),
         }
     }
 }

@@ -134,14 +134,14 @@ impl CatalogExpr {
 }
 
 /// The opening of a bounded transaction (see `crate::db::begin`): `BEGIN; SET LOCAL lock_timeout =
-/// '<n>ms'; SET LOCAL statement_timeout = '<m>ms'`, plus `SET LOCAL synchronous_commit = on` when
-/// `durable`, and the planner settings of `crate::db::Bounds::plain_index_scans` when
+/// '<n>ms'; SET LOCAL statement_timeout = '<m>ms'`, plus `SET LOCAL synchronous_commit = on` or
+/// `off` for [`crate::db::Commit::Durable`] or [`crate::db::Commit::Deferred`], and the planner settings of `crate::db::Bounds::plain_index_scans` when
 /// `plain_index_scans`. Sent as one simple-protocol query. Durations are whole milliseconds, at least 1 (0 would
 /// mean "no limit" to PostgreSQL).
 pub fn begin_bounded(
     lock: std::time::Duration,
     statement: std::time::Duration,
-    durable: bool,
+    commit: crate::db::Commit,
     plain_index_scans: bool,
 ) -> sqlx::AssertSqlSafe<String> {
     let ms = |d: std::time::Duration| d.as_millis().max(1);
@@ -150,8 +150,10 @@ pub fn begin_bounded(
         ms(lock),
         ms(statement)
     );
-    if durable {
-        sql.push_str("; SET LOCAL synchronous_commit = on");
+    match commit {
+        crate::db::Commit::Default => {}
+        crate::db::Commit::Durable => sql.push_str("; SET LOCAL synchronous_commit = on"),
+        crate::db::Commit::Deferred => sql.push_str("; SET LOCAL synchronous_commit = off"),
     }
     if plain_index_scans {
         sql.push_str(

@@ -48,6 +48,10 @@ pub struct BenchArgs {
     /// `[hard_delete] max_batch_duration` in ms: the longest transaction the sizing aims under.
     #[arg(long, default_value_t = 100)]
     pub max_batch_ms: u64,
+    /// `[hard_delete] checkpoint_interval` in ms: batches between durable checkpoints commit with
+    /// `synchronous_commit = off` (0 = every batch durable and checkpointed).
+    #[arg(long, default_value_t = 1000)]
+    pub checkpoint_interval_ms: u64,
     /// `[pacing] rate_limit` in rows/s (0 = unlimited, the "unthrottled" figures).
     #[arg(long, default_value_t = 0)]
     pub rate_limit: u32,
@@ -133,6 +137,45 @@ pub struct BenchReport {
     pub deprov_index_passes: i64,
     /// deprov's per-table figures, in deletion order (the job's `progress.tables`).
     pub deprov_tables: serde_json::Value,
+    /// Where deprov's elapsed time went, in ms.
+    pub deprov_time: TimeSplit,
+}
+
+/// deprov's elapsed time by activity, in ms (from the job's progress; `other` is the rest: the job's
+/// claim, its soft delete, the plan and blocker checks, and deprov's own work between statements).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TimeSplit {
+    /// Batch transactions, committed and rolled back (`progress.tables[].batch_ms`).
+    pub batches: f64,
+    /// Read-only index passes (`progress.index_pass_ms`).
+    pub index_passes: f64,
+    /// Kill-switch checks and checkpoints on the state database (`progress.bookkeeping_ms`).
+    pub bookkeeping: f64,
+    /// Pacing: rate-limit waits and pauses (`progress.rate_limited_ms` + `paused_ms`).
+    pub pacing: f64,
+    /// The rest of the elapsed time.
+    pub other: f64,
+}
+
+impl TimeSplit {
+    fn from_progress(p: &serde_json::Value, elapsed_s: f64) -> Self {
+        let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
+        let batches = p["tables"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| t["batch_ms"].as_f64().unwrap_or(0.0))
+            .sum::<f64>();
+        let (index_passes, bookkeeping) = (f("index_pass_ms"), f("bookkeeping_ms"));
+        let pacing = f("rate_limited_ms") + f("paused_ms");
+        Self {
+            batches,
+            index_passes,
+            bookkeeping,
+            pacing,
+            other: elapsed_s * 1000.0 - batches - index_passes - bookkeeping - pacing,
+        }
+    }
 }
 
 /// Why the benchmark could not run.
@@ -247,6 +290,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
     say(args.json, "deprov: a deletion request and a worker");
     checkpoint(&admin).await?;
     let (deprov_side, progress) = run_deprov(args, &server, &keys, tenants.large).await?;
+    let deprov_time = TimeSplit::from_progress(&progress, deprov_side.elapsed_s);
 
     let equals_cascade =
         database_digest(&saas, "app").await? == database_digest(&copy, "app").await?;
@@ -268,6 +312,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         deprov_timeouts: progress["timeouts"].as_i64().unwrap_or(0),
         deprov_index_passes: progress["index_passes"].as_i64().unwrap_or(0),
         deprov_tables: progress["tables"].clone(),
+        deprov_time,
     })
 }
 
@@ -281,6 +326,13 @@ async fn run_deprov(
         .replace(
             "max_batch_duration = \"100ms\"",
             &format!("max_batch_duration = \"{}ms\"", args.max_batch_ms),
+        )
+        .replace(
+            "checkpoint_interval = \"1s\"",
+            &format!(
+                "checkpoint_interval = \"{}ms\"",
+                args.checkpoint_interval_ms
+            ),
         )
         .replace(
             "rate_limit = 0 ",

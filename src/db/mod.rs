@@ -131,9 +131,8 @@ pub struct Bounds {
     /// `SET LOCAL statement_timeout`: the longest one statement may run, lock waits included
     /// (SQLSTATE 57014).
     pub statement_timeout: Duration,
-    /// `SET LOCAL synchronous_commit = on`: the COMMIT returns only once the transaction is durable,
-    /// whatever the server's default (intake promises that an answered request is stored).
-    pub durable: bool,
+    /// `SET LOCAL synchronous_commit`: the server's default, `on` or `off`.
+    pub commit: Commit,
     /// `SET LOCAL enable_seqscan`, `enable_bitmapscan`, `enable_indexonlyscan` = off: the planner
     /// reads through plain index scans where it can (for `engine::kill_dead_entries`, whose scan
     /// must visit the heap to mark dead index entries).
@@ -147,7 +146,7 @@ impl Bounds {
     pub const STATE: Self = Self {
         lock_timeout: Duration::from_secs(1),
         statement_timeout: Duration::from_secs(5),
-        durable: false,
+        commit: Commit::Default,
         plain_index_scans: false,
     };
 
@@ -156,7 +155,7 @@ impl Bounds {
         Self {
             lock_timeout,
             statement_timeout,
-            durable: false,
+            commit: Commit::Default,
             plain_index_scans: false,
         }
     }
@@ -172,10 +171,33 @@ impl Bounds {
     /// The same bounds with `synchronous_commit = on`.
     pub fn durable(self) -> Self {
         Self {
-            durable: true,
+            commit: Commit::Durable,
             ..self
         }
     }
+
+    /// The same bounds with `synchronous_commit = off` (see [`Commit::Deferred`]).
+    pub fn deferred(self) -> Self {
+        Self {
+            commit: Commit::Deferred,
+            ..self
+        }
+    }
+}
+
+/// How a bounded transaction commits (`SET LOCAL synchronous_commit`, PostgreSQL docs §20.5.1 and
+/// §30.4 "Asynchronous Commit").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// The server's (or role's) `synchronous_commit`: nothing is set.
+    Default,
+    /// `on`: the COMMIT returns only once the transaction is durable, whatever the server's default
+    /// (intake promises that an answered request is stored).
+    Durable,
+    /// `off`: the COMMIT returns before its WAL is flushed (the WAL writer flushes it within
+    /// 3 × `wal_writer_delay`); a server crash before then loses the transaction as a whole. For
+    /// the hard delete's batches between checkpoints (`[hard_delete] checkpoint_interval`).
+    Deferred,
 }
 
 /// Takes a connection from `pool`, recording the wait in `deprov_db_pool_acquire_seconds` and a
@@ -221,7 +243,7 @@ pub async fn begin(
             crate::sql::begin_bounded(
                 bounds.lock_timeout,
                 bounds.statement_timeout,
-                bounds.durable,
+                bounds.commit,
                 bounds.plain_index_scans,
             )
             .into_sql_str(),
@@ -242,7 +264,7 @@ pub async fn begin_on(
     conn.begin_with(crate::sql::begin_bounded(
         bounds.lock_timeout,
         bounds.statement_timeout,
-        bounds.durable,
+        bounds.commit,
         bounds.plain_index_scans,
     ))
     .await

@@ -95,13 +95,41 @@ pub struct BatchLimits {
     pub lock_timeout: Duration,
     /// `statement_timeout` of the batch transaction.
     pub statement_timeout: Duration,
+    /// Commit with `synchronous_commit = off` ([`crate::db::Commit::Deferred`]): the caller makes
+    /// the batch durable later, by a durable commit or [`flush`], before checkpointing past it.
+    pub deferred: bool,
 }
 
 impl BatchLimits {
     /// The server-side bounds of a transaction with these limits.
     pub fn bounds(&self) -> crate::db::Bounds {
-        crate::db::Bounds::new(self.lock_timeout, self.statement_timeout)
+        let bounds = crate::db::Bounds::new(self.lock_timeout, self.statement_timeout);
+        if self.deferred {
+            bounds.deferred()
+        } else {
+            bounds
+        }
     }
+}
+
+/// Makes every transaction committed on `target` so far durable: one short transaction that writes
+/// a WAL record (`pg_logical_emit_message(true, 'deprov', 'flush')`, PostgreSQL docs §9.27.6; any
+/// role may call it, at any `wal_level`) and commits with `synchronous_commit = on`, so its COMMIT
+/// waits for the WAL flush up to its own commit record, which follows every earlier commit record.
+/// (A transaction that writes no WAL commits without a flush even with `synchronous_commit = on`,
+/// so taking a transaction ID alone would not do.) Logical decoding consumers see the message with
+/// prefix `deprov`. Locks nothing; run after deferred batches ([`BatchLimits::deferred`]) before a
+/// checkpoint.
+///
+/// # Errors
+/// Database errors.
+pub async fn flush(target: &PgPool, limits: &BatchLimits) -> Result<(), sqlx::Error> {
+    let bounds = crate::db::Bounds::new(limits.lock_timeout, limits.statement_timeout).durable();
+    let mut tx = crate::db::begin(target, bounds).await?;
+    crate::db::query("SELECT pg_logical_emit_message(true, 'deprov', 'flush')")
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
 }
 
 impl From<&HardDeleteConfig> for BatchLimits {
@@ -110,6 +138,7 @@ impl From<&HardDeleteConfig> for BatchLimits {
             rows: i64::from(c.batch_rows),
             lock_timeout: c.lock_timeout,
             statement_timeout: c.statement_timeout,
+            deferred: false,
         }
     }
 }

@@ -57,6 +57,11 @@ pub struct Progress {
     pub index_passes: i64,
     /// The longest of their transactions, in milliseconds (they hold no row locks).
     pub longest_index_pass_ms: f64,
+    /// All their time, in milliseconds.
+    pub index_pass_ms: f64,
+    /// Time of the hard delete spent on deprov's state database between batches (the kill-switch
+    /// check before each batch, the checkpoint after it), in milliseconds.
+    pub bookkeeping_ms: f64,
     /// Longest of those rolled-back batch transactions, in milliseconds (locks were held this long).
     pub longest_rolled_back_ms: f64,
     /// Pauses for the target's sake (see [`crate::config::PacingConfig`]).
@@ -84,8 +89,9 @@ pub struct Progress {
 
 impl Progress {
     /// Counts a read-only index pass ([`crate::engine::kill_dead_entries`]).
-    pub fn record_index_pass(&mut self, pass: &crate::engine::IndexPass) {
+    pub fn record_index_pass(&mut self, pass: &crate::engine::IndexPass, elapsed_ms: f64) {
         self.index_passes += i64::from(pass.statements);
+        self.index_pass_ms += elapsed_ms;
         self.longest_index_pass_ms = self.longest_index_pass_ms.max(pass.longest_ms);
     }
 

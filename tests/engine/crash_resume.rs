@@ -35,7 +35,12 @@ impl Scenario {
         let server = DemoServer::start().await;
         let tenants = server.load("pristine", &DemoSize::test()).await;
         let (expected, _) = server.cascade("pristine", "expected", tenants.large).await;
-        let config_text = demo_config(BATCH_ROWS);
+        // Every batch durable and checkpointed, so a resume repeats at most the batch in flight
+        // (tests/engine/deferred_commit.rs covers batches between checkpoints).
+        let config_text = demo_config(BATCH_ROWS).replace(
+            "cascade_rows = 0",
+            "cascade_rows = 0\ncheckpoint_interval = \"0s\"",
+        );
         let config_file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(config_file.path(), &config_text).unwrap();
         Self {

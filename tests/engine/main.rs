@@ -4,6 +4,7 @@
 mod absorb;
 mod cascade_check;
 mod crash_resume;
+mod deferred_commit;
 mod demo_env;
 mod demo_equivalence;
 mod grace;

@@ -95,8 +95,21 @@ impl JobRun {
             hd.max_batch_duration,
         );
         let mut large_parent = false;
+        // Batches commit deferred (synchronous_commit = off) between checkpoints; `pending` says
+        // some have since the last checkpoint, which must then be made durable before the next.
+        let mut pending = false;
+        let every = hd.checkpoint_every(w.config.worker.lease);
+        let mut checkpointed = std::time::Instant::now();
         while cp.step < plan.steps.len() {
-            let gate = self.may_destroy().await?;
+            let checked = std::time::Instant::now();
+            let gate = match self.may_destroy().await {
+                Ok(gate) => gate,
+                Err(stop) => {
+                    self.settle(&mut pending, &cp).await;
+                    return Err(stop);
+                }
+            };
+            self.progress.bookkeeping_ms += checked.elapsed().as_secs_f64() * 1000.0;
             let step = &plan.steps[cp.step];
             let table = plan.name(step.table).to_string();
             let cascades = plan.absorbs_below(step.table);
@@ -112,6 +125,7 @@ impl JobRun {
                 } else {
                     self.limits.statement_timeout
                 },
+                deferred: checkpointed.elapsed() < every,
                 ..self.limits
             };
             let started = std::time::Instant::now();
@@ -167,6 +181,7 @@ impl JobRun {
                     cp.rows = self.sizing.after_timeout(cp.rows);
                     cp.parents = cp.parents.min(cp.rows);
                     if e.sqlstate().as_deref() == Some("55P03") {
+                        self.settle(&mut pending, &cp).await;
                         let pause = backoff(
                             timeouts,
                             w.config.pacing.backoff,
@@ -180,6 +195,8 @@ impl JobRun {
                 Err(e) => return Err(e.into()),
             };
             timeouts = 0;
+            // A durable commit flushed every deferred one before it (WAL is flushed in order).
+            pending = limits.deferred;
             if large_parent
                 && plan.range_step(step)
                 && let Some(Cursor::AfterParent(parent)) = &batch.next
@@ -187,10 +204,13 @@ impl JobRun {
                 // A large parent's children are gone: mark their dead index entries before the
                 // parent's own delete has to walk them (engine::range).
                 let budget = (hd.max_batch_duration * 4 / 5).max(Duration::from_millis(1));
+                let started = std::time::Instant::now();
                 match engine::kill_dead_entries(&w.pools.target, &plan, cp.step, parent, budget)
                     .await
                 {
-                    Ok(pass) => self.progress.record_index_pass(&pass),
+                    Ok(pass) => self
+                        .progress
+                        .record_index_pass(&pass, started.elapsed().as_secs_f64() * 1000.0),
                     Err(e) => tracing::warn!(job = %self.job.id, error = %e, "index pass failed"),
                 }
             }
@@ -243,6 +263,7 @@ impl JobRun {
                             telemetry::batch_failed(e.sqlstate().as_deref());
                         }
                         let n = swept?;
+                        pending = false;
                         let elapsed = started.elapsed();
                         // A sweep is one more short batch transaction of this table.
                         telemetry::batch_committed(elapsed, n);
@@ -279,14 +300,48 @@ impl JobRun {
                 }
             }
             drop(gate);
-            self.heartbeat("hard_delete", Some(&cp)).await?;
+            if !pending {
+                let written = std::time::Instant::now();
+                self.heartbeat("hard_delete", Some(&cp)).await?;
+                self.progress.bookkeeping_ms += written.elapsed().as_secs_f64() * 1000.0;
+                checkpointed = std::time::Instant::now();
+            }
             let waited = pacer.admit(batch.deleted + cascaded, &w.stop).await;
             self.progress.rate_limited_ms += waited.as_secs_f64() * 1000.0;
             if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {
+                self.settle(&mut pending, &cp).await;
                 self.pause(pause, reason).await?;
             }
         }
+        if pending {
+            // The last batches are made durable and checkpointed before the job may complete.
+            engine::flush(&w.pools.target, &self.limits)
+                .await
+                .map_err(EngineError::from)?;
+            self.heartbeat("hard_delete", Some(&cp)).await?;
+        }
         Ok(())
+    }
+
+    /// Before a pause or a stop: when batches committed deferred since the last checkpoint
+    /// (`pending`), makes them durable ([`engine::flush`]) and writes the checkpoint `cp`, so a
+    /// pause never outlasts the lease and a stopped job resumes where it stopped. Best effort: if
+    /// either fails, the last checkpoint written stays, and a resumed job redoes the batches after
+    /// it (deletes are idempotent).
+    async fn settle(&mut self, pending: &mut bool, cp: &Checkpoint) {
+        if !*pending {
+            return;
+        }
+        let w = self.worker.clone();
+        let written = std::time::Instant::now();
+        if let Err(e) = engine::flush(&w.pools.target, &self.limits).await {
+            tracing::warn!(job = %self.job.id, error = %e, "could not flush deferred batches");
+            return;
+        }
+        if self.heartbeat("hard_delete", Some(cp)).await.is_ok() {
+            *pending = false;
+        }
+        self.progress.bookkeeping_ms += written.elapsed().as_secs_f64() * 1000.0;
     }
 
     /// Records a batch transaction that rolled back on a timeout after running since `started`.

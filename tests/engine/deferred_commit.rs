@@ -1,0 +1,314 @@
+//! `[hard_delete] checkpoint_interval`: batches between checkpoints commit with
+//! `synchronous_commit = off`, so a target that crashes can lose them. The checkpoint must never name
+//! a batch the crash can lose: here the target's WAL writer is stopped (SIGSTOP), so deferred commits
+//! stay in its WAL buffers, and then the target crashes (SIGKILL of the WAL writer makes the
+//! postmaster reinitialize shared memory and recover from the WAL on disk). The `deprov worker`
+//! process is SIGKILLed at the same moment, so it cannot flush either.
+//!
+//! After the crash the test checks that commits were lost (tenant rows came back), that every row
+//! the stored checkpoint says is deleted is absent, and that a new worker completes the job equal to
+//! the cascade. The state database is on another server: a durable commit there must not flush the
+//! target's WAL for it.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use deprov::config::Config;
+use deprov::db::Pools;
+use deprov::engine::Cursor;
+use deprov::ids::DedupBasis;
+use deprov::queue::intake::SubjectKind;
+use deprov::queue::{JobState, jobs};
+use deprov::throwaway::{Throwaway, ThrowawayOptions};
+use deprov::worker::{Checkpoint, Progress, Worker};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::{connect, digest, record, wait_for_job};
+
+/// Rows of the deleted tenant's one child table.
+const ITEMS: i64 = 3_000;
+
+const SCHEMA: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, installation text UNIQUE, deleted_at timestamptz);
+CREATE TABLE app.items (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE, body text);
+CREATE INDEX ON app.items (account_id);
+INSERT INTO app.accounts (id, installation) VALUES (1, 'i1'), (2, 'i2');
+INSERT INTO app.items SELECT g, CASE WHEN g <= 3000 THEN 1 ELSE 2 END, repeat('x', 100)
+    FROM generate_series(1, 3100) g;
+";
+
+/// 50-row batches at 300 rows/s (six a second), a durable checkpoint at most every second, and a
+/// lease of 3 s, so a new worker takes the job over soon after the first one is gone.
+const CONFIG: &str = r#"
+[sources.billing]
+token = "billing-token-0123456789"
+[tenant]
+root_table = "app.accounts"
+key_column = "id"
+[soft_delete]
+statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL"]
+[hard_delete]
+batch_rows = 50
+max_batch_rows = 50
+cascade_rows = 0
+checkpoint_interval = "1s"
+statement_timeout = "2s"
+[pacing]
+rate_limit = 300
+[worker]
+lease = "3s"
+poll_interval = "20ms"
+backoff_base = "1ms"
+backoff_max = "2ms"
+[vercel]
+source = "billing"
+tenant_lookup = "SELECT id FROM app.accounts WHERE installation = $1"
+"#;
+
+async fn items_left(target: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM app.items WHERE account_id = 1")
+        .fetch_one(target)
+        .await
+        .unwrap()
+}
+
+fn signal(pid: i32, sig: libc::c_int) {
+    // SAFETY: kill(2) with a PID read from pg_stat_activity of our own throwaway server.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
+}
+
+/// Two servers (deprov's state database, and the target with its WAL writer stopped), the schema
+/// loaded, the cascade's result in database `expected`, and a request recorded for tenant 1.
+struct Setup {
+    state_server: Throwaway,
+    target_server: Throwaway,
+    state: sqlx::PgPool,
+    target: sqlx::PgPool,
+    expected: sqlx::PgPool,
+    config: Arc<Config>,
+    pools: Pools,
+    job_id: uuid::Uuid,
+    walwriter: i32,
+}
+
+impl Setup {
+    async fn prepare(config_text: &str) -> Self {
+        let state_server = Throwaway::start(&ThrowawayOptions {
+            unsafe_fast: true,
+            ..Default::default()
+        })
+        .unwrap();
+        // Durable defaults; WAL buffers large enough to hold every deferred batch, and nothing else that
+        // writes WAL out (the background writer flushes WAL before writing a data page).
+        let target_server = Throwaway::start(&ThrowawayOptions {
+            unsafe_fast: false,
+            settings: vec![
+                ("wal_buffers".into(), "64MB".into()),
+                ("bgwriter_lru_maxpages".into(), "0".into()),
+                ("autovacuum".into(), "off".into()),
+            ],
+        })
+        .unwrap();
+        let state_admin = connect(&state_server, "postgres", 1).await;
+        sqlx::query("CREATE DATABASE deprov")
+            .execute(&state_admin)
+            .await
+            .unwrap();
+        let admin = connect(&target_server, "postgres", 1).await;
+        sqlx::query("CREATE DATABASE target")
+            .execute(&admin)
+            .await
+            .unwrap();
+        let target = connect(&target_server, "target", 2).await;
+        sqlx::raw_sql(SCHEMA).execute(&target).await.unwrap();
+        target.close().await;
+        sqlx::query("CREATE DATABASE expected TEMPLATE target")
+            .execute(&admin)
+            .await
+            .unwrap();
+        let expected = connect(&target_server, "expected", 1).await;
+        sqlx::query("DELETE FROM app.accounts WHERE id = 1")
+            .execute(&expected)
+            .await
+            .unwrap();
+
+        let state = connect(&state_server, "deprov", 2).await;
+        deprov::db::migrate(&state).await.unwrap();
+        let config = Arc::new(Config::from_toml(config_text).unwrap());
+        let pools = Pools::new(
+            &state_server.url("deprov"),
+            &target_server.url("target"),
+            &config.pools,
+        )
+        .unwrap();
+        let job_id = record(
+            &pools,
+            &config,
+            DedupBasis::TenantId,
+            SubjectKind::Tenant,
+            "1",
+        )
+        .await;
+        let target = connect(&target_server, "target", 2).await;
+        let walwriter: i32 =
+            sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'")
+                .fetch_one(&target)
+                .await
+                .unwrap();
+        signal(walwriter, libc::SIGSTOP);
+
+        Self {
+            state_server,
+            target_server,
+            state,
+            target,
+            expected,
+            config,
+            pools,
+            job_id,
+            walwriter,
+        }
+    }
+
+    /// Crashes the target (SIGKILL of its stopped WAL writer) and waits until it has recovered;
+    /// returns a new pool on it.
+    async fn crash_target(&self) -> sqlx::PgPool {
+        signal(self.walwriter, libc::SIGKILL);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(2)
+                .connect(&self.target_server.url("target"))
+                .await
+                && let Ok(Some(pid)) = sqlx::query_scalar::<_, i32>(
+                    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'",
+                )
+                .fetch_optional(&pool)
+                .await
+                && pid != self.walwriter
+            {
+                // Reinitialized: a new WAL writer runs, and recovery has ended (connections wait).
+                return pool;
+            }
+            assert!(Instant::now() < deadline, "the target did not come back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_target_crash_loses_deferred_batches_but_never_a_checkpointed_one() {
+    let s = Setup::prepare(CONFIG).await;
+    // The first worker is a `deprov worker` process, so that it can be SIGKILLed.
+    let config_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config_file.path(), CONFIG).unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut first = Command::new(env!("CARGO_BIN_EXE_deprov"))
+        .arg("worker")
+        .env("DEPROV_DATABASE_URL", s.state_server.url("deprov"))
+        .env("DEPROV_TARGET_URL", s.target_server.url("target"))
+        .env("DEPROV_CONFIG", config_file.path())
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    // Wait for a checkpoint, then for at least 100 rows deleted by deferred batches after it
+    // (about a third of a second; the next durable batch comes a second after the checkpoint).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        let job = jobs::get(&s.state, s.job_id).await.unwrap().unwrap();
+        let checkpointed = Checkpoint::from_json(job.checkpoint.as_ref()).is_some();
+        let stored = Progress::from_json(&job.progress).rows_deleted;
+        let left = items_left(&s.target).await;
+        if checkpointed && ITEMS - left >= stored + 100 {
+            break left;
+        }
+        if let Some(status) = first.try_wait().unwrap() {
+            panic!(
+                "the worker exited ({status})\n{}",
+                std::fs::read_to_string(log.path()).unwrap_or_default()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no batch committed deferred after a checkpoint (is every batch checkpointed?): {job:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    first.kill().unwrap();
+    let target = s.crash_target().await;
+    first.wait().unwrap();
+
+    // The postmaster reinitialized and recovered: the deferred batches' rows are back.
+    let after = items_left(&target).await;
+    assert!(
+        after > seen,
+        "the crash lost no deferred batch ({seen} rows left before it, {after} after): the test did not test anything"
+    );
+    let job = jobs::get(&s.state, s.job_id).await.unwrap().unwrap();
+    let cp = Checkpoint::from_json(job.checkpoint.as_ref()).expect("a checkpoint was written");
+    let Cursor::Within(parent, last) = &cp.cursor else {
+        panic!("the checkpoint is not within the tenant's items: {cp:?}");
+    };
+    assert_eq!(parent, &vec!["1".to_string()]);
+    let below: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM app.items WHERE account_id = 1 AND id <= $1::bigint",
+    )
+    .bind(&last[0])
+    .fetch_one(&target)
+    .await
+    .unwrap();
+    assert_eq!(
+        below, 0,
+        "the checkpoint says items up to id {} are deleted, but {below} came back after the crash",
+        last[0]
+    );
+
+    // A new worker takes the job over once the first one's lease expires, and completes it.
+    let done = run_to_end(&s).await;
+    assert_eq!(done.state(), JobState::Completed, "{done:?}");
+    assert_eq!(items_left(&target).await, 0);
+    assert_eq!(digest(&target).await, digest(&s.expected).await);
+    println!(
+        "{seen} items left before the crash, {after} after it; checkpoint at id {}",
+        last[0]
+    );
+}
+
+/// A job that completes has made its deferred batches durable: a target crash right after the
+/// job's end (its WAL writer stopped all along) brings back nothing.
+#[tokio::test]
+async fn a_completed_job_is_durable_on_the_target() {
+    // Unthrottled, the whole job fits in one checkpoint interval: every batch commits deferred.
+    let s = Setup::prepare(&CONFIG.replace("rate_limit = 300", "rate_limit = 0")).await;
+    let done = run_to_end(&s).await;
+    assert_eq!(done.state(), JobState::Completed, "{done:?}");
+    let progress = Progress::from_json(&done.progress);
+    assert_eq!(progress.rows_deleted, ITEMS + 1, "{progress:?}");
+    let target = s.crash_target().await;
+    assert_eq!(items_left(&target).await, 0);
+    assert_eq!(digest(&target).await, digest(&s.expected).await);
+}
+
+/// Runs an in-process worker until the job is `completed` or `failed`.
+async fn run_to_end(s: &Setup) -> deprov::queue::Job {
+    let worker = Worker::new(s.pools.clone(), s.config.clone(), "in-process".into());
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { worker.run(cancel).await }
+    });
+    let done = wait_for_job(&s.state, s.job_id, "the job to end", |j| {
+        matches!(j.state(), JobState::Completed | JobState::Failed)
+    })
+    .await;
+    cancel.cancel();
+    running.await.unwrap();
+    done
+}
