@@ -128,6 +128,10 @@ pub enum AppError {
     /// Migrating the state database failed.
     #[error("migrating the state database: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// Migrations are off (`--migrate false` / `DEPROV_MIGRATE=false`) and the state database lacks
+    /// migrations of this build: the message names them and `deprov migrate`.
+    #[error("{0}")]
+    PendingMigrations(String),
     /// Binding or serving the listener failed.
     #[error("HTTP listener on {addr}: {source}")]
     Io {

@@ -25,7 +25,7 @@ pub(super) struct Prepared {
     /// `false` until [`check_databases`] found so.
     pub(super) migrated: Arc<AtomicBool>,
     /// `settings.migrate`: whether deprov applies the migrations itself, or only checks that none is
-    /// pending (`DEPROV_MIGRATE=false`).
+    /// pending (`--migrate false` / `DEPROV_MIGRATE=false`).
     pub(super) apply_migrations: bool,
     /// The configured SQL's check: pending until [`check_databases`] ran it, then passed, or still
     /// pending (the target was not reachable).
@@ -54,7 +54,8 @@ pub(super) fn prepare(settings: &Settings) -> Result<Prepared, AppError> {
         return Err(AppError::Setting {
             name: "DEPROV_MIGRATE",
             reason: "migrations cannot run through a transaction pooler (DEPROV_POOLER_MODE=transaction): \
-                     run `deprov migrate` with a direct DEPROV_DATABASE_URL, then start with DEPROV_MIGRATE=false"
+                     run `deprov migrate` with a direct DEPROV_DATABASE_URL, then start with migrations \
+                     off (--migrate false or DEPROV_MIGRATE=false)"
                 .into(),
         });
     }
@@ -86,8 +87,7 @@ fn target_url(settings: &Settings) -> &str {
 /// reached: the SQL check then stays pending.
 ///
 /// # Errors
-/// [`AppError::Migrate`], [`AppError::Setting`] (pending migrations), and [`check_target`]'s
-/// refusals.
+/// [`AppError::Migrate`], [`AppError::PendingMigrations`], and [`check_target`]'s refusals.
 pub(super) async fn check_databases(
     settings: &Settings,
     prepared: &Prepared,
@@ -112,7 +112,7 @@ pub(super) async fn check_databases(
     Ok(())
 }
 
-/// Applies the migrations (`apply`; else waits until none is pending: `DEPROV_MIGRATE=false`) until
+/// Applies the migrations (`apply`; else waits until none is pending: migrations off) until
 /// that succeeds or `cancel` fires, retrying with backoff (1 s doubling to 5 s, plus the pool's
 /// acquire wait) and setting `migrated` on success. Returns whether it succeeded. Errors other than an
 /// unreachable database, and pending migrations deprov may not apply, are logged and retried alike:
@@ -159,10 +159,7 @@ async fn migrate_or_check(pool: &sqlx::PgPool, apply: bool) -> Result<(), String
     }
     match db::pending_migrations(pool).await {
         Ok(pending) if pending.is_empty() => Ok(()),
-        Ok(pending) => Err(format!(
-            "DEPROV_MIGRATE is false, but {}",
-            lacking(&pending)
-        )),
+        Ok(pending) => Err(lacking(&pending)),
         Err(e) => Err(db::errors::error_text(&e)),
     }
 }
@@ -244,20 +241,17 @@ pub(super) fn spawn_sql_check(
     )))
 }
 
-/// With `DEPROV_MIGRATE=false`, refuses to start on a state database that lacks migrations this
-/// build needs: its statements would fail on every request (intake calls `deprov.record_first`,
-/// made by migration 7). Returns whether the check ran: `false` when the state database could not be
+/// With migrations off (`--migrate false` / `DEPROV_MIGRATE=false`), refuses to start on a state
+/// database that lacks migrations this build needs: its statements would fail on every request
+/// (intake calls `deprov.record_first`, made by migration 7). Returns whether the check ran: `false` when the state database could not be
 /// read, and then [`migrate_in_background`] repeats it and `/readyz` answers 503 until it passes.
 ///
 /// # Errors
-/// [`AppError::Setting`] naming the missing versions and `deprov migrate`.
+/// [`AppError::PendingMigrations`] naming the missing versions and `deprov migrate`.
 async fn refuse_pending_migrations(pool: &sqlx::PgPool) -> Result<bool, AppError> {
     match db::pending_migrations(pool).await {
         Ok(pending) if pending.is_empty() => Ok(true),
-        Ok(pending) => Err(AppError::Setting {
-            name: "DEPROV_MIGRATE",
-            reason: format!("is false, but {}", lacking(&pending)),
-        }),
+        Ok(pending) => Err(AppError::PendingMigrations(lacking(&pending))),
         Err(e) => {
             tracing::warn!(error = %db::errors::error_text(&e), "could not read the state database's migrations at start; checking again in the background");
             Ok(false)
@@ -266,10 +260,12 @@ async fn refuse_pending_migrations(pool: &sqlx::PgPool) -> Result<bool, AppError
 }
 
 /// What an operator reads when the state database lacks the migrations `pending` and deprov may
-/// not apply them: the versions, and the command that does.
+/// not apply them: that migrations are off, however they were turned off (the flag or the
+/// environment variable), the versions, and the command that applies them.
 fn lacking(pending: &[i64]) -> String {
     format!(
-        "the state database lacks migration(s) {pending:?} of this deprov: run `deprov migrate` \
-         with a direct DEPROV_DATABASE_URL first"
+        "with migrations off (--migrate false or DEPROV_MIGRATE=false), the state database lacks \
+         migration(s) {pending:?} of this deprov: run `deprov migrate` with a direct \
+         DEPROV_DATABASE_URL first"
     )
 }
