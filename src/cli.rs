@@ -71,9 +71,10 @@ pub enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
-        /// Databases and configuration.
+        /// Configuration and the target database: `DEPROV_TARGET_URL`, else `DEPROV_DATABASE_URL`,
+        /// as for `serve` (only the target is read).
         #[command(flatten)]
-        settings: Settings,
+        target: CheckArgs,
     },
     /// Check the configuration file against the target database as `serve` does at start (the
     /// configured SQL parsed and analysed by PostgreSQL, nothing run).
@@ -169,15 +170,11 @@ pub fn error_report(e: &anyhow::Error) -> String {
 /// `deprov plan`: reads the target's catalog and prints the plan, row counts and blockers. Read-only.
 /// Fails (exit status 1) when deprov would refuse the tenant: the cascading DELETE would fail;
 /// [`EXIT_NO_SUCH_TENANT`] (3) when no root row has the key, or the key does not fit the key column.
-async fn plan_command(settings: &Settings, tenant: &str, json: bool) -> anyhow::Result<()> {
-    settings.pooler_mode.apply();
-    let config = crate::config::Config::load(&settings.config.to_string_lossy())?;
-    let target_url = settings
-        .target_url
-        .as_deref()
-        .unwrap_or(&settings.database_url);
+async fn plan_command(args: &CheckArgs, tenant: &str, json: bool) -> anyhow::Result<()> {
+    args.pooler_mode.apply();
+    let config = crate::config::Config::load(&args.config.to_string_lossy())?;
     let target = db::pool(
-        &db::connect_options(target_url)?,
+        &db::connect_options(args.target()?)?,
         PoolRole::Cli,
         &config.pools.target,
     );
@@ -315,8 +312,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plan {
             tenant,
             json,
-            settings,
-        } => plan_command(&settings, &tenant, json).await?,
+            target,
+        } => plan_command(&target, &tenant, json).await?,
         Command::Config(args) => config::run(args).await?,
         Command::Demo(args) => {
             let outcome = crate::demo::run::run(&args).await?;

@@ -219,15 +219,15 @@ impl Gate {
 ///
 /// # Errors
 /// [`Refused`] when the target refuses a statement: deprov does not start.
-pub async fn check_at_start(target: &PgPool, config: &Config) -> Result<Gate, Refused> {
+pub async fn check_at_start(target: &PgPool, config: &Config) -> Result<Status, Refused> {
     match check(target, config).await {
-        Ok(findings) if findings.is_empty() => Ok(Gate::default()),
+        Ok(findings) if findings.is_empty() => Ok(Status::Passed),
         Ok(findings) => Err(Refused(findings)),
         Err(e) => {
             let error = db::errors::unreachable_text(target, &e).await;
             tracing::warn!(%error, "target database not reachable at start: the configured SQL \
                 is checked once it is, and the worker claims no job until then");
-            Ok(Gate::new(Status::Pending))
+            Ok(Status::Pending)
         }
     }
 }

@@ -1,17 +1,20 @@
 //! The service: settings, start-up, HTTP serving and the in-process worker, graceful shutdown.
 //!
-//! [`Application::build`] loads the configuration, builds the pools, optionally migrates the state
-//! database and binds the listener (port 0 picks a free port, for tests); [`Application::run_until_stopped`]
-//! serves until a [`CancellationToken`] fires. [`shutdown_on_signals`] wires SIGTERM and Ctrl-C to such a
-//! token.
+//! [`Application::build`] loads the configuration, builds the pools, binds the listener (port 0 picks
+//! a free port, for tests) and starts serving, and only then migrates the state database and checks
+//! the target; [`Application::run_until_stopped`] serves until a [`CancellationToken`] fires.
+//! [`shutdown_on_signals`] wires SIGTERM and Ctrl-C to such a token.
 //!
-//! A state database that is down at start-up does not stop deprov: the service serves (`/healthz` 200,
-//! `/readyz` and intake 503), applies its migrations in the background as soon as the database
-//! answers, and only then becomes ready and starts its worker — no restart, no crash loop.
+//! A state database that is down at start-up does not stop deprov: the service serves at once
+//! (`/healthz` 200, `/readyz` and intake 503 with `Retry-After`; while the start-up checks wait for
+//! the database, up to a pool's acquire timeout, every `/v1/` route answers 503 without touching
+//! it), applies its migrations in the background as soon as the database answers, and only then
+//! becomes ready and starts its worker — no restart, no crash loop.
 //! Migrating at start is refused under `DEPROV_POOLER_MODE=transaction` before any connection opens
 //! (sqlx's migrator needs a session), so that background retry only ever migrates over a direct or
 //! session-mode connection.
-//! `deprov worker` serves `GET /metrics` (and `/healthz`) on `--metrics-listen` when given.
+//! `deprov worker` serves `GET /metrics` (and `/healthz`) on `--metrics-listen` when given, also
+//! from before its database checks.
 //!
 //! Start-up also checks the target database: `[tenant] root_table` must exist, and the target must
 //! accept every configured statement ([`crate::sqlcheck`]); either failing stops the process with a
@@ -21,10 +24,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use axum::Router;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+use tokio::task::JoinHandle;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::config::ConfigError;
 use crate::db::PoolerMode;
@@ -34,7 +39,7 @@ use crate::worker::Worker;
 
 mod start;
 
-use start::{Prepared, prepare, spawn_sql_check, spawn_worker};
+use start::{Prepared, check_databases, prepare, spawn_sql_check, spawn_worker};
 
 /// Shortest accepted `DEPROV_OPERATOR_TOKEN`, in characters (as for source tokens).
 pub const MIN_OPERATOR_TOKEN_LEN: usize = 16;
@@ -123,6 +128,10 @@ pub enum AppError {
     /// Migrating the state database failed.
     #[error("migrating the state database: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// Migrations are off (`--migrate false` / `DEPROV_MIGRATE=false`) and the state database lacks
+    /// migrations of this build: the message names them and `deprov migrate`.
+    #[error("{0}")]
+    PendingMigrations(String),
     /// Binding or serving the listener failed.
     #[error("HTTP listener on {addr}: {source}")]
     Io {
@@ -148,13 +157,15 @@ pub fn worker_id() -> String {
     )
 }
 
-/// A built, bound service, ready to run.
+/// A built service: bound and already serving HTTP, its start-up checks passed; run it with
+/// [`Application::run_until_stopped`]. Dropped without being run, it stops serving.
 #[derive(Debug)]
 pub struct Application {
-    listener: TcpListener,
     address: SocketAddr,
-    router: Router,
-    limits: crate::config::IntakeConfig,
+    /// The HTTP server, serving since [`Application::build`] bound the listener.
+    server: JoinHandle<std::io::Result<()>>,
+    /// Stops `server` (gracefully) when dropped; [`Application::run_until_stopped`] disarms it.
+    stop_serving: DropGuard,
     worker: Option<Worker>,
     state: AppState,
     /// `settings.migrate` (see `start::Prepared::apply_migrations`).
@@ -162,12 +173,17 @@ pub struct Application {
 }
 
 impl Application {
-    /// Loads the configuration, builds the pools, migrates the state database when
-    /// `settings.migrate`, and binds `settings.listen`. Pools connect lazily: the service starts even
-    /// when the state database is down (`/readyz` then answers 503).
+    /// Loads the configuration, builds the pools (which connect lazily), binds `settings.listen` and
+    /// serves HTTP from then on; then migrates the state database when `settings.migrate` (else
+    /// checks that no migration is pending) and checks the target database. Nothing waits on a
+    /// database before the listener serves: while those checks run, `/healthz` answers 200 and
+    /// `/readyz` and every `/v1/` route 503 with `Retry-After`, so a database that is down (the checks
+    /// then wait up to a pool's acquire timeout) delays nothing but readiness, and the service starts
+    /// anyway (`/readyz` answers 503 until the database answers and is migrated).
     ///
     /// # Errors
-    /// [`AppError`]: bad configuration or settings, migration failure, or the address cannot be bound.
+    /// [`AppError`]: bad configuration or settings, the address cannot be bound, a migration
+    /// failure, or a start-up check refusing (the server is stopped first).
     pub async fn build(settings: Settings) -> Result<Self, AppError> {
         let operator = settings.operator_token.as_deref().filter(|t| !t.is_empty());
         if operator.is_some_and(|t| t.chars().count() < MIN_OPERATOR_TOKEN_LEN) {
@@ -178,13 +194,7 @@ impl Application {
             });
         }
         crate::sources::oidc::install_crypto_provider();
-        let Prepared {
-            config,
-            pools,
-            migrated,
-            apply_migrations,
-            sql_check,
-        } = prepare(&settings).await?;
+        let prepared = prepare(&settings)?;
         let listener = TcpListener::bind(settings.listen)
             .await
             .map_err(|source| AppError::Io {
@@ -195,29 +205,51 @@ impl Application {
             addr: settings.listen,
             source,
         })?;
+        let Prepared {
+            config,
+            pools,
+            migrated,
+            sql_check,
+            ..
+        } = &prepared;
         let worker = (!settings.no_worker).then(|| {
             Worker::new(pools.clone(), config.clone(), worker_id())
                 .with_notify_url(settings.listen_url())
                 .with_sql_check(sql_check.clone())
         });
-        let limits = config.intake.clone();
         let mut state = AppState::new(pools.clone(), config.clone(), operator);
-        state.migrated = migrated;
-        state.sql_check = sql_check;
+        state.migrated = migrated.clone();
+        state.sql_check = sql_check.clone();
+        state.starting.store(true, Ordering::Release);
         state.metrics = Arc::new(Collector::new(
-            pools,
+            pools.clone(),
             worker.is_some(),
             config.metrics.read_timeout,
         ));
         let router = http::router(state.clone());
+        let limits = config.intake.clone();
+        let stop = CancellationToken::new();
+        let serving = stop.clone();
+        // hyper with connection-level limits (header time, idle keep-alive, header buffer); the
+        // peer address is given to handlers as `ConnectInfo` (the rate limiter keys on it).
+        let server =
+            tokio::spawn(
+                async move { http::serve::serve(listener, router, &limits, serving).await },
+            );
+        tracing::info!(%address, "deprov listening; checking its databases");
+        if let Err(e) = check_databases(&settings, &prepared).await {
+            stop.cancel();
+            let _ = server.await;
+            return Err(e);
+        }
+        state.starting.store(false, Ordering::Release);
         Ok(Self {
-            listener,
             address,
-            router,
-            limits,
+            server,
+            stop_serving: stop.drop_guard(),
             worker,
             state,
-            apply_migrations,
+            apply_migrations: prepared.apply_migrations,
         })
     }
 
@@ -241,29 +273,42 @@ impl Application {
     /// # Errors
     /// [`AppError::Io`] when serving fails.
     pub async fn run_until_stopped(self, cancel: CancellationToken) -> Result<(), AppError> {
-        let has_worker = self.worker.is_some();
+        let Self {
+            address,
+            mut server,
+            stop_serving,
+            worker,
+            state,
+            apply_migrations,
+        } = self;
+        let stop_serving = stop_serving.disarm();
+        let has_worker = worker.is_some();
         let worker = spawn_worker(
-            self.worker,
-            self.state.pools.queue.clone(),
-            self.state.migrated.clone(),
-            self.apply_migrations,
+            worker,
+            state.pools.queue.clone(),
+            state.migrated.clone(),
+            apply_migrations,
             cancel.child_token(),
         );
-        if let Some(limit) = self.state.rate_limit.clone() {
+        if let Some(limit) = state.rate_limit.clone() {
             http::rate_limit::spawn_retain(limit, cancel.child_token());
         }
         let sql_check = spawn_sql_check(
-            &self.state.pools,
-            &self.state.config,
-            &self.state.sql_check,
+            &state.pools,
+            &state.config,
+            &state.sql_check,
             cancel.child_token(),
         );
         telemetry::spawn_upkeep(cancel.child_token());
-        tracing::info!(address = %self.address, worker = has_worker, "deprov serving");
-        // hyper with connection-level limits (header time, idle keep-alive, header buffer); the
-        // peer address is given to handlers as `ConnectInfo` (the rate limiter keys on it).
-        let served =
-            http::serve::serve(self.listener, self.router, &self.limits, cancel.clone()).await;
+        tracing::info!(%address, worker = has_worker, "deprov serving");
+        let served = tokio::select! {
+            served = &mut server => served,
+            () = cancel.cancelled() => {
+                stop_serving.cancel();
+                server.await
+            }
+        };
+        let served = served.unwrap_or_else(|e| Err(std::io::Error::other(e)));
         cancel.cancel();
         if let Some(task) = worker
             && let Err(e) = task.await
@@ -274,10 +319,10 @@ impl Application {
             let _ = task.await;
         }
         // Waits for handlers still running in their own tasks, then ends every connection cleanly.
-        self.state.pools.close().await;
+        state.pools.close().await;
         tracing::info!("deprov stopped");
         served.map_err(|source| AppError::Io {
-            addr: self.address,
+            addr: address,
             source,
         })
     }
@@ -290,22 +335,32 @@ impl Application {
 /// [`AppError`] from loading the configuration, building pools, migrating (other than an unreachable
 /// database, which is retried), or binding `metrics_listen`.
 pub async fn run_worker(settings: Settings, cancel: CancellationToken) -> Result<(), AppError> {
+    let prepared = prepare(&settings)?;
+    let collector = Arc::new(Collector::new(
+        prepared.pools.clone(),
+        true,
+        prepared.config.metrics.read_timeout,
+    ));
+    // Bound before the database checks, which wait for a database that is down.
+    let serving = cancel.child_token();
+    let metrics = match settings.metrics_listen {
+        Some(addr) => Some(serve_metrics(addr, collector, serving.clone()).await?),
+        None => None,
+    };
+    if let Err(e) = check_databases(&settings, &prepared).await {
+        serving.cancel();
+        if let Some(task) = metrics {
+            let _ = task.await;
+        }
+        return Err(e);
+    }
     let Prepared {
         config,
         pools,
         migrated,
         apply_migrations,
         sql_check,
-    } = prepare(&settings).await?;
-    let collector = Arc::new(Collector::new(
-        pools.clone(),
-        true,
-        config.metrics.read_timeout,
-    ));
-    let metrics = match settings.metrics_listen {
-        Some(addr) => Some(serve_metrics(addr, collector, cancel.clone()).await?),
-        None => None,
-    };
+    } = prepared;
     telemetry::spawn_upkeep(cancel.child_token());
     let checking = spawn_sql_check(&pools, &config, &sql_check, cancel.child_token());
     let queue = pools.queue.clone();

@@ -1,7 +1,8 @@
-//! Start-up work of `deprov serve` and `deprov worker` besides HTTP: loading the configuration,
-//! building the pools, migrating (now or, with the state database down, in the background), checking
-//! the target (`[tenant] root_table` and the configured SQL, [`crate::sqlcheck`]), and the tasks that
-//! wait for those before the worker runs.
+//! Start-up work of `deprov serve` and `deprov worker` besides HTTP: loading the configuration and
+//! building the pools ([`prepare`], no database touched, so the listener binds at once), then
+//! migrating (now or, with the state database down, in the background) and checking the target
+//! (`[tenant] root_table` and the configured SQL, [`crate::sqlcheck`]) while HTTP already answers
+//! ([`check_databases`]), and the tasks that wait for those before the worker runs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,27 +21,25 @@ use crate::worker::Worker;
 pub(super) struct Prepared {
     pub(super) config: Arc<Config>,
     pub(super) pools: Pools,
-    /// Whether the migrations are applied (`true` also when not asked for and none is pending).
+    /// Whether the migrations are applied (`true` also when not asked for and none is pending);
+    /// `false` until [`check_databases`] found so.
     pub(super) migrated: Arc<AtomicBool>,
     /// `settings.migrate`: whether deprov applies the migrations itself, or only checks that none is
-    /// pending (`DEPROV_MIGRATE=false`).
+    /// pending (`--migrate false` / `DEPROV_MIGRATE=false`).
     pub(super) apply_migrations: bool,
-    /// The configured SQL's check: passed, or pending (the target was not reachable).
+    /// The configured SQL's check: pending until [`check_databases`] ran it, then passed, or still
+    /// pending (the target was not reachable).
     pub(super) sql_check: crate::sqlcheck::Gate,
 }
 
-/// Loads the configuration, builds the pools, migrates and checks the target ([`check_target`]). A
-/// state database that cannot be reached is not an error: the migrations are then `false` and applied
-/// later by [`migrate_in_background`]; any other migration failure is. Nor is a target that cannot
-/// be reached: the SQL check is then pending.
-pub(super) async fn prepare(settings: &Settings) -> Result<Prepared, AppError> {
+/// Loads the configuration, checks the settings and builds the pools (which connect lazily): no
+/// database is touched, so a database that is down delays nothing here. The migrations count as not
+/// applied and the SQL check as pending until [`check_databases`] ran.
+pub(super) fn prepare(settings: &Settings) -> Result<Prepared, AppError> {
     // Before any connection opens, so every one is counted.
     telemetry::install();
     let config = Arc::new(Config::load(&settings.config.to_string_lossy())?);
-    let target = settings
-        .target_url
-        .as_deref()
-        .unwrap_or(&settings.database_url);
+    let target = target_url(settings);
     for (name, url) in [
         ("DEPROV_DATABASE_URL", &settings.database_url[..]),
         ("DEPROV_TARGET_URL", target),
@@ -55,37 +54,65 @@ pub(super) async fn prepare(settings: &Settings) -> Result<Prepared, AppError> {
         return Err(AppError::Setting {
             name: "DEPROV_MIGRATE",
             reason: "migrations cannot run through a transaction pooler (DEPROV_POOLER_MODE=transaction): \
-                     run `deprov migrate` with a direct DEPROV_DATABASE_URL, then start with DEPROV_MIGRATE=false"
+                     run `deprov migrate` with a direct DEPROV_DATABASE_URL, then start with migrations \
+                     off (--migrate false or DEPROV_MIGRATE=false)"
                 .into(),
         });
     }
     settings.pooler_mode.apply();
     let pools = Pools::new(&settings.database_url, target, &config.pools).map_err(AppError::Url)?;
-    let migrated = Arc::new(AtomicBool::new(true));
-    if settings.migrate {
-        match db::migrate(&pools.queue).await {
-            Ok(()) => {}
-            Err(sqlx::migrate::MigrateError::Execute(e)) if http::error::is_unavailable(&e) => {
-                let error = db::errors::unreachable_text(&pools.queue, &e).await;
-                tracing::warn!(%error, "state database unreachable at start; migrating once it answers");
-                migrated.store(false, Ordering::Release);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    } else if !refuse_pending_migrations(&pools.queue).await? {
-        migrated.store(false, Ordering::Release);
-    }
-    let sql_check = check_target(&config, target).await?;
     Ok(Prepared {
         config,
         pools,
-        migrated,
+        migrated: Arc::new(AtomicBool::new(false)),
         apply_migrations: settings.migrate,
-        sql_check,
+        sql_check: crate::sqlcheck::Gate::new(crate::sqlcheck::Status::Pending),
     })
 }
 
-/// Applies the migrations (`apply`; else waits until none is pending: `DEPROV_MIGRATE=false`) until
+/// `DEPROV_TARGET_URL`, else the state database's URL.
+fn target_url(settings: &Settings) -> &str {
+    settings
+        .target_url
+        .as_deref()
+        .unwrap_or(&settings.database_url)
+}
+
+/// The start-up checks that need the databases: migrates (or, with migrations off, checks that none
+/// is pending) and checks the target ([`check_target`]), setting `prepared.migrated` and
+/// `prepared.sql_check`. Waits for a database that is down up to its pool's acquire timeout (sqlx
+/// retries a refused connection until then), which is why HTTP is served before this runs. A state
+/// database that cannot be reached is not an error: the migrations stay `false` and are applied later
+/// by [`migrate_in_background`]; any other migration failure is. Nor is a target that cannot be
+/// reached: the SQL check then stays pending.
+///
+/// # Errors
+/// [`AppError::Migrate`], [`AppError::PendingMigrations`], and [`check_target`]'s refusals.
+pub(super) async fn check_databases(
+    settings: &Settings,
+    prepared: &Prepared,
+) -> Result<(), AppError> {
+    let queue = &prepared.pools.queue;
+    let migrated = if settings.migrate {
+        match db::migrate(queue).await {
+            Ok(()) => true,
+            Err(sqlx::migrate::MigrateError::Execute(e)) if http::error::is_unavailable(&e) => {
+                let error = db::errors::unreachable_text(queue, &e).await;
+                tracing::warn!(%error, "state database unreachable at start; migrating once it answers");
+                false
+            }
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        refuse_pending_migrations(queue).await?
+    };
+    prepared.migrated.store(migrated, Ordering::Release);
+    let status = check_target(&prepared.config, target_url(settings)).await?;
+    prepared.sql_check.set(status);
+    Ok(())
+}
+
+/// Applies the migrations (`apply`; else waits until none is pending: migrations off) until
 /// that succeeds or `cancel` fires, retrying with backoff (1 s doubling to 5 s, plus the pool's
 /// acquire wait) and setting `migrated` on success. Returns whether it succeeded. Errors other than an
 /// unreachable database, and pending migrations deprov may not apply, are logged and retried alike:
@@ -132,10 +159,7 @@ async fn migrate_or_check(pool: &sqlx::PgPool, apply: bool) -> Result<(), String
     }
     match db::pending_migrations(pool).await {
         Ok(pending) if pending.is_empty() => Ok(()),
-        Ok(pending) => Err(format!(
-            "DEPROV_MIGRATE is false, but {}",
-            lacking(&pending)
-        )),
+        Ok(pending) => Err(lacking(&pending)),
         Err(e) => Err(db::errors::error_text(&e)),
     }
 }
@@ -164,14 +188,14 @@ pub(super) fn spawn_worker(
 /// or when the target refuses a configured statement ([`crate::sqlcheck::check_at_start`]).
 /// A target that cannot be reached is not an error (deprov must start while the database is down):
 /// the plan is checked again when a job runs, and the statements by
-/// [`crate::sqlcheck::check_until_passed`] (the returned gate is then pending). The wait is bounded
+/// [`crate::sqlcheck::check_until_passed`] (the returned status is then pending). The wait is bounded
 /// by the pool's 5 s acquire timeout and, on the server, by [`db::Bounds::STATE`] (catalog) and
 /// `[hard_delete]`'s timeouts (statements); no client deadline abandons a query. It uses a
 /// connection of its own (`deprov-cli`), closed afterwards, so the target pool starts empty.
 async fn check_target(
     config: &Config,
     target_url: &str,
-) -> Result<crate::sqlcheck::Gate, AppError> {
+) -> Result<crate::sqlcheck::Status, AppError> {
     let root = config.root_table();
     let options = db::connect_options(target_url).map_err(AppError::Url)?;
     let bounds = crate::config::PoolConfig {
@@ -191,7 +215,7 @@ async fn check_target(
             };
             tracing::warn!(%error, "target database not reachable at start; [tenant] is checked when a job runs, \
                 the configured SQL once the target answers (no job is claimed until then)");
-            Ok(crate::sqlcheck::Gate::new(crate::sqlcheck::Status::Pending))
+            Ok(crate::sqlcheck::Status::Pending)
         }
     };
     pool.close().await;
@@ -217,20 +241,17 @@ pub(super) fn spawn_sql_check(
     )))
 }
 
-/// With `DEPROV_MIGRATE=false`, refuses to start on a state database that lacks migrations this
-/// build needs: its statements would fail on every request (intake calls `deprov.record_first`,
-/// made by migration 7). Returns whether the check ran: `false` when the state database could not be
+/// With migrations off (`--migrate false` / `DEPROV_MIGRATE=false`), refuses to start on a state
+/// database that lacks migrations this build needs: its statements would fail on every request
+/// (intake calls `deprov.record_first`, made by migration 7). Returns whether the check ran: `false` when the state database could not be
 /// read, and then [`migrate_in_background`] repeats it and `/readyz` answers 503 until it passes.
 ///
 /// # Errors
-/// [`AppError::Setting`] naming the missing versions and `deprov migrate`.
+/// [`AppError::PendingMigrations`] naming the missing versions and `deprov migrate`.
 async fn refuse_pending_migrations(pool: &sqlx::PgPool) -> Result<bool, AppError> {
     match db::pending_migrations(pool).await {
         Ok(pending) if pending.is_empty() => Ok(true),
-        Ok(pending) => Err(AppError::Setting {
-            name: "DEPROV_MIGRATE",
-            reason: format!("is false, but {}", lacking(&pending)),
-        }),
+        Ok(pending) => Err(AppError::PendingMigrations(lacking(&pending))),
         Err(e) => {
             tracing::warn!(error = %db::errors::error_text(&e), "could not read the state database's migrations at start; checking again in the background");
             Ok(false)
@@ -239,10 +260,12 @@ async fn refuse_pending_migrations(pool: &sqlx::PgPool) -> Result<bool, AppError
 }
 
 /// What an operator reads when the state database lacks the migrations `pending` and deprov may
-/// not apply them: the versions, and the command that does.
+/// not apply them: that migrations are off, however they were turned off (the flag or the
+/// environment variable), the versions, and the command that applies them.
 fn lacking(pending: &[i64]) -> String {
     format!(
-        "the state database lacks migration(s) {pending:?} of this deprov: run `deprov migrate` \
-         with a direct DEPROV_DATABASE_URL first"
+        "with migrations off (--migrate false or DEPROV_MIGRATE=false), the state database lacks \
+         migration(s) {pending:?} of this deprov: run `deprov migrate` with a direct \
+         DEPROV_DATABASE_URL first"
     )
 }

@@ -28,7 +28,8 @@ pub enum ConfigAction {
     Check(CheckArgs),
 }
 
-/// The file and the target database.
+/// The configuration file and the target database (`deprov config check`, `deprov plan`), read from
+/// the same flags and environment variables as `serve` and `worker` read them.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CheckArgs {
     /// The TOML configuration file.
@@ -37,12 +38,31 @@ pub struct CheckArgs {
     /// The application database (default: `DEPROV_DATABASE_URL`).
     #[arg(long, env = "DEPROV_TARGET_URL", hide_env_values = true)]
     pub target_url: Option<String>,
-    /// deprov's state database; the target when no target URL is given (nothing is read from it).
+    /// deprov's state database: the target when no target URL is given (else nothing is read from
+    /// it).
     #[arg(long, env = "DEPROV_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// `transaction` when the URL points at a transaction pooler (see `deprov serve --help`).
     #[arg(long, env = "DEPROV_POOLER_MODE", value_enum, default_value_t = PoolerMode::Session)]
     pub pooler_mode: PoolerMode,
+}
+
+impl CheckArgs {
+    /// The target database's URL as `serve` and `worker` pick it: `DEPROV_TARGET_URL`
+    /// (`--target-url`), else `DEPROV_DATABASE_URL` (`--database-url`).
+    ///
+    /// # Errors
+    /// Neither is given.
+    pub fn target(&self) -> anyhow::Result<&str> {
+        self.target_url
+            .as_deref()
+            .or(self.database_url.as_deref())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "give the target database: DEPROV_TARGET_URL (or DEPROV_DATABASE_URL)"
+                )
+            })
+    }
 }
 
 /// Runs `deprov config`.
@@ -53,13 +73,7 @@ pub async fn run(args: ConfigArgs) -> anyhow::Result<()> {
     let ConfigAction::Check(args) = args.action;
     let config = Config::load(&args.config.to_string_lossy())?;
     println!("{}: valid", args.config.display());
-    let url = args
-        .target_url
-        .as_deref()
-        .or(args.database_url.as_deref())
-        .ok_or_else(|| {
-            anyhow::anyhow!("give the target database: DEPROV_TARGET_URL (or DEPROV_DATABASE_URL)")
-        })?;
+    let url = args.target()?;
     let options = db::connect_options(url)?;
     args.pooler_mode
         .check_url(&options)

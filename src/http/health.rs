@@ -24,10 +24,12 @@ pub async fn healthz() -> axum::Json<Health> {
     })
 }
 
-/// Readiness: 200 when deprov's migrations are applied and the state database answers `SELECT 1`
-/// through the intake pool within the pool's acquire timeout (`[pools.intake] acquire_timeout`), else
-/// 503 with `Retry-After`. A service started while its database was down becomes ready within seconds
-/// of the database's return (its migrations are retried in the background), without a restart.
+/// Readiness: 503 with `Retry-After: 1` while the process checks its databases at start (it serves
+/// HTTP from before those checks); then 200 when deprov's migrations are applied and the state
+/// database answers `SELECT 1` through the intake pool within the pool's acquire timeout
+/// (`[pools.intake] acquire_timeout`), else 503 with `Retry-After`. A service started while its
+/// database was down becomes ready within seconds of the database's return (its migrations are
+/// retried in the background), without a restart.
 /// Also 503 (`Retry-After: 5`, how often the check is repeated) while the start-up check of the
 /// configured SQL finds a statement the target database refuses: the detail names each setting and
 /// the server's error. A check not yet run (the target unreachable since start) does not make it
@@ -43,6 +45,9 @@ pub async fn healthz() -> axum::Json<Health> {
     ),
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>, ApiError> {
+    if state.is_starting() {
+        return Err(ApiError::db_unavailable(super::STARTING));
+    }
     if !state.is_migrated() {
         return Err(ApiError::db_unavailable(
             "the state database was unreachable at start-up; its migrations are not applied yet",

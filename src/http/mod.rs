@@ -95,6 +95,10 @@ pub struct AppState {
     /// The check of the configured SQL against the target ([`crate::sqlcheck`]): `/readyz` answers
     /// 503 naming the refused settings while it finds any. [`AppState::new`] makes one that passed.
     pub sql_check: crate::sqlcheck::Gate,
+    /// `true` while the process serves but has not finished its start-up checks of the databases
+    /// (see [`crate::app::Application::build`]): `/readyz` and every `/v1/` route answer 503 with
+    /// `Retry-After` without touching a database. [`AppState::new`] makes it `false`.
+    pub starting: Arc<AtomicBool>,
     /// Intake's group commit ([`crate::queue::group_commit`]), started on first use (inside the
     /// runtime that serves requests).
     group_commit: Arc<std::sync::OnceLock<GroupCommit>>,
@@ -134,6 +138,7 @@ impl AppState {
             metrics,
             migrated: Arc::new(AtomicBool::new(true)),
             sql_check: crate::sqlcheck::Gate::default(),
+            starting: Arc::new(AtomicBool::new(false)),
             group_commit: Arc::new(std::sync::OnceLock::new()),
             config,
         }
@@ -142,6 +147,11 @@ impl AppState {
     /// Whether deprov's migrations are applied (see [`AppState::migrated`]).
     pub fn is_migrated(&self) -> bool {
         self.migrated.load(Ordering::Acquire)
+    }
+
+    /// Whether the start-up checks of the databases are still running (see [`AppState::starting`]).
+    pub fn is_starting(&self) -> bool {
+        self.starting.load(Ordering::Acquire)
     }
 
     /// Records a deletion request through intake's group commit, started on first use with
@@ -259,6 +269,20 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     spec
 }
 
+/// What `/readyz` and the `/v1/` routes answer while [`AppState::starting`].
+pub(crate) const STARTING: &str =
+    "deprov is starting: it is checking its databases (migrations, the configured SQL)";
+
+/// While [`AppState::starting`], answers every `/v1/` route 503 + `Retry-After: 1` at once: the
+/// state database may not be migrated yet, or be down (the checks then wait up to a pool's acquire
+/// timeout). `/healthz`, `/readyz`, `/metrics` and `/openapi.json` pass.
+async fn while_starting(starting: Arc<AtomicBool>, request: Request, next: Next) -> Response {
+    if starting.load(Ordering::Acquire) && request.uri().path().starts_with("/v1/") {
+        return ApiError::db_unavailable(STARTING).into_response();
+    }
+    next.run(request).await
+}
+
 async fn not_found() -> ApiError {
     ApiError::NotFound("no such route".into())
 }
@@ -339,6 +363,7 @@ fn request_span(request: &Request) -> tracing::Span {
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.intake.max_body_bytes;
     let max_headers = state.config.intake.max_header_bytes;
+    let starting = state.starting.clone();
     let (api, spec) = api_routes(state.rate_limit.clone()).split_for_parts();
     let spec_json = Arc::new(spec.to_json().unwrap_or_default());
     let api = api
@@ -357,6 +382,9 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+        .layer(middleware::from_fn(move |req, next| {
+            while_starting(starting.clone(), req, next)
+        }))
         .layer(middleware::from_fn(move |req, next| {
             serve::limit_headers(max_headers, req, next)
         }));

@@ -182,6 +182,52 @@ async fn started_with_its_database_down_deprov_stays_up_and_becomes_ready_when_i
     assert!(process.is_running());
 }
 
+/// Started while its database is down, `deprov serve` (and `deprov worker --metrics-listen`) answers
+/// `/healthz` at once, `/readyz` and intake 503 + `Retry-After` at once. Its start-up checks wait for
+/// the database (sqlx retries a refused connection until the pool's acquire timeout: 20 s for the
+/// migrations here, then 5 s for the target's check), and the port used to open only after them:
+/// `deprov serve` answered nothing for ~10 s with the default timeouts. (The test above let its
+/// helper wait up to 30 s for `/healthz`, so it did not see that.)
+#[tokio::test]
+async fn started_with_its_database_down_deprov_answers_well_within_the_acquire_timeout() {
+    use std::time::{Duration, Instant};
+    let within = Duration::from_secs(5);
+    let slow = "[pools.queue]\nmax_connections = 2\nacquire_timeout = \"20s\"\n";
+    for command in ["serve", "worker"] {
+        let pg = crate::process::start_pg(None).await;
+        pg.stop().unwrap();
+        let started = Instant::now();
+        let mut process = crate::process::spawn_up_within(pg, command, slow, within).await;
+        let up = started.elapsed();
+        println!("deprov {command}: /healthz 200 {up:?} after start, database down");
+        assert!(up < within, "deprov {command}: /healthz after {up:?}");
+        assert!(process.is_running(), "{command}");
+        if command == "worker" {
+            continue;
+        }
+        let started = Instant::now();
+        let ready = process
+            .client
+            .get(process.url("/readyz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ready.headers()["retry-after"], "1");
+        let problem = assert_problem(ready, StatusCode::SERVICE_UNAVAILABLE).await;
+        // Answered while the start-up checks still wait for the database.
+        assert!(
+            problem["detail"].as_str().unwrap().contains("starting"),
+            "{problem}"
+        );
+        let intake = process.post_deletion("1").await;
+        assert_eq!(intake.headers()["retry-after"], "1");
+        assert_problem(intake, StatusCode::SERVICE_UNAVAILABLE).await;
+        let answered = started.elapsed();
+        assert!(answered < within, "/readyz and intake took {answered:?}");
+        assert!(process.is_running());
+    }
+}
+
 /// `deprov serve 2>&1 | head -1` and `2>/dev/full`: once its log reader is gone (EPIPE) or its log
 /// cannot be written (ENOSPC), the server keeps answering and still stops on SIGTERM (it used to
 /// panic in the subscriber's `eprintln!` report of the failed write, or hang).

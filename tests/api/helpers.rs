@@ -91,7 +91,6 @@ pub struct TestApp {
     _pg: Throwaway,
 }
 
-/// A loopback port nothing listens on.
 /// `text` written to `deprov.toml` in a new temporary directory: the directory (delete on drop; keep
 /// it alive while the file is used) and the file's path.
 pub fn config_file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
@@ -114,9 +113,25 @@ pub fn refusals(err: &deprov::app::AppError) -> Vec<(&str, Option<&str>)> {
         .collect()
 }
 
+/// Starts deprov as [`try_spawn_app_with`] does, without a `[vercel]` section, with `extra` appended
+/// to the configuration and `setup` run on the target first, expecting it to refuse to start: its
+/// error (read the refusals with [`refusals`], the message with `to_string`).
+pub async fn refused_at_start(extra: &str, setup: &str) -> deprov::app::AppError {
+    try_spawn_app_with(TestOptions {
+        vercel: VercelMode::Off,
+        extra_config: extra.into(),
+        target_setup: setup.into(),
+        ..Default::default()
+    })
+    .await
+    .err()
+    .expect("deprov must refuse to start")
+}
+
 /// The `[tenant]` section naming `app.accounts` by `id`, the root of the tests' minimal targets.
 pub const TENANT_ACCOUNTS: &str = "[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n";
 
+/// A loopback port nothing listens on.
 pub fn closed_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -236,3 +236,101 @@ async fn invalid_field_values_are_422_and_nothing_is_stored() {
     }
     app.assert_nothing_stored().await;
 }
+
+/// What the README says goes into a request's fingerprint, which tells a retry (a duplicate) from
+/// another request under the same `external_id` or `Idempotency-Key` (422): `tenant_id`,
+/// `external_id` and `reason` — an absent `reason` and `null` alike, `""` another one — and
+/// neither `source` nor the `Idempotency-Key` value. Without either key the request ID is the
+/// tenant's and nothing is compared: another reason is a duplicate, the first reason kept.
+#[tokio::test]
+async fn the_fingerprint_is_the_tenant_external_id_and_reason() {
+    let app = spawn_app().await;
+    let with_key = |key: &'static str, body: serde_json::Value| {
+        let app = &app;
+        async move {
+            app.post_deletion_with(Some(SOURCE_TOKEN), Some(key), &body)
+                .await
+        }
+    };
+    // Under one Idempotency-Key: the same body with `source` is a retry; another reason, or none,
+    // is not.
+    let first =
+        accepted(with_key("key-1", json!({"tenant_id": "1", "reason": "churned"})).await).await;
+    let again = accepted(
+        with_key(
+            "key-1",
+            json!({"tenant_id": "1", "reason": "churned", "source": "billing"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (&again["request_id"], &again["duplicate"]),
+        (&first["request_id"], &json!(true))
+    );
+    for other in [
+        json!({"tenant_id": "1", "reason": "closed"}),
+        json!({"tenant_id": "1"}),
+        json!({"tenant_id": "2", "reason": "churned"}),
+    ] {
+        let problem = assert_problem(
+            with_key("key-1", other.clone()).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        )
+        .await;
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("Idempotency-Key"),
+            "{other}: {problem}"
+        );
+    }
+    // Under one external_id: another Idempotency-Key and `"reason": null` are the same request,
+    // `"reason": ""` is another.
+    let first = accepted(
+        app.post_deletion(&json!({"tenant_id": "3", "external_id": "evt_1"}))
+            .await,
+    )
+    .await;
+    for same in [
+        with_key("key-2", json!({"tenant_id": "3", "external_id": "evt_1"})).await,
+        app.post_deletion(&json!({"tenant_id": "3", "external_id": "evt_1", "reason": null}))
+            .await,
+    ] {
+        let same = accepted(same).await;
+        assert_eq!(
+            (&same["request_id"], &same["duplicate"]),
+            (&first["request_id"], &json!(true))
+        );
+    }
+    assert_problem(
+        app.post_deletion(&json!({"tenant_id": "3", "external_id": "evt_1", "reason": ""}))
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    // Neither key: the tenant is the key, and another reason is a duplicate.
+    let first = accepted(
+        app.post_deletion(&json!({"tenant_id": "4", "reason": "first"}))
+            .await,
+    )
+    .await;
+    let again = accepted(
+        app.post_deletion(&json!({"tenant_id": "4", "reason": "second"}))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (&again["request_id"], &again["duplicate"]),
+        (&first["request_id"], &json!(true))
+    );
+    let reason: Option<String> =
+        sqlx::query_scalar("SELECT reason FROM deprov.deletion_requests WHERE id = $1::uuid")
+            .bind(first["request_id"].as_str().unwrap())
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(reason.as_deref(), Some("first"));
+    assert_eq!(app.count_requests().await, 3);
+}

@@ -1,6 +1,7 @@
-//! Started with `DEPROV_MIGRATE=false` (as behind a transaction pooler) on a state database that
-//! lacks a migration of this build, deprov refuses to start and names `deprov migrate`, instead of
-//! failing every request (intake calls `deprov.record_first`, made by migration 7).
+//! Started with migrations off (`--migrate false` / `DEPROV_MIGRATE=false`, as behind a transaction
+//! pooler) on a state database that lacks a migration of this build, deprov refuses to start and
+//! names `deprov migrate`, instead of failing every request (intake calls `deprov.record_first`,
+//! made by migration 7).
 
 use crate::process::{connect, start_pg};
 use crate::sqlcheck::run_with_env_to_exit;
@@ -22,19 +23,24 @@ async fn serve_and_worker_refuse_a_state_database_missing_a_migration() {
     .await
     .unwrap();
     assert_eq!(deprov::db::pending_migrations(&db).await.unwrap(), vec![7]);
-    for command in ["serve", "worker"] {
-        let (code, text) = run_with_env_to_exit(
-            &pg.url("postgres"),
-            &[command],
-            "",
-            &[("DEPROV_MIGRATE", "false")],
-        )
-        .await;
-        assert_eq!(code, Some(1), "{command}: {text}");
+    // Turned off by the environment variable or by the flag: the refusal is right for both.
+    let by_env = [("DEPROV_MIGRATE", "false")];
+    for (args, env) in [
+        (&["serve"][..], &by_env[..]),
+        (&["worker"], &by_env),
+        (&["serve", "--migrate", "false"], &[]),
+        (&["worker", "--migrate=false"], &[]),
+    ] {
+        let (code, text) = run_with_env_to_exit(&pg.url("postgres"), args, "", env).await;
+        assert_eq!(code, Some(1), "{args:?}: {text}");
         assert!(
-            text.contains("lacks migration(s) [7]") && text.contains("deprov migrate"),
-            "{command}: {text}"
+            text.contains(
+                "with migrations off (--migrate false or DEPROV_MIGRATE=false), \
+                 the state database lacks migration(s) [7]"
+            ) && text.contains("deprov migrate"),
+            "{args:?}: {text}"
         );
+        assert!(!text.contains("setting DEPROV_MIGRATE"), "{args:?}: {text}");
     }
     // `deprov migrate` applies it, and then deprov starts (its SQL check and readiness follow).
     let (code, text) = run_with_env_to_exit(&pg.url("postgres"), &["migrate"], "", &[]).await;

@@ -69,9 +69,28 @@ pub async fn connect(pg: &Throwaway) -> PgPool {
 }
 
 /// Runs `deprov <command>` against `pg` with the config `[sources.billing]` + `[tenant]` + `extra`.
-/// `serve` listens on a free port, `worker` serves metrics on one. Waits until `/healthz` answers.
+/// `serve` listens on a free port, `worker` serves metrics on one. Waits until `/healthz` answers
+/// and the start-up checks are done ([`Process::started`]).
 pub async fn spawn(pg: Throwaway, command: &str, extra: &str) -> Process {
     spawn_with(pg, command, extra, "warn", Stdio::null(), Stdio::inherit()).await
+}
+
+/// [`spawn`], failing the test unless `/healthz` answers 200 within `within` of the call; returns
+/// then, without waiting for the start-up checks.
+pub async fn spawn_up_within(
+    pg: Throwaway,
+    command: &str,
+    extra: &str,
+    within: Duration,
+) -> Process {
+    start(
+        pg,
+        command,
+        extra,
+        ("warn", Stdio::null(), Stdio::inherit()),
+        (within, false),
+    )
+    .await
 }
 
 /// [`spawn`] with `RUST_LOG=rust_log` and the child's stdout and stderr given.
@@ -83,6 +102,26 @@ pub async fn spawn_with(
     stdout: Stdio,
     stderr: Stdio,
 ) -> Process {
+    start(
+        pg,
+        command,
+        extra,
+        (rust_log, stdout, stderr),
+        (Duration::from_secs(30), true),
+    )
+    .await
+}
+
+/// [`spawn_with`] (`RUST_LOG`, stdout and stderr in `output`), waiting at most `within` for
+/// `/healthz` to answer 200 and, when `started`, for the start-up checks as [`spawn`] does.
+async fn start(
+    pg: Throwaway,
+    command: &str,
+    extra: &str,
+    (rust_log, stdout, stderr): (&str, Stdio, Stdio),
+    (within, started): (Duration, bool),
+) -> Process {
+    let deadline = tokio::time::Instant::now() + within;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("deprov.toml");
     std::fs::write(
@@ -118,20 +157,29 @@ pub async fn spawn_with(
         child,
         _dir: dir,
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = process.client.get(process.url("/healthz")).send().await
-            && r.status().is_success()
-        {
-            break;
-        }
+    let mut up = false;
+    while !up {
         assert!(
             process.child.try_wait().unwrap().is_none(),
             "deprov {command} exited during start-up"
         );
         assert!(
             tokio::time::Instant::now() < deadline,
-            "deprov {command} never answered /healthz"
+            "deprov {command} did not answer /healthz within {within:?}"
+        );
+        up = process.answers("/healthz", |_| true).await;
+        if !up {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    while started && !process.started(command).await {
+        assert!(
+            process.child.try_wait().unwrap().is_none(),
+            "deprov {command} exited during its start-up checks"
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "deprov {command} still starting after {within:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -139,6 +187,32 @@ pub async fn spawn_with(
 }
 
 impl Process {
+    /// Whether `GET path` answers 200 with a body `check` accepts.
+    async fn answers(&self, path: &str, check: impl Fn(&str) -> bool) -> bool {
+        match self.client.get(self.url(path)).send().await {
+            Ok(r) if r.status().is_success() => r.text().await.is_ok_and(|t| check(&t)),
+            _ => false,
+        }
+    }
+
+    /// Whether the start-up checks are done, asked without touching a database (`/readyz` would
+    /// take one of intake's connections, which tests count): `serve` answers a `/v1/` path that no
+    /// route serves 503 while it is starting, then 404; a worker's `/metrics` has read its migrated
+    /// state database (`deprov_db_up{database="state"} 1`), through the queue pool.
+    async fn started(&self, command: &str) -> bool {
+        if command == "worker" {
+            return self
+                .answers("/metrics", |t| {
+                    Metrics::parse(t).get("deprov_db_up", &[("database", "state")]) == Some(1.0)
+                })
+                .await;
+        }
+        match self.client.get(self.url("/v1/no-such-route")).send().await {
+            Ok(r) => r.status() == reqwest::StatusCode::NOT_FOUND,
+            Err(_) => false,
+        }
+    }
+
     /// The URL of `path`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.address)

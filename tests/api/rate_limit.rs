@@ -69,3 +69,57 @@ async fn per_second_zero_turns_the_limit_off() {
     }
     assert_eq!(app.count_requests().await, 10);
 }
+
+/// The README's figures for `deploy/example.toml`'s `[intake.rate_limit]` (`per_second = 20`,
+/// `burst = 40`): of 50 requests one source sends at once, 40 pass at once and one more every
+/// 50 ms after; the rest are answered 429 with `Retry-After: 1` and not stored.
+#[tokio::test]
+async fn the_example_limit_answers_the_end_of_a_50_request_burst_429() {
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/example.toml"))
+            .unwrap();
+    let example: toml::Table = toml::from_str(&example).unwrap();
+    let limit = &example["intake"]["rate_limit"];
+    assert_eq!(
+        (
+            limit["per_second"].as_integer(),
+            limit["burst"].as_integer()
+        ),
+        (Some(20), Some(40)),
+        "the README's [intake.rate_limit] burst row quotes 20/s and 40: update it"
+    );
+    let app = spawn_app_with(TestOptions {
+        rate_limit: Some((20.0, 40)),
+        ..Default::default()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let burst = (0..50).map(|i| {
+        let body = deletion(&format!("t{i}"));
+        let app = &app;
+        async move { app.post_deletion(&body).await }
+    });
+    let responses = futures::future::join_all(burst).await;
+    let elapsed = started.elapsed();
+    let (mut passed, mut refused) = (0, 0);
+    for response in responses {
+        match response.status() {
+            StatusCode::ACCEPTED => passed += 1,
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert_eq!(response.headers()["retry-after"], "1");
+                refused += 1;
+            }
+            other => panic!("{other}"),
+        }
+    }
+    println!("50 requests in {elapsed:?}: {passed} accepted, {refused} refused with 429");
+    // 40 at once, and one per 50 ms while the burst was arriving.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let refilled = (elapsed.as_secs_f64() * 20.0).ceil() as i64;
+    assert!(
+        (40..=40 + refilled).contains(&passed),
+        "{passed} accepted in {elapsed:?}"
+    );
+    assert_eq!(passed + refused, 50);
+    assert_eq!(app.count_requests().await, passed);
+}

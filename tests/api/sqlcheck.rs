@@ -11,7 +11,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::helpers::{
-    TestOptions, VercelMode, accepted, deletion, spawn_app_with, try_spawn_app_with,
+    TestOptions, VercelMode, accepted, deletion, refusals, refused_at_start, spawn_app_with,
 };
 
 const SOFT_DELETE: &str = "UPDATE app.accounts SET deleted_at = now() WHERE id = $1";
@@ -149,18 +149,13 @@ orphans = "SELECT id FROM app.accounts WHERE deleted_at IS NOT NULL AND id > $1"
 source = "vercel"
 tenant_lookup = "SELECT id FROM app.accounts WHERE balance = $1"
 "#;
-    let err = try_spawn_app_with(TestOptions {
-        vercel: VercelMode::Off,
-        extra_config: extra.into(),
-        target_setup: "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz, \
-                       ADD COLUMN balance numeric, ADD COLUMN created_at timestamptz"
-            .into(),
-        ..Default::default()
-    })
-    .await
-    .err()
-    .expect("deprov must refuse to start");
-    let found = crate::helpers::refusals(&err);
+    let err = refused_at_start(
+        extra,
+        "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz, \
+         ADD COLUMN balance numeric, ADD COLUMN created_at timestamptz",
+    )
+    .await;
+    let found = refusals(&err);
     assert_eq!(
         found,
         [
@@ -370,16 +365,8 @@ undo_statements = [
 "#;
     let setup = "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz; \
                  INSERT INTO app.accounts VALUES (1)";
-    let err = try_spawn_app_with(TestOptions {
-        vercel: VercelMode::Off,
-        extra_config: extra.into(),
-        target_setup: setup.into(),
-        ..Default::default()
-    })
-    .await
-    .err()
-    .expect("deprov must refuse to start");
-    let found = crate::helpers::refusals(&err);
+    let err = refused_at_start(extra, setup).await;
+    let found = refusals(&err);
     assert_eq!(
         found,
         [
@@ -420,16 +407,12 @@ statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $2"]
 undo_statements = ["UPDATE app.accounts SET deleted_at = NULL WHERE $1 IS NULL"]
 orphans = "SELECT id FROM app.accounts WHERE id = $2"
 "#;
-    let err = try_spawn_app_with(TestOptions {
-        vercel: VercelMode::Off,
-        extra_config: extra.into(),
-        target_setup: "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz".into(),
-        ..Default::default()
-    })
-    .await
-    .err()
-    .expect("deprov must refuse to start");
-    let found = crate::helpers::refusals(&err);
+    let err = refused_at_start(
+        extra,
+        "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz",
+    )
+    .await;
+    let found = refusals(&err);
     assert_eq!(
         found,
         [
