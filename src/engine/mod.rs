@@ -118,7 +118,9 @@ impl BatchLimits {
 /// waits for the WAL flush up to its own commit record, which follows every earlier commit record.
 /// (A transaction that writes no WAL commits without a flush even with `synchronous_commit = on`,
 /// so taking a transaction ID alone would not do.) Logical decoding consumers see the message with
-/// prefix `deprov`. Locks nothing; run after deferred batches ([`BatchLimits::deferred`]) before a
+/// prefix `deprov`. The `pg_lsn` it returns is cast to `text`: sqlx would look an unknown type up by
+/// a query of its own between Parse and Bind, which drops an unnamed statement (SQLSTATE 26000)
+/// behind a transaction pooler. Locks nothing; run after deferred batches ([`BatchLimits::deferred`]) before a
 /// checkpoint.
 ///
 /// # Errors
@@ -126,7 +128,7 @@ impl BatchLimits {
 pub async fn flush(target: &PgPool, limits: &BatchLimits) -> Result<(), sqlx::Error> {
     let bounds = crate::db::Bounds::new(limits.lock_timeout, limits.statement_timeout).durable();
     let mut tx = crate::db::begin(target, bounds).await?;
-    crate::db::query("SELECT pg_logical_emit_message(true, 'deprov', 'flush')")
+    crate::db::query("SELECT pg_logical_emit_message(true, 'deprov', 'flush')::text")
         .execute(&mut *tx)
         .await?;
     tx.commit().await
