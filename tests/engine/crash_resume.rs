@@ -7,7 +7,6 @@
 //!   `queued` with its checkpoint; another worker completes it with the same result.
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use deprov::demo::{DatabaseDigest, DemoSize, DemoTenants};
@@ -62,19 +61,7 @@ impl Scenario {
 
     /// Starts `deprov worker` on database `name`; its log goes to a temp file.
     fn spawn(&self, name: &str) -> WorkerProcess {
-        let log = tempfile::NamedTempFile::new().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_deprov"))
-            .arg("worker")
-            .env("DEPROV_DATABASE_URL", self.server.server.url(name))
-            .env("DEPROV_CONFIG", self.config_file.path())
-            .env_remove("DEPROV_TARGET_URL")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log.reopen().unwrap())
-            .spawn()
-            .unwrap();
-        WorkerProcess { child, log }
+        WorkerProcess::spawn(&self.server.server.url(name), None, self.config_file.path())
     }
 
     /// Asserts deprov's result equals the cascade's.

@@ -10,7 +10,6 @@
 //! the cascade. The state database is on another server: a durable commit there must not flush the
 //! target's WAL for it.
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +24,7 @@ use deprov::worker::{Checkpoint, Progress, Worker};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::demo_env::WorkerProcess;
 use crate::harness::{connect, digest, record, wait_for_job};
 
 /// Rows of the deleted tenant's one child table.
@@ -206,18 +206,11 @@ async fn a_target_crash_loses_deferred_batches_but_never_a_checkpointed_one() {
     // The first worker is a `deprov worker` process, so that it can be SIGKILLed.
     let config_file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(config_file.path(), CONFIG).unwrap();
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let mut first = Command::new(env!("CARGO_BIN_EXE_deprov"))
-        .arg("worker")
-        .env("DEPROV_DATABASE_URL", s.state_server.url("deprov"))
-        .env("DEPROV_TARGET_URL", s.target_server.url("target"))
-        .env("DEPROV_CONFIG", config_file.path())
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log.reopen().unwrap())
-        .spawn()
-        .unwrap();
+    let mut first = WorkerProcess::spawn(
+        &s.state_server.url("deprov"),
+        Some(&s.target_server.url("target")),
+        config_file.path(),
+    );
     // Wait for a checkpoint, then for at least 100 rows deleted by deferred batches after it
     // (about a third of a second; the next durable batch comes a second after the checkpoint).
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -229,11 +222,8 @@ async fn a_target_crash_loses_deferred_batches_but_never_a_checkpointed_one() {
         if checkpointed && ITEMS - left >= stored + 100 {
             break left;
         }
-        if let Some(status) = first.try_wait().unwrap() {
-            panic!(
-                "the worker exited ({status})\n{}",
-                std::fs::read_to_string(log.path()).unwrap_or_default()
-            );
+        if let Some(status) = first.child.try_wait().unwrap() {
+            panic!("the worker exited ({status})\n{}", first.log());
         }
         assert!(
             Instant::now() < deadline,
@@ -241,9 +231,9 @@ async fn a_target_crash_loses_deferred_batches_but_never_a_checkpointed_one() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    first.kill().unwrap();
+    first.child.kill().unwrap();
     let target = s.crash_target().await;
-    first.wait().unwrap();
+    first.child.wait().unwrap();
 
     // The postmaster reinitialized and recovered: the deferred batches' rows are back.
     let after = items_left(&target).await;

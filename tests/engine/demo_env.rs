@@ -2,7 +2,8 @@
 //! demo, deprov's configuration for it, the pools/workers/requests of one database, and a child
 //! `deprov worker` process.
 
-use std::process::Child;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -180,6 +181,29 @@ pub struct WorkerProcess {
 }
 
 impl WorkerProcess {
+    /// Starts `deprov worker` with its state database at `state_url`, its target at `target_url`
+    /// (none: the same database) and the configuration file `config`; its log goes to a temp file.
+    pub fn spawn(state_url: &str, target_url: Option<&str>, config: &Path) -> Self {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_deprov"));
+        command
+            .arg("worker")
+            .env("DEPROV_DATABASE_URL", state_url)
+            .env("DEPROV_CONFIG", config)
+            .env_remove("DEPROV_TARGET_URL")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap());
+        if let Some(target) = target_url {
+            command.env("DEPROV_TARGET_URL", target);
+        }
+        Self {
+            child: command.spawn().unwrap(),
+            log,
+        }
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
