@@ -169,13 +169,13 @@ pub struct HardDeleteConfig {
     /// (default 5000000): the rows the cascade would delete or update, plus those it looks up. Above
     /// it the job fails rather than guess whether the cascade would succeed.
     pub max_simulated_rows: u64,
-    /// How often, at most, a batch commits durably and the job's checkpoint is written (default
-    /// 1s; 0s = every batch). The batches in between commit with `SET LOCAL synchronous_commit =
-    /// off` (PostgreSQL docs §30.4 "Asynchronous Commit"): their locks are released at once and the
-    /// WAL is flushed behind them, instead of each waiting for its own flush. A durable commit
-    /// flushes all WAL before it, so every checkpoint written names deletions already durable; a
-    /// target that crashes loses at most the batches since the last checkpoint, and the job redoes
-    /// them (deletes are idempotent). The lease is renewed with the checkpoint, so a
+    /// How often, at most, the job's checkpoint is written (default 0s = after every batch, each
+    /// batch committing with `synchronous_commit = on`). Above 0s, batches commit with `SET LOCAL
+    /// synchronous_commit = off` (PostgreSQL docs §30.4 "Asynchronous Commit"), and before each
+    /// checkpoint deprov flushes them ([`crate::engine::flush`]), so every checkpoint names deletions
+    /// already durable. Known limit: a target that crashes and recovers between two batches without
+    /// the worker seeing an error (the pool reconnects) loses the deferred batches unnoticed; their
+    /// rows come back and are deleted by a parent's cascade (same result, a longer transaction). The lease is renewed with the checkpoint, so a
     /// `worker.lease` under three times this shortens it to a third of the lease
     /// ([`Self::checkpoint_every`]).
     #[serde(with = "humantime_serde")]
@@ -201,7 +201,7 @@ impl Default for HardDeleteConfig {
             statement_timeout: Duration::from_secs(5),
             cascade_rows: 2_000,
             max_simulated_rows: 5_000_000,
-            checkpoint_interval: Duration::from_secs(1),
+            checkpoint_interval: Duration::ZERO,
         }
     }
 }

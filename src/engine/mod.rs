@@ -96,7 +96,8 @@ pub struct BatchLimits {
     /// `statement_timeout` of the batch transaction.
     pub statement_timeout: Duration,
     /// Commit with `synchronous_commit = off` ([`crate::db::Commit::Deferred`]): the caller makes
-    /// the batch durable later, by a durable commit or [`flush`], before checkpointing past it.
+    /// the batch durable later with [`flush`] before checkpointing past it. Otherwise transactions
+    /// under these limits commit with `synchronous_commit = on`.
     pub deferred: bool,
 }
 
@@ -107,7 +108,9 @@ impl BatchLimits {
         if self.deferred {
             bounds.deferred()
         } else {
-            bounds
+            // Durable whatever the database's or role's default (`ALTER DATABASE … SET
+            // synchronous_commit = off` must not make a checkpointed batch losable).
+            bounds.durable()
         }
     }
 }

@@ -95,8 +95,8 @@ impl JobRun {
             hd.max_batch_duration,
         );
         let mut large_parent = false;
-        // Batches commit deferred (synchronous_commit = off) between checkpoints; `pending` says
-        // some have since the last checkpoint, which must then be made durable before the next.
+        // With a checkpoint interval, batches commit deferred (synchronous_commit = off); `pending`
+        // says some have since the last checkpoint, which are flushed before the next one.
         let mut pending = false;
         let every = hd.checkpoint_every(w.config.worker.lease);
         let mut checkpointed = std::time::Instant::now();
@@ -125,7 +125,7 @@ impl JobRun {
                 } else {
                     self.limits.statement_timeout
                 },
-                deferred: checkpointed.elapsed() < every,
+                deferred: !every.is_zero(),
                 ..self.limits
             };
             let started = std::time::Instant::now();
@@ -195,8 +195,7 @@ impl JobRun {
                 Err(e) => return Err(e.into()),
             };
             timeouts = 0;
-            // A durable commit flushed every deferred one before it (WAL is flushed in order).
-            pending = limits.deferred;
+            pending |= limits.deferred;
             if large_parent
                 && plan.range_step(step)
                 && let Some(Cursor::AfterParent(parent)) = &batch.next
@@ -263,7 +262,6 @@ impl JobRun {
                             telemetry::batch_failed(e.sqlstate().as_deref());
                         }
                         let n = swept?;
-                        pending = false;
                         let elapsed = started.elapsed();
                         // A sweep is one more short batch transaction of this table.
                         telemetry::batch_committed(elapsed, n);
@@ -300,8 +298,17 @@ impl JobRun {
                 }
             }
             drop(gate);
-            if !pending {
+            if !pending || checkpointed.elapsed() >= every {
+                // Deferred batches are flushed first: a checkpoint never names a batch a target
+                // crash can lose. (A later durable commit would not do: one that deleted nothing
+                // writes no WAL and flushes nothing.)
                 let written = std::time::Instant::now();
+                if pending {
+                    engine::flush(&w.pools.target, &self.limits)
+                        .await
+                        .map_err(EngineError::from)?;
+                    pending = false;
+                }
                 self.heartbeat("hard_delete", Some(&cp)).await?;
                 self.progress.bookkeeping_ms += written.elapsed().as_secs_f64() * 1000.0;
                 checkpointed = std::time::Instant::now();
