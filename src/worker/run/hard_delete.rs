@@ -299,18 +299,7 @@ impl JobRun {
             }
             drop(gate);
             if !pending || checkpointed.elapsed() >= every {
-                // Deferred batches are flushed first: a checkpoint never names a batch a target
-                // crash can lose. (A later durable commit would not do: one that deleted nothing
-                // writes no WAL and flushes nothing.)
-                let written = std::time::Instant::now();
-                if pending {
-                    engine::flush(&w.pools.target, &self.limits)
-                        .await
-                        .map_err(EngineError::from)?;
-                    pending = false;
-                }
-                self.heartbeat("hard_delete", Some(&cp)).await?;
-                self.progress.bookkeeping_ms += written.elapsed().as_secs_f64() * 1000.0;
+                self.checkpoint(&mut pending, &cp).await?;
                 checkpointed = std::time::Instant::now();
             }
             let waited = pacer.admit(batch.deleted + cascaded, &w.stop).await;
@@ -322,11 +311,28 @@ impl JobRun {
         }
         if pending {
             // The last batches are made durable and checkpointed before the job may complete.
-            engine::flush(&w.pools.target, &self.limits)
+            self.checkpoint(&mut pending, &cp).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the checkpoint `cp` (with progress and the lease renewal). When batches committed
+    /// deferred since the last one (`pending`), flushes them first ([`engine::flush`]), so a
+    /// checkpoint never names a batch a target crash can lose: a later durable commit would not
+    /// do, since one that deleted nothing writes no WAL and flushes nothing.
+    ///
+    /// # Errors
+    /// [`Stop`] when the flush fails or the lease is lost.
+    async fn checkpoint(&mut self, pending: &mut bool, cp: &Checkpoint) -> Result<(), Stop> {
+        let written = std::time::Instant::now();
+        if *pending {
+            engine::flush(&self.worker.pools.target, &self.limits)
                 .await
                 .map_err(EngineError::from)?;
-            self.heartbeat("hard_delete", Some(&cp)).await?;
+            *pending = false;
         }
+        self.heartbeat("hard_delete", Some(cp)).await?;
+        self.progress.bookkeeping_ms += written.elapsed().as_secs_f64() * 1000.0;
         Ok(())
     }
 
@@ -336,19 +342,9 @@ impl JobRun {
     /// either fails, the last checkpoint written stays, and a resumed job redoes the batches after
     /// it (deletes are idempotent).
     async fn settle(&mut self, pending: &mut bool, cp: &Checkpoint) {
-        if !*pending {
-            return;
+        if *pending && let Err(e) = self.checkpoint(pending, cp).await {
+            tracing::warn!(job = %self.job.id, error = ?e, "could not checkpoint deferred batches");
         }
-        let w = self.worker.clone();
-        let written = std::time::Instant::now();
-        if let Err(e) = engine::flush(&w.pools.target, &self.limits).await {
-            tracing::warn!(job = %self.job.id, error = %e, "could not flush deferred batches");
-            return;
-        }
-        if self.heartbeat("hard_delete", Some(cp)).await.is_ok() {
-            *pending = false;
-        }
-        self.progress.bookkeeping_ms += written.elapsed().as_secs_f64() * 1000.0;
     }
 
     /// Records a batch transaction that rolled back on a timeout after running since `started`.

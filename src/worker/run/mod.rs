@@ -25,6 +25,7 @@ mod hard_delete;
 const MAX_LOCAL_TIMEOUTS: u32 = 4;
 
 /// Why a run ended early.
+#[derive(Debug)]
 enum Stop {
     /// Hand the job back with this outcome.
     Outcome(Outcome),
