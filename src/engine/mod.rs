@@ -9,6 +9,8 @@
 
 pub mod absorb;
 pub mod catalog;
+mod durability;
+pub use durability::{Incarnation, flush, incarnation};
 pub mod plan;
 pub mod queries;
 mod range;
@@ -43,16 +45,29 @@ pub enum EngineError {
     /// The cascade pre-check could not decide (too many rows, an unsupported schema feature).
     #[error("{0}")]
     Simulation(String),
+    /// The target server restarted or recovered from a crash since the last checkpoint
+    /// ([`Incarnation`] changed), so batches committed deferred after it may be lost: the job
+    /// resumes from that checkpoint. Retryable.
+    #[error(
+        "the target database restarted since the last checkpoint (was {was:?}, now {now:?}): batches committed with synchronous_commit = off after it may be lost, so the job resumes from that checkpoint"
+    )]
+    TargetRestarted {
+        /// The incarnation read when the last checkpoint was written.
+        was: Incarnation,
+        /// The incarnation read by the flush.
+        now: Incarnation,
+    },
 }
 
 impl EngineError {
     /// Whether retrying later may succeed: lock timeout (55P03), statement timeout (57014),
     /// serialization failure (40001), deadlock (40P01), too many connections (53300), the
     /// connection-exception class (08xxx, also PgBouncer's 08P01), admin shutdown (57P01..57P03),
-    /// I/O errors, and pool acquire timeouts.
+    /// I/O errors, pool acquire timeouts, and [`EngineError::TargetRestarted`].
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Db(e) => is_retryable(e),
+            Self::TargetRestarted { .. } => true,
             Self::Plan(_) | Self::Statement(_) | Self::Simulation(_) => false,
         }
     }
@@ -113,28 +128,6 @@ impl BatchLimits {
             bounds.durable()
         }
     }
-}
-
-/// Makes every transaction committed on `target` so far durable: one short transaction that writes
-/// a WAL record (`pg_logical_emit_message(true, 'deprov', 'flush')`, PostgreSQL docs §9.27.6; any
-/// role may call it, at any `wal_level`) and commits with `synchronous_commit = on`, so its COMMIT
-/// waits for the WAL flush up to its own commit record, which follows every earlier commit record.
-/// (A transaction that writes no WAL commits without a flush even with `synchronous_commit = on`,
-/// so taking a transaction ID alone would not do.) Logical decoding consumers see the message with
-/// prefix `deprov`. The `pg_lsn` it returns is cast to `text`: sqlx would look an unknown type up by
-/// a query of its own between Parse and Bind, which drops an unnamed statement (SQLSTATE 26000)
-/// behind a transaction pooler. Locks nothing; run after deferred batches ([`BatchLimits::deferred`]) before a
-/// checkpoint.
-///
-/// # Errors
-/// Database errors.
-pub async fn flush(target: &PgPool, limits: &BatchLimits) -> Result<(), sqlx::Error> {
-    let bounds = crate::db::Bounds::new(limits.lock_timeout, limits.statement_timeout).durable();
-    let mut tx = crate::db::begin(target, bounds).await?;
-    crate::db::query("SELECT pg_logical_emit_message(true, 'deprov', 'flush')::text")
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await
 }
 
 impl From<&HardDeleteConfig> for BatchLimits {

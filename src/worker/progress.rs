@@ -85,6 +85,11 @@ pub struct Progress {
     pub plan_hash: Option<String>,
     /// A note for operators (e.g. why nothing was deleted).
     pub note: Option<String>,
+    /// Times the job went back to its last checkpoint with batches after it that had committed
+    /// deferred (`[hard_delete] checkpoint_interval`) and may have been lost: the target restarted
+    /// ([`crate::engine::Incarnation`]) or the run ended before they were made durable. Their rows
+    /// are counted again when redone, so `rows_deleted` stays the rows deleted once.
+    pub rewinds: i64,
 }
 
 impl Progress {
@@ -103,6 +108,21 @@ impl Progress {
     /// The stored form.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or_default()
+    }
+
+    /// Goes back to the row counts of `durable`, the progress written with the last checkpoint:
+    /// `rows_deleted`, each table's `rows_deleted` and `done`, and `current_table` (a table
+    /// `durable` does not list is back at 0 rows). Counts of work done (batches, timeouts, time)
+    /// stay: the redone batches are counted as the transactions they are. Adds one to `rewinds`.
+    pub fn rewind_to(&mut self, durable: &Self) {
+        self.rows_deleted = durable.rows_deleted;
+        self.current_table.clone_from(&durable.current_table);
+        for t in &mut self.tables {
+            let was = durable.tables.iter().find(|d| d.table == t.table);
+            t.rows_deleted = was.map_or(0, |d| d.rows_deleted);
+            t.done = was.is_some_and(|d| d.done);
+        }
+        self.rewinds += 1;
     }
 
     /// Adds one batch's figures.

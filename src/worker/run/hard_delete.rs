@@ -27,6 +27,27 @@ impl JobRun {
         leaves_first: &Plan,
         tenant: &str,
     ) -> Result<(), Stop> {
+        let mut deferred = Deferred {
+            pending: false,
+            incarnation: None,
+            durable: self.progress.clone(),
+        };
+        let result = self.batches(leaves_first, tenant, &mut deferred).await;
+        if result.is_err() && deferred.pending {
+            // The stored checkpoint is older than batches that committed deferred and may be lost:
+            // the resumed job redoes them from there, and counts their rows then.
+            self.progress.rewind_to(&deferred.durable);
+        }
+        result
+    }
+
+    /// [`Self::hard_delete`]'s batches; `deferred` tracks what is not yet durable.
+    async fn batches(
+        &mut self,
+        leaves_first: &Plan,
+        tenant: &str,
+        deferred: &mut Deferred,
+    ) -> Result<(), Stop> {
         let w = self.worker.clone();
         let hd = &w.config.hard_delete;
         let stored = Checkpoint::from_json(self.job.checkpoint.as_ref());
@@ -87,6 +108,7 @@ impl JobRun {
             drop(gate);
             self.progress.presets = updated;
         }
+        deferred.durable = self.progress.clone();
         let mut timeouts = 0;
         let hd = &w.config.hard_delete;
         let mut pacer = Pacer::new(
@@ -96,16 +118,23 @@ impl JobRun {
         );
         let mut large_parent = false;
         // With a checkpoint interval, batches commit deferred (synchronous_commit = off); `pending`
-        // says some have since the last checkpoint, which are flushed before the next one.
-        let mut pending = false;
+        // says some have since the last checkpoint, which are flushed before the next one, and
+        // the target's incarnation says whether it restarted in between.
         let every = hd.checkpoint_every(w.config.worker.lease);
+        if !every.is_zero() {
+            deferred.incarnation = Some(
+                engine::incarnation(&w.pools.target, &self.limits)
+                    .await
+                    .map_err(EngineError::from)?,
+            );
+        }
         let mut checkpointed = std::time::Instant::now();
         while cp.step < plan.steps.len() {
             let checked = std::time::Instant::now();
             let gate = match self.may_destroy().await {
                 Ok(gate) => gate,
                 Err(stop) => {
-                    self.settle(&mut pending, &cp).await;
+                    self.settle(deferred, &cp).await;
                     return Err(stop);
                 }
             };
@@ -181,7 +210,7 @@ impl JobRun {
                     cp.rows = self.sizing.after_timeout(cp.rows);
                     cp.parents = cp.parents.min(cp.rows);
                     if e.sqlstate().as_deref() == Some("55P03") {
-                        self.settle(&mut pending, &cp).await;
+                        self.settle(deferred, &cp).await;
                         let pause = backoff(
                             timeouts,
                             w.config.pacing.backoff,
@@ -195,7 +224,7 @@ impl JobRun {
                 Err(e) => return Err(e.into()),
             };
             timeouts = 0;
-            pending |= limits.deferred;
+            deferred.pending |= limits.deferred;
             if large_parent
                 && plan.range_step(step)
                 && let Some(Cursor::AfterParent(parent)) = &batch.next
@@ -298,51 +327,68 @@ impl JobRun {
                 }
             }
             drop(gate);
-            if !pending || checkpointed.elapsed() >= every {
-                self.checkpoint(&mut pending, &cp).await?;
+            if !deferred.pending || checkpointed.elapsed() >= every {
+                self.checkpoint(deferred, &cp).await?;
                 checkpointed = std::time::Instant::now();
             }
             let waited = pacer.admit(batch.deleted + cascaded, &w.stop).await;
             self.progress.rate_limited_ms += waited.as_secs_f64() * 1000.0;
             if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {
-                self.settle(&mut pending, &cp).await;
+                self.settle(deferred, &cp).await;
                 self.pause(pause, reason).await?;
             }
         }
-        if pending {
+        if deferred.pending {
             // The last batches are made durable and checkpointed before the job may complete.
-            self.checkpoint(&mut pending, &cp).await?;
+            self.checkpoint(deferred, &cp).await?;
         }
         Ok(())
     }
 
     /// Writes the checkpoint `cp` (with progress and the lease renewal). When batches committed
-    /// deferred since the last one (`pending`), flushes them first ([`engine::flush`]), so a
-    /// checkpoint never names a batch a target crash can lose: a later durable commit would not
-    /// do, since one that deleted nothing writes no WAL and flushes nothing.
+    /// deferred since the last one (`deferred.pending`), flushes them first ([`engine::flush`]), so
+    /// a checkpoint never names a batch a target crash can lose: a later durable commit would not
+    /// do, since one that deleted nothing writes no WAL and flushes nothing. Then remembers the
+    /// progress written as the durable one.
     ///
     /// # Errors
-    /// [`Stop`] when the flush fails or the lease is lost.
-    async fn checkpoint(&mut self, pending: &mut bool, cp: &Checkpoint) -> Result<(), Stop> {
+    /// [`Stop`] when the flush fails, the lease is lost, or the target restarted since the last
+    /// checkpoint ([`EngineError::TargetRestarted`]: the deferred batches since may be lost, so no
+    /// checkpoint is written past them; the job resumes from the last one).
+    async fn checkpoint(&mut self, deferred: &mut Deferred, cp: &Checkpoint) -> Result<(), Stop> {
         let written = std::time::Instant::now();
-        if *pending {
-            engine::flush(&self.worker.pools.target, &self.limits)
+        if deferred.pending {
+            let now = engine::flush(&self.worker.pools.target, &self.limits)
                 .await
                 .map_err(EngineError::from)?;
-            *pending = false;
+            if let Some(was) = &deferred.incarnation
+                && *was != now
+            {
+                tracing::warn!(job = %self.job.id, ?was, ?now, "the target restarted since the last checkpoint: resuming from it");
+                return Err(EngineError::TargetRestarted {
+                    was: was.clone(),
+                    now,
+                }
+                .into());
+            }
+            deferred.pending = false;
         }
         self.heartbeat("hard_delete", Some(cp)).await?;
+        deferred.durable = self.progress.clone();
         self.progress.bookkeeping_ms += written.elapsed().as_secs_f64() * 1000.0;
         Ok(())
     }
 
     /// Before a pause or a stop: when batches committed deferred since the last checkpoint
-    /// (`pending`), makes them durable ([`engine::flush`]) and writes the checkpoint `cp`, so a
-    /// pause never outlasts the lease and a stopped job resumes where it stopped. Best effort: if
-    /// either fails, the last checkpoint written stays, and a resumed job redoes the batches after
-    /// it (deletes are idempotent).
-    async fn settle(&mut self, pending: &mut bool, cp: &Checkpoint) {
-        if *pending && let Err(e) = self.checkpoint(pending, cp).await {
+    /// (`deferred.pending`), makes them durable ([`engine::flush`]) and writes the checkpoint `cp`,
+    /// so a pause never outlasts the lease and a stopped job resumes where it stopped. Best effort:
+    /// if either fails, the last checkpoint written stays (`deferred.pending` stays set, so a run
+    /// that then ends goes back to its counts), and a resumed job redoes the batches after it
+    /// (deletes are idempotent).
+    async fn settle(&mut self, deferred: &mut Deferred, cp: &Checkpoint) {
+        if deferred.pending
+            && let Err(e) = self.checkpoint(deferred, cp).await
+        {
             tracing::warn!(job = %self.job.id, error = ?e, "could not checkpoint deferred batches");
         }
     }
@@ -367,4 +413,15 @@ impl JobRun {
         }
         Ok(())
     }
+}
+
+/// What of a run's hard delete is durable on the target.
+struct Deferred {
+    /// Batches committed deferred (`synchronous_commit = off`) since the last checkpoint.
+    pending: bool,
+    /// The target's incarnation when the run started or last checkpointed (with a checkpoint
+    /// interval only): a flush that reads another one means the target restarted in between.
+    incarnation: Option<engine::Incarnation>,
+    /// The progress written with the last checkpoint (or the run's at its start).
+    durable: crate::worker::Progress,
 }
