@@ -169,15 +169,15 @@ pub struct HardDeleteConfig {
     /// (default 5000000): the rows the cascade would delete or update, plus those it looks up. Above
     /// it the job fails rather than guess whether the cascade would succeed.
     pub max_simulated_rows: u64,
-    /// How often, at most, the job's checkpoint is written (default 0s = after every batch, each
-    /// batch committing with `synchronous_commit = on`). Above 0s, batches commit with `SET LOCAL
-    /// synchronous_commit = off` (PostgreSQL docs §30.4 "Asynchronous Commit"), and before each
-    /// checkpoint deprov flushes them ([`crate::engine::flush`]), so every checkpoint names deletions
-    /// already durable. Known limit: a target that crashes and recovers between two batches without
-    /// the worker seeing an error (the pool reconnects) loses the deferred batches unnoticed; their
-    /// rows come back and are deleted by a parent's cascade (same result, a longer transaction). The lease is renewed with the checkpoint, so a
-    /// `worker.lease` under three times this shortens it to a third of the lease
-    /// ([`Self::checkpoint_every`]).
+    /// How often, at most, the job's checkpoint is written (default 1s; 0s = after every batch,
+    /// each batch committing with `synchronous_commit = on`). Above 0s, batches commit with `SET
+    /// LOCAL synchronous_commit = off` (PostgreSQL docs §30.4 "Asynchronous Commit"), and before
+    /// each checkpoint deprov flushes them ([`crate::engine::flush`]), so every checkpoint names
+    /// deletions already durable. A target that restarts or recovers from a crash between two
+    /// checkpoints may lose the batches in between; the flush sees it
+    /// ([`crate::engine::Incarnation`]) and the job resumes from the last checkpoint. The lease is
+    /// renewed with the checkpoint, so a `worker.lease` under three times this shortens it to a
+    /// third of the lease ([`Self::checkpoint_every`]).
     #[serde(with = "humantime_serde")]
     pub checkpoint_interval: Duration,
 }
@@ -201,7 +201,7 @@ impl Default for HardDeleteConfig {
             statement_timeout: Duration::from_secs(5),
             cascade_rows: 2_000,
             max_simulated_rows: 5_000_000,
-            checkpoint_interval: Duration::ZERO,
+            checkpoint_interval: Duration::from_secs(1),
         }
     }
 }

@@ -50,7 +50,7 @@ pub struct BenchArgs {
     pub max_batch_ms: u64,
     /// `[hard_delete] checkpoint_interval` in ms: batches between durable checkpoints commit with
     /// `synchronous_commit = off` (0 = every batch durable and checkpointed).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 1000)]
     pub checkpoint_interval_ms: u64,
     /// `[pacing] rate_limit` in rows/s (0 = unlimited, the "unthrottled" figures).
     #[arg(long, default_value_t = 0)]
@@ -328,7 +328,7 @@ async fn run_deprov(
             &format!("max_batch_duration = \"{}ms\"", args.max_batch_ms),
         )
         .replace(
-            "checkpoint_interval = \"0s\"",
+            "checkpoint_interval = \"1s\"",
             &format!(
                 "checkpoint_interval = \"{}ms\"",
                 args.checkpoint_interval_ms
