@@ -28,7 +28,7 @@ use crate::demo_env::WorkerProcess;
 use crate::harness::{connect, digest, record, wait_for_job};
 
 /// Rows of the deleted tenant's one child table.
-const ITEMS: i64 = 3_000;
+pub(crate) const ITEMS: i64 = 3_000;
 
 const SCHEMA: &str = "
 CREATE SCHEMA app;
@@ -43,7 +43,7 @@ INSERT INTO app.items SELECT g, CASE WHEN g <= 3000 THEN 1 ELSE 2 END, repeat('x
 
 /// 50-row batches at 300 rows/s (six a second), a durable checkpoint at most every second, and a
 /// lease of 3 s, so a new worker takes the job over soon after the first one is gone.
-const CONFIG: &str = r#"
+pub(crate) const CONFIG: &str = r#"
 [sources.billing]
 token = "billing-token-0123456789"
 [tenant]
@@ -69,7 +69,7 @@ source = "billing"
 tenant_lookup = "SELECT id FROM app.accounts WHERE installation = $1"
 "#;
 
-async fn items_left(target: &sqlx::PgPool) -> i64 {
+pub(crate) async fn items_left(target: &sqlx::PgPool) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM app.items WHERE account_id = 1")
         .fetch_one(target)
         .await
@@ -83,20 +83,20 @@ fn signal(pid: i32, sig: libc::c_int) {
 
 /// Two servers (deprov's state database, and the target with its WAL writer stopped), the schema
 /// loaded, the cascade's result in database `expected`, and a request recorded for tenant 1.
-struct Setup {
+pub(crate) struct Setup {
     state_server: Throwaway,
     target_server: Throwaway,
-    state: sqlx::PgPool,
-    target: sqlx::PgPool,
-    expected: sqlx::PgPool,
-    config: Arc<Config>,
-    pools: Pools,
-    job_id: uuid::Uuid,
+    pub(crate) state: sqlx::PgPool,
+    pub(crate) target: sqlx::PgPool,
+    pub(crate) expected: sqlx::PgPool,
+    pub(crate) config: Arc<Config>,
+    pub(crate) pools: Pools,
+    pub(crate) job_id: uuid::Uuid,
     walwriter: i32,
 }
 
 impl Setup {
-    async fn prepare(config_text: &str) -> Self {
+    pub(crate) async fn prepare(config_text: &str) -> Self {
         Self::prepare_with(SCHEMA, config_text).await
     }
 
@@ -183,7 +183,7 @@ impl Setup {
 
     /// Crashes the target (SIGKILL of its stopped WAL writer) and waits until it has recovered;
     /// returns a new pool on it.
-    async fn crash_target(&self) -> sqlx::PgPool {
+    pub(crate) async fn crash_target(&self) -> sqlx::PgPool {
         signal(self.walwriter, libc::SIGKILL);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -381,7 +381,7 @@ CREATE TRIGGER log_item AFTER DELETE ON app.items FOR EACH ROW EXECUTE FUNCTION 
 }
 
 /// Runs an in-process worker until the job is `completed` or `failed`.
-async fn run_to_end(s: &Setup) -> deprov::queue::Job {
+pub(crate) async fn run_to_end(s: &Setup) -> deprov::queue::Job {
     let worker = Worker::new(s.pools.clone(), s.config.clone(), "in-process".into());
     let cancel = CancellationToken::new();
     let running = tokio::spawn({

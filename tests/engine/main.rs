@@ -5,6 +5,7 @@ mod absorb;
 mod cascade_check;
 mod crash_resume;
 mod deferred_commit;
+mod deferred_stop;
 mod demo_env;
 mod demo_equivalence;
 mod grace;
