@@ -235,7 +235,18 @@ pub async fn begin(
     pool: &PgPool,
     bounds: Bounds,
 ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-    let conn = acquire(pool).await?;
+    begin_acquired(acquire(pool).await?, bounds).await
+}
+
+/// [`begin`] on a connection already [`acquire`]d, for a caller that times the transaction
+/// without the acquire wait (a batch's duration is how long it may hold locks).
+///
+/// # Errors
+/// Connection errors.
+pub async fn begin_acquired(
+    conn: PoolConnection<Postgres>,
+    bounds: Bounds,
+) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
     // What `Pool::begin_with` does after its acquire (sqlx-core 0.9).
     Transaction::begin(
         conn,

@@ -268,8 +268,10 @@ pub async fn run_batch(
         Cursor::AfterParent(p) => p.clone(),
         Cursor::Within(p, k) => p.iter().chain(k).cloned().collect(),
     };
+    // Timed from BEGIN: the wait for a connection holds no lock.
+    let conn = crate::db::acquire(target).await?;
     let started = Instant::now();
-    let mut tx = crate::db::begin(target, limits.bounds()).await?;
+    let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
     let before = if plan.absorbs_below(plan.steps[step].table) {
         Some(deleted_so_far(&mut tx, plan).await?)
     } else {

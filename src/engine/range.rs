@@ -34,8 +34,10 @@ pub(super) async fn run_range(
 ) -> Result<BatchResult, EngineError> {
     let s = &plan.steps[step];
     let position: Vec<String> = parent.iter().chain(last).cloned().collect();
+    // Timed from BEGIN: the wait for a connection holds no lock.
+    let conn = crate::db::acquire(target).await?;
     let started = Instant::now();
-    let mut tx = crate::db::begin(target, limits.bounds()).await?;
+    let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
     let before = if plan.absorbs_below(s.table) {
         Some(deleted_so_far(&mut tx, plan).await?)
     } else {
