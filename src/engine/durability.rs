@@ -6,13 +6,14 @@
 //! the WAL writer flushes them loses them (PostgreSQL docs §30.4, "Asynchronous Commit"). The worker
 //! flushes before each checkpoint, so a checkpoint never names a lost batch; but a crash *between*
 //! two batches goes unseen by the worker (its pool reconnects), and it would go on past rows that are
-//! back. The flush therefore also reads the target's [`Incarnation`]: when it differs from the one
-//! read at the last checkpoint, the server restarted or recovered from a crash in between, and the
-//! worker goes back to that checkpoint instead of writing a new one.
+//! back. The flush therefore also reads the target's [`Incarnation`], and so does each batch while
+//! deferred batches are not yet flushed ([`check_unchanged`], inside the batch's transaction): when
+//! it differs from the one read at the last checkpoint, the server restarted or recovered from a
+//! crash in between, and the worker goes back to that checkpoint instead of going on.
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
-use super::BatchLimits;
+use super::{BatchLimits, EngineError};
 
 /// Which run of the target server answered: `pg_postmaster_start_time()` and
 /// `pg_stat_bgwriter.stats_reset`, as text.
@@ -39,6 +40,38 @@ pub struct Incarnation {
 
 const INCARNATION: &str = "SELECT pg_postmaster_start_time()::text, \
      (SELECT stats_reset::text FROM pg_stat_bgwriter)";
+
+/// In the transaction open on `conn`, before its first destructive statement: fails with
+/// [`EngineError::TargetRestarted`] when the target is no longer `expected`, so a batch never runs
+/// on a target that may have lost the deferred batches before it (it would go on past rows that
+/// came back, and a NO ACTION key to those rows could fail it). `None`: nothing to check (no
+/// deferred batch since the last checkpoint). One statement, read-only.
+///
+/// # Errors
+/// [`EngineError::TargetRestarted`]; database errors.
+pub async fn check_unchanged(
+    conn: &mut PgConnection,
+    expected: Option<&Incarnation>,
+) -> Result<(), EngineError> {
+    let Some(was) = expected else {
+        return Ok(());
+    };
+    let (started, stats_reset): (String, Option<String>) = crate::db::query_as(INCARNATION)
+        .fetch_one(&mut *conn)
+        .await?;
+    let now = Incarnation {
+        started,
+        stats_reset,
+    };
+    if *was == now {
+        Ok(())
+    } else {
+        Err(EngineError::TargetRestarted {
+            was: was.clone(),
+            now,
+        })
+    }
+}
 
 /// Reads the target's current [`Incarnation`], in a short read-only transaction under `limits`'
 /// timeouts.

@@ -10,7 +10,7 @@
 pub mod absorb;
 pub mod catalog;
 mod durability;
-pub use durability::{Incarnation, flush, incarnation};
+pub use durability::{Incarnation, check_unchanged, flush, incarnation};
 pub mod plan;
 pub mod queries;
 mod range;
@@ -236,6 +236,10 @@ pub struct BatchStart<'c> {
     /// step where [`Plan::range_step`] holds continues that parent as a key range
     /// ([`queries::range_bound`]).
     pub large_parent: bool,
+    /// The target's incarnation while batches committed deferred since the last checkpoint: the
+    /// batch first checks it ([`check_unchanged`]) and fails with
+    /// [`EngineError::TargetRestarted`] if the target restarted since. `None`: no check.
+    pub unchanged: Option<&'c Incarnation>,
 }
 
 /// Runs one batch from `at`, in its own transaction: at most `limits.rows` child rows of at most
@@ -255,12 +259,13 @@ pub async fn run_batch(
         cursor,
         parents,
         large_parent,
+        unchanged,
     } = at;
     if let Cursor::Within(parent, last) = cursor
         && large_parent
         && plan.range_step(&plan.steps[step])
     {
-        return range::run_range(target, plan, step, parent, last, limits).await;
+        return range::run_range(target, plan, step, (parent, last), unchanged, limits).await;
     }
     let stmt = queries::batch(plan, &plan.steps[step], cursor);
     let position: Vec<String> = match cursor {
@@ -272,6 +277,7 @@ pub async fn run_batch(
     let conn = crate::db::acquire(target).await?;
     let started = Instant::now();
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
+    check_unchanged(&mut tx, unchanged).await?;
     let before = if plan.absorbs_below(plan.steps[step].table) {
         Some(deleted_so_far(&mut tx, plan).await?)
     } else {
@@ -333,7 +339,8 @@ pub(crate) async fn cascaded_since(
 }
 
 /// Deletes the tenant rows of `table` that its batches kept back, all in one short transaction
-/// ([`queries::sweep`]) under `limits`' lock and statement timeouts. Returns the rows deleted.
+/// ([`queries::sweep`]) under `limits`' lock and statement timeouts, after [`check_unchanged`]
+/// with `unchanged`. Returns the rows deleted.
 ///
 /// # Errors
 /// [`EngineError::Db`], including 57014 / 55P03 when the rows take longer than the timeouts.
@@ -343,9 +350,11 @@ pub async fn run_sweep(
     table: u32,
     tenant: &str,
     limits: &BatchLimits,
+    unchanged: Option<&Incarnation>,
 ) -> Result<i64, EngineError> {
     let stmt = queries::sweep(plan, table);
     let mut tx = crate::db::begin(target, limits.bounds()).await?;
+    check_unchanged(&mut tx, unchanged).await?;
     let deleted: i64 = crate::db::query_scalar(stmt.as_query())
         .bind(tenant)
         .fetch_one(&mut *tx)

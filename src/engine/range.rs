@@ -20,7 +20,8 @@ use super::{
     BatchLimits, BatchResult, Cursor, EngineError, Plan, cascaded_since, deleted_so_far, queries,
 };
 
-/// A batch continuing inside `parent` after child key `last`, as a key range
+/// A batch continuing inside `parent` after child key `last`, as a key range (after
+/// [`super::check_unchanged`] with `unchanged`)
 /// ([`queries::range_bound`], then [`queries::range_delete`]), in one transaction like
 /// [`run_batch`]. The next cursor stays inside the parent while a full batch was found, else moves
 /// after it.
@@ -28,8 +29,8 @@ pub(super) async fn run_range(
     target: &PgPool,
     plan: &Plan,
     step: usize,
-    parent: &[String],
-    last: &[String],
+    (parent, last): (&[String], &[String]),
+    unchanged: Option<&super::Incarnation>,
     limits: &BatchLimits,
 ) -> Result<BatchResult, EngineError> {
     let s = &plan.steps[step];
@@ -38,6 +39,7 @@ pub(super) async fn run_range(
     let conn = crate::db::acquire(target).await?;
     let started = Instant::now();
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
+    super::check_unchanged(&mut tx, unchanged).await?;
     let before = if plan.absorbs_below(s.table) {
         Some(deleted_so_far(&mut tx, plan).await?)
     } else {

@@ -10,6 +10,7 @@ mod demo_env;
 mod demo_equivalence;
 mod grace;
 mod harness;
+mod incarnation;
 mod index_pass;
 mod kill_switch_ack;
 mod notify;

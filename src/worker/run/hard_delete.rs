@@ -166,6 +166,7 @@ impl JobRun {
                     cursor: &cp.cursor,
                     parents: cp.parents,
                     large_parent,
+                    unchanged: deferred.incarnation.as_ref().filter(|_| deferred.pending),
                 },
                 tenant,
                 &limits,
@@ -285,6 +286,7 @@ impl JobRun {
                             step.table,
                             tenant,
                             &self.limits,
+                            deferred.incarnation.as_ref().filter(|_| deferred.pending),
                         )
                         .await;
                         if let Err(e) = &swept {
