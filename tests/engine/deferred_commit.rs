@@ -181,6 +181,33 @@ impl Setup {
         }
     }
 
+    /// Waits until a checkpoint is stored and batches committed deferred after it deleted at least
+    /// `after` more of the tenant's `total` items; `alive` panics if the worker has ended. Returns
+    /// the rows the stored progress counted and the items left on the target then.
+    pub(crate) async fn wait_for_deferred(
+        &self,
+        total: i64,
+        after: i64,
+        mut alive: impl FnMut(),
+    ) -> (i64, i64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let job = jobs::get(&self.state, self.job_id).await.unwrap().unwrap();
+            let checkpointed = Checkpoint::from_json(job.checkpoint.as_ref()).is_some();
+            let stored = Progress::from_json(&job.progress).rows_deleted;
+            let left = items_left(&self.target).await;
+            if checkpointed && total - left >= stored + after {
+                return (stored, left);
+            }
+            alive();
+            assert!(
+                Instant::now() < deadline,
+                "no batch committed deferred after a checkpoint (is every batch checkpointed?): {job:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Crashes the target (SIGKILL of its stopped WAL writer) and waits until it has recovered;
     /// returns a new pool on it.
     pub(crate) async fn crash_target(&self) -> sqlx::PgPool {
@@ -220,24 +247,13 @@ async fn a_target_crash_loses_deferred_batches_but_never_a_checkpointed_one() {
     );
     // Wait for a checkpoint, then for at least 100 rows deleted by deferred batches after it
     // (about a third of a second; the next durable batch comes a second after the checkpoint).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let seen = loop {
-        let job = jobs::get(&s.state, s.job_id).await.unwrap().unwrap();
-        let checkpointed = Checkpoint::from_json(job.checkpoint.as_ref()).is_some();
-        let stored = Progress::from_json(&job.progress).rows_deleted;
-        let left = items_left(&s.target).await;
-        if checkpointed && ITEMS - left >= stored + 100 {
-            break left;
-        }
-        if let Some(status) = first.child.try_wait().unwrap() {
-            panic!("the worker exited ({status})\n{}", first.log());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no batch committed deferred after a checkpoint (is every batch checkpointed?): {job:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let (_, seen) = s
+        .wait_for_deferred(ITEMS, 100, || {
+            if let Some(status) = first.child.try_wait().unwrap() {
+                panic!("the worker exited ({status})\n{}", first.log());
+            }
+        })
+        .await;
     first.child.kill().unwrap();
     let target = s.crash_target().await;
     first.child.wait().unwrap();
@@ -328,21 +344,11 @@ CREATE TRIGGER log_item AFTER DELETE ON app.items FOR EACH ROW EXECUTE FUNCTION 
         async move { worker.run(cancel).await }
     });
     // A checkpoint, then a batch committed deferred after it.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let seen = loop {
-        let job = jobs::get(&s.state, s.job_id).await.unwrap().unwrap();
-        let checkpointed = Checkpoint::from_json(job.checkpoint.as_ref()).is_some();
-        let stored = Progress::from_json(&job.progress).rows_deleted;
-        let left = items_left(&s.target).await;
-        if checkpointed && 600 - left >= stored + 50 {
-            break left;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no batch committed deferred after a checkpoint: {job:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let (_, seen) = s
+        .wait_for_deferred(600, 50, || {
+            assert!(!running.is_finished(), "the worker ended");
+        })
+        .await;
     let target = s.crash_target().await;
     // (The worker goes on meanwhile, so the rows the crash brought back are not counted here.)
     let after = items_left(&target).await;

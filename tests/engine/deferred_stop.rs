@@ -14,7 +14,6 @@ use deprov::queue::kill_switch::{self, Scope};
 use deprov::queue::{Job, JobState, jobs};
 use deprov::worker::{Checkpoint, Progress, Worker};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::deferred_commit::{CONFIG, ITEMS, Setup, items_left, run_to_end};
@@ -92,22 +91,12 @@ struct Seen {
 /// more rows (two batches, a third of a second after it; the next checkpoint comes a second after
 /// it, so a stop at the next batch boundary finds deferred batches to settle).
 async fn deferred_after_checkpoint(s: &Setup, running: &JoinHandle<()>) -> Seen {
-    let deadline = Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let job = jobs::get(&s.state, s.job_id).await.unwrap().unwrap();
-        let checkpointed = Checkpoint::from_json(job.checkpoint.as_ref()).is_some();
-        let stored = Progress::from_json(&job.progress).rows_deleted;
-        let left = items_left(&s.target).await;
-        if checkpointed && ITEMS - left >= stored + 100 {
-            return Seen { stored, left };
-        }
-        assert!(!running.is_finished(), "the worker ended: {job:?}");
-        assert!(
-            Instant::now() < deadline,
-            "no batch committed deferred after a checkpoint (is every batch checkpointed?): {job:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    let (stored, left) = s
+        .wait_for_deferred(ITEMS, 100, || {
+            assert!(!running.is_finished(), "the worker ended");
+        })
+        .await;
+    Seen { stored, left }
 }
 
 /// Engages (or releases) the global kill switch.
