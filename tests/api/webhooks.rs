@@ -128,6 +128,11 @@ async fn the_untimed_published_vectors_verify_over_http_and_the_timed_ones_are_n
 }
 
 /// Each way a delivery can be wrong, per scheme: 401 problem+json, nothing stored.
+/// Seconds past now of the "future" deliveries: beyond the 300 s tolerance by a minute, so that the
+/// seconds a loaded machine takes between building a delivery and checking it cannot bring it back
+/// inside (the stale ones, at now - 301, only get staler).
+const FUTURE: i64 = 360;
+
 #[tokio::test]
 async fn forged_altered_stale_future_and_malformed_deliveries_are_401_and_store_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -166,7 +171,7 @@ async fn forged_altered_stale_future_and_malformed_deliveries_are_401_and_store_
     ));
     bad.push((
         "future".into(),
-        sw_delivery(SW_SECRET, "msg_1", now + 301, acme),
+        sw_delivery(SW_SECRET, "msg_1", now + FUTURE, acme),
     ));
     let stripe_body = fixture("stripe_customer.deleted.json");
     bad.push((
@@ -175,7 +180,7 @@ async fn forged_altered_stale_future_and_malformed_deliveries_are_401_and_store_
     ));
     bad.push((
         "stripe future".into(),
-        stripe_delivery(now + 301, &stripe_body),
+        stripe_delivery(now + FUTURE, &stripe_body),
     ));
     bad.push((
         "slack stale".into(),
@@ -183,7 +188,7 @@ async fn forged_altered_stale_future_and_malformed_deliveries_are_401_and_store_
     ));
     bad.push((
         "slack future".into(),
-        slack_delivery(now + 301, &slack_uninstall()),
+        slack_delivery(now + FUTURE, &slack_uninstall()),
     ));
     let mut wrong = github_delivery(
         "installation",
