@@ -174,7 +174,7 @@ pub struct HardDeleteConfig {
     /// LOCAL synchronous_commit = off` (PostgreSQL docs §30.4 "Asynchronous Commit"), and before
     /// each checkpoint deprov flushes them ([`crate::engine::flush`]), so every checkpoint names
     /// deletions already durable. A target that restarts or recovers from a crash between two
-    /// checkpoints may lose the batches in between; the flush sees it
+    /// checkpoints may lose the batches in between; the next batch or flush sees it
     /// ([`crate::engine::Incarnation`]) and the job resumes from the last checkpoint. The lease is
     /// renewed with the checkpoint, so a `worker.lease` under three times this shortens it to a
     /// third of the lease ([`Self::checkpoint_every`]).

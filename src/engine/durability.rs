@@ -41,6 +41,16 @@ pub struct Incarnation {
 const INCARNATION: &str = "SELECT pg_postmaster_start_time()::text, \
      (SELECT stats_reset::text FROM pg_stat_bgwriter)";
 
+/// Reads the [`Incarnation`] of the server `conn` is connected to (one read-only statement).
+async fn read(conn: &mut PgConnection) -> Result<Incarnation, sqlx::Error> {
+    let (started, stats_reset): (String, Option<String>) =
+        crate::db::query_as(INCARNATION).fetch_one(conn).await?;
+    Ok(Incarnation {
+        started,
+        stats_reset,
+    })
+}
+
 /// In the transaction open on `conn`, before its first destructive statement: fails with
 /// [`EngineError::TargetRestarted`] when the target is no longer `expected`, so a batch never runs
 /// on a target that may have lost the deferred batches before it (it would go on past rows that
@@ -56,13 +66,7 @@ pub async fn check_unchanged(
     let Some(was) = expected else {
         return Ok(());
     };
-    let (started, stats_reset): (String, Option<String>) = crate::db::query_as(INCARNATION)
-        .fetch_one(&mut *conn)
-        .await?;
-    let now = Incarnation {
-        started,
-        stats_reset,
-    };
+    let now = read(conn).await?;
     if *was == now {
         Ok(())
     } else {
@@ -84,18 +88,15 @@ pub async fn incarnation(
 ) -> Result<Incarnation, sqlx::Error> {
     let bounds = crate::db::Bounds::new(limits.lock_timeout, limits.statement_timeout);
     let mut tx = crate::db::begin(target, bounds).await?;
-    let (started, stats_reset): (String, Option<String>) =
-        crate::db::query_as(INCARNATION).fetch_one(&mut *tx).await?;
+    let now = read(&mut tx).await?;
     tx.commit().await?;
-    Ok(Incarnation {
-        started,
-        stats_reset,
-    })
+    Ok(now)
 }
 
 /// Makes every transaction committed on `target` so far durable, and returns the [`Incarnation`] of
-/// the server that made them so: compare it with the one read when the last checkpoint was
-/// written, to learn whether batches committed deferred in between may have been lost.
+/// the server that made them so (read in the same transaction): compare it with the one read when
+/// the last checkpoint was written, to learn whether batches committed deferred in between may have
+/// been lost.
 ///
 /// One short transaction that writes a WAL record (`pg_logical_emit_message(true, 'deprov',
 /// 'flush')`, PostgreSQL docs §9.27.6; any role may call it, at any `wal_level`) and commits with
@@ -111,15 +112,10 @@ pub async fn incarnation(
 pub async fn flush(target: &PgPool, limits: &BatchLimits) -> Result<Incarnation, sqlx::Error> {
     let bounds = crate::db::Bounds::new(limits.lock_timeout, limits.statement_timeout).durable();
     let mut tx = crate::db::begin(target, bounds).await?;
-    let (_lsn, started, stats_reset): (String, String, Option<String>) = crate::db::query_as(
-        "SELECT pg_logical_emit_message(true, 'deprov', 'flush')::text, \
-         pg_postmaster_start_time()::text, (SELECT stats_reset::text FROM pg_stat_bgwriter)",
-    )
-    .fetch_one(&mut *tx)
-    .await?;
+    crate::db::query("SELECT pg_logical_emit_message(true, 'deprov', 'flush')::text")
+        .execute(&mut *tx)
+        .await?;
+    let now = read(&mut tx).await?;
     tx.commit().await?;
-    Ok(Incarnation {
-        started,
-        stats_reset,
-    })
+    Ok(now)
 }

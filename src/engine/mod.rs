@@ -54,7 +54,7 @@ pub enum EngineError {
     TargetRestarted {
         /// The incarnation read when the last checkpoint was written.
         was: Incarnation,
-        /// The incarnation read by the flush.
+        /// The incarnation read by the flush or the batch that found the change.
         now: Incarnation,
     },
 }

@@ -87,8 +87,10 @@ pub struct Progress {
     pub note: Option<String>,
     /// Times the job went back to its last checkpoint with batches after it that had committed
     /// deferred (`[hard_delete] checkpoint_interval`) and may have been lost: the target restarted
-    /// ([`crate::engine::Incarnation`]) or the run ended before they were made durable. Their rows
-    /// are counted again when redone, so `rows_deleted` stays the rows deleted once.
+    /// ([`crate::engine::Incarnation`]) or the run ended before they were made durable. The row
+    /// counts go back to the checkpoint's ([`Self::rewind_to`]) and the redone batches count what
+    /// they find, so `rows_deleted` never counts a row twice; rows deleted by batches after the
+    /// checkpoint that survived are not counted (README, *Known limits*).
     pub rewinds: i64,
 }
 

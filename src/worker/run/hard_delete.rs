@@ -166,7 +166,7 @@ impl JobRun {
                     cursor: &cp.cursor,
                     parents: cp.parents,
                     large_parent,
-                    unchanged: deferred.incarnation.as_ref().filter(|_| deferred.pending),
+                    unchanged: deferred.unchanged(),
                 },
                 tenant,
                 &limits,
@@ -286,7 +286,7 @@ impl JobRun {
                             step.table,
                             tenant,
                             &self.limits,
-                            deferred.incarnation.as_ref().filter(|_| deferred.pending),
+                            deferred.unchanged(),
                         )
                         .await;
                         if let Err(e) = &swept {
@@ -422,8 +422,17 @@ struct Deferred {
     /// Batches committed deferred (`synchronous_commit = off`) since the last checkpoint.
     pending: bool,
     /// The target's incarnation when the run started or last checkpointed (with a checkpoint
-    /// interval only): a flush that reads another one means the target restarted in between.
+    /// interval only): a batch or flush that reads another one means the target restarted in
+    /// between.
     incarnation: Option<engine::Incarnation>,
     /// The progress written with the last checkpoint (or the run's at its start).
     durable: crate::worker::Progress,
+}
+
+impl Deferred {
+    /// What the next batch must find the target to be ([`engine::check_unchanged`]): the
+    /// incarnation, while deferred batches are not yet flushed; else nothing to check.
+    fn unchanged(&self) -> Option<&engine::Incarnation> {
+        self.incarnation.as_ref().filter(|_| self.pending)
+    }
 }
