@@ -46,8 +46,9 @@ pub enum EngineError {
     #[error("{0}")]
     Simulation(String),
     /// The target server restarted or recovered from a crash since the last checkpoint
-    /// ([`Incarnation`] changed), so batches committed deferred after it may be lost: the job
-    /// resumes from that checkpoint. Retryable.
+    /// ([`Incarnation`] changed), so batches committed deferred after it may be lost: the run
+    /// resumes from that checkpoint (the worker does so at once, with every later batch durable).
+    /// Retryable.
     #[error(
         "the target database restarted since the last checkpoint (was {was:?}, now {now:?}): batches committed with synchronous_commit = off after it may be lost, so the job resumes from that checkpoint"
     )]

@@ -386,6 +386,72 @@ CREATE TRIGGER log_item AFTER DELETE ON app.items FOR EACH ROW EXECUTE FUNCTION 
     assert_eq!(digest(&target).await, digest(&s.expected).await);
 }
 
+/// What a reviewer saw: statistics resets (`pg_stat_reset_shared('bgwriter')`, which look like a
+/// restart) during a job in deferred mode each rewound it and spent an attempt, and their rewinds
+/// added up in `rows_deleted`. Now the first one rewinds the run, which goes on at once with every
+/// batch durable: a second reset changes nothing, no attempt is spent, and `rows_deleted` misses at
+/// most one checkpoint interval of rows.
+#[tokio::test]
+async fn statistics_resets_cost_one_rewind_and_no_attempt() {
+    let schema = SCHEMA
+        .replace("g <= 3000", "g <= 1500")
+        .replace("(1, 3100)", "(1, 1600)");
+    // 50-row batches at 200 rows/s: four a second, a checkpoint every second; 7.5 s in all.
+    let s = Setup::prepare_with(
+        &schema,
+        &CONFIG.replace("rate_limit = 300", "rate_limit = 200"),
+    )
+    .await;
+    let worker = Worker::new(s.pools.clone(), s.config.clone(), "in-process".into());
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { worker.run(cancel).await }
+    });
+    let alive = || assert!(!running.is_finished(), "the worker ended");
+    let reset = || async {
+        sqlx::query("SELECT pg_stat_reset_shared('bgwriter')")
+            .execute(&s.target)
+            .await
+            .unwrap();
+    };
+    s.wait_for_deferred(1500, 50, alive).await;
+    reset().await;
+    let seen = items_left(&s.target).await;
+    // A second reset once 100 more items are gone: in deferred mode it would rewind again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while items_left(&s.target).await > seen - 100 {
+        alive();
+        assert!(Instant::now() < deadline, "the job stopped deleting");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    reset().await;
+    let left = items_left(&s.target).await;
+    assert!(left > 0, "the job ended before the second reset");
+    let done = wait_for_job(&s.state, s.job_id, "the job to end", |j| {
+        matches!(j.state(), JobState::Completed | JobState::Failed)
+    })
+    .await;
+    cancel.cancel();
+    running.await.unwrap();
+    let progress = Progress::from_json(&done.progress);
+    println!(
+        "{seen} items left after the first reset, {left} after the second; attempts {}, rewinds {}, rows_deleted {}",
+        done.attempts, progress.rewinds, progress.rows_deleted
+    );
+    assert_eq!(done.state(), JobState::Completed, "{done:?}");
+    assert_eq!(done.attempts, 1, "a restart spent an attempt: {done:?}");
+    assert_eq!(progress.rewinds, 1, "{progress:?}");
+    // 1,501 rows (1,500 items and the account); one interval (1 s at 200 rows/s, plus a batch)
+    // may be missing.
+    assert!(
+        (1501 - 250..=1501).contains(&progress.rows_deleted),
+        "rows_deleted {progress:?}"
+    );
+    assert_eq!(items_left(&s.target).await, 0);
+    assert_eq!(digest(&s.target).await, digest(&s.expected).await);
+}
+
 /// Runs an in-process worker until the job is `completed` or `failed`.
 pub(crate) async fn run_to_end(s: &Setup) -> deprov::queue::Job {
     let worker = Worker::new(s.pools.clone(), s.config.clone(), "in-process".into());

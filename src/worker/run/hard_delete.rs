@@ -17,7 +17,9 @@ use crate::worker::sizing;
 impl JobRun {
     /// Deletes the tenant `tenant` by the batches of `leaves_first` (with the cascade allowance of
     /// `[hard_delete] cascade_rows` absorbed into it), from the job's stored checkpoint when it was
-    /// made for the same plan, else from the first step.
+    /// made for the same plan, else from the first step. When the target restarted between
+    /// checkpoints ([`EngineError::TargetRestarted`]) the batches go back to the last checkpoint
+    /// written and go on in this run, every batch durable from then on.
     ///
     /// # Errors
     /// [`Stop`] when the kill switch or a stop request ends the run, a batch fails in a way a
@@ -31,14 +33,32 @@ impl JobRun {
             pending: false,
             incarnation: None,
             durable: self.progress.clone(),
+            written: self.job.checkpoint.clone(),
+            durable_only: false,
         };
-        let result = self.batches(leaves_first, tenant, &mut deferred).await;
-        if result.is_err() && deferred.pending {
-            // The stored checkpoint is older than batches that committed deferred and may be lost:
-            // the resumed job redoes them from there, and counts their rows then.
-            self.progress.rewind_to(&deferred.durable);
+        loop {
+            let result = self.batches(leaves_first, tenant, &mut deferred).await;
+            if result.is_err() && deferred.pending {
+                // The stored checkpoint is older than batches that committed deferred and may be
+                // lost: the resumed job redoes them from there, and counts their rows then.
+                self.progress.rewind_to(&deferred.durable);
+            }
+            match result {
+                Err(Stop::Error(EngineError::TargetRestarted { was, now }))
+                    if !deferred.durable_only =>
+                {
+                    // Resumed in this run from the last checkpoint, with no attempt spent: a
+                    // restart is not the job's fault. Every batch of the rest of the run commits
+                    // durably and is checkpointed, so a target that keeps restarting (or a
+                    // statistics reset, which looks the same) costs at most this one rewind.
+                    tracing::warn!(job = %self.job.id, ?was, ?now, "the target restarted: resuming from the last checkpoint, every batch durable");
+                    deferred.durable_only = true;
+                    deferred.pending = false;
+                    deferred.incarnation = None;
+                }
+                result => return result,
+            }
         }
-        result
     }
 
     /// [`Self::hard_delete`]'s batches; `deferred` tracks what is not yet durable.
@@ -50,7 +70,7 @@ impl JobRun {
     ) -> Result<(), Stop> {
         let w = self.worker.clone();
         let hd = &w.config.hard_delete;
-        let stored = Checkpoint::from_json(self.job.checkpoint.as_ref());
+        let stored = Checkpoint::from_json(deferred.written.as_ref());
         let mut cascade_rows = stored
             .as_ref()
             .and_then(|cp| cp.cascade_rows)
@@ -120,7 +140,11 @@ impl JobRun {
         // With a checkpoint interval, batches commit deferred (synchronous_commit = off); `pending`
         // says some have since the last checkpoint, which are flushed before the next one, and
         // the target's incarnation says whether it restarted in between.
-        let every = hd.checkpoint_every(w.config.worker.lease);
+        let every = if deferred.durable_only {
+            Duration::ZERO
+        } else {
+            hd.checkpoint_every(w.config.worker.lease)
+        };
         if !every.is_zero() {
             deferred.incarnation = Some(
                 engine::incarnation(&w.pools.target, &self.limits)
@@ -377,6 +401,7 @@ impl JobRun {
         }
         self.heartbeat("hard_delete", Some(cp)).await?;
         deferred.durable = self.progress.clone();
+        deferred.written = Some(cp.to_json());
         self.progress.bookkeeping_ms += written.elapsed().as_secs_f64() * 1000.0;
         Ok(())
     }
@@ -427,6 +452,12 @@ struct Deferred {
     incarnation: Option<engine::Incarnation>,
     /// The progress written with the last checkpoint (or the run's at its start).
     durable: crate::worker::Progress,
+    /// The last checkpoint written (or the job's at the run's start): where the batches resume
+    /// after the target restarted.
+    written: Option<serde_json::Value>,
+    /// Set once the target restarted during the run: from then on every batch commits durably
+    /// and is checkpointed (as with `checkpoint_interval = "0s"`).
+    durable_only: bool,
 }
 
 impl Deferred {
