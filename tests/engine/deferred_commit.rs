@@ -84,8 +84,8 @@ fn signal(pid: i32, sig: libc::c_int) {
 /// Two servers (deprov's state database, and the target with its WAL writer stopped), the schema
 /// loaded, the cascade's result in database `expected`, and a request recorded for tenant 1.
 pub(crate) struct Setup {
-    state_server: Throwaway,
-    target_server: Throwaway,
+    pub(crate) state_server: Throwaway,
+    pub(crate) target_server: Throwaway,
     pub(crate) state: sqlx::PgPool,
     pub(crate) target: sqlx::PgPool,
     pub(crate) expected: sqlx::PgPool,

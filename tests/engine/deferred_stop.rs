@@ -1,6 +1,7 @@
 //! A hard delete with `[hard_delete] checkpoint_interval` stopped between two checkpoints, by the
-//! kill switch (the job is `held`) or by a stop request (the job is handed back `queued`): before it
-//! stops, the run flushes the batches it committed deferred and writes the checkpoint there
+//! kill switch (the job is `held`) or by a stop request (the job is handed back `queued`), or paused
+//! there after a lock timeout: before it stops or pauses, the run flushes the batches it committed
+//! deferred and writes the checkpoint there
 //! (`settle()` in `worker::run::hard_delete`). Without that, the stop would hand back the last
 //! checkpoint's counts and leave the batches after it in the WAL buffers, where a target crash
 //! loses them.
@@ -17,6 +18,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::deferred_commit::{CONFIG, ITEMS, Setup, items_left, run_to_end};
+use crate::demo_env::WorkerProcess;
 use crate::harness::{digest, wait_for_job};
 
 /// The global kill switch engaged while batches commit deferred between two checkpoints: the job
@@ -63,6 +65,59 @@ async fn a_stop_request_between_checkpoints_leaves_nothing_a_target_crash_can_lo
     assert_eq!(stopped.last_error, None, "{stopped:?}");
 
     let target = crash_and_check(&s, &stopped, seen, "stop request").await;
+
+    let done = run_to_end(&s).await;
+    assert_completed(&s, &target, &done).await;
+}
+
+/// A batch hits `lock_timeout` (another session holds the tenant's items `FOR UPDATE`) while
+/// batches commit deferred between two checkpoints: before the back-off pause the run flushes them
+/// and writes the checkpoint there, so a target crash during the pause brings back no row. The
+/// worker is a `deprov worker` process SIGKILLed during the pause, so nothing else flushes for it;
+/// a new worker completes the job equal to the cascade.
+#[tokio::test]
+async fn a_lock_timeout_pause_between_checkpoints_leaves_nothing_a_target_crash_can_lose() {
+    // Back-off pauses of 1–2 s (jittered), shorter than the 3 s lease the checkpoint renews.
+    let config = CONFIG.replace(
+        "rate_limit = 300",
+        "rate_limit = 300\nbackoff = \"2s\"\nbackoff_max = \"2s\"",
+    );
+    let s = Setup::prepare(&config).await;
+    let config_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config_file.path(), &config).unwrap();
+    let mut worker = WorkerProcess::spawn(
+        &s.state_server.url("deprov"),
+        Some(&s.target_server.url("target")),
+        config_file.path(),
+    );
+    let (stored, left) = s
+        .wait_for_deferred(ITEMS, 100, || {
+            if let Some(status) = worker.child.try_wait().unwrap() {
+                panic!("the worker exited ({status})\n{}", worker.log());
+            }
+        })
+        .await;
+    let mut holder = s.target.acquire().await.unwrap();
+    sqlx::query("BEGIN").execute(&mut *holder).await.unwrap();
+    sqlx::query("SELECT id FROM app.items WHERE account_id = 1 FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    // The lock timeout is counted in the progress the checkpoint before the pause writes.
+    let paused = wait_for_job(
+        &s.state,
+        s.job_id,
+        "a lock timeout in the stored progress",
+        |j| Progress::from_json(&j.progress).timeouts >= 1,
+    )
+    .await;
+    worker.child.kill().unwrap();
+    worker.child.wait().unwrap();
+    assert_eq!(paused.state(), JobState::Running, "{paused:?}");
+
+    let target = crash_and_check(&s, &paused, Seen { stored, left }, "lock_timeout pause").await;
+    // The holder's session died with the crash.
+    holder.detach();
 
     let done = run_to_end(&s).await;
     assert_completed(&s, &target, &done).await;
