@@ -51,6 +51,100 @@ impl std::fmt::Display for TenantId {
     }
 }
 
+/// How the type of `[tenant] key_column` reads a tenant key, so intake can refuse a key the cast
+/// would refuse and store every key in the one form PostgreSQL prints it in (`"07"`, `"+7"` and
+/// `" 7"` are all tenant `"7"` of a `bigint` column): one deterministic request ID, one job, and one
+/// tenant kill switch per tenant. Learnt from the target's catalog at start
+/// ([`crate::sqlcheck::Gate::key_form`]); other types are left to the worker's own cast.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyForm {
+    /// `smallint`, `integer` or `bigint`: a decimal integer in the type's range, optionally signed
+    /// and surrounded by spaces (PostgreSQL docs §8.1.1; the hexadecimal, octal, binary and
+    /// underscore forms PostgreSQL 16 added are refused). Printed without sign `+`, zeros or spaces.
+    Integer {
+        /// The smallest value of the type.
+        min: i64,
+        /// The largest value of the type.
+        max: i64,
+        /// The type's name, for messages.
+        name: &'static str,
+    },
+    /// `uuid`: 32 hexadecimal digits, hyphenated 8-4-4-4-12 or not, optionally in braces, any
+    /// case (a subset of PostgreSQL docs §8.12). Printed lower-case and hyphenated.
+    Uuid,
+    /// Any other type: the key is stored as sent and the worker's cast decides.
+    AsSent,
+}
+
+impl KeyForm {
+    /// The form of a key column of type `sql_type`, as `format_type` prints it.
+    pub fn of(sql_type: &str) -> Self {
+        match sql_type {
+            "smallint" => Self::Integer {
+                min: i16::MIN.into(),
+                max: i16::MAX.into(),
+                name: "smallint",
+            },
+            "integer" => Self::Integer {
+                min: i32::MIN.into(),
+                max: i32::MAX.into(),
+                name: "integer",
+            },
+            "bigint" => Self::Integer {
+                min: i64::MIN,
+                max: i64::MAX,
+                name: "bigint",
+            },
+            "uuid" => Self::Uuid,
+            _ => Self::AsSent,
+        }
+    }
+
+    /// `key` as the key column prints it.
+    ///
+    /// # Errors
+    /// A human-readable reason when the column's type cannot read `key`.
+    pub fn canonical(self, key: &TenantId) -> Result<TenantId, String> {
+        let raw = key.as_str();
+        match self {
+            Self::Integer { min, max, name } => {
+                let t = raw.trim_matches(' ');
+                let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+                let refused = || {
+                    format!(
+                        "must be a decimal integer from {min} to {max} ([tenant] key_column is {name})"
+                    )
+                };
+                if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(refused());
+                }
+                match t.parse::<i64>() {
+                    Ok(n) if (min..=max).contains(&n) => Ok(TenantId(n.to_string())),
+                    _ => Err(refused()),
+                }
+            }
+            Self::Uuid => match Uuid::try_parse(raw) {
+                Ok(u) if !raw.starts_with("urn:") => Ok(TenantId(u.hyphenated().to_string())),
+                _ => Err(
+                    "must be a UUID: 32 hexadecimal digits, hyphenated 8-4-4-4-12 or not, \
+                          optionally in braces ([tenant] key_column is uuid)"
+                        .into(),
+                ),
+            },
+            Self::AsSent => Ok(key.clone()),
+        }
+    }
+
+    /// [`Self::canonical`] when the type reads `key`, else `key` as sent (for senders that must
+    /// not be refused: the job then fails with the cast's error).
+    pub fn canonical_or_as_sent(self, key: &str) -> String {
+        TenantId::parse(key)
+            .ok()
+            .and_then(|k| self.canonical(&k).ok())
+            .map_or_else(|| key.to_owned(), |k| k.0)
+    }
+}
+
 /// A job's ID (UUIDv7: time-ordered, so newer jobs sort later).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -137,5 +231,76 @@ mod tests {
         assert!(TenantId::parse(&"€".repeat(256)).is_ok());
         assert!(TenantId::parse(&"€".repeat(257)).is_err());
         assert_eq!(TenantId::parse("acct_1").unwrap().as_str(), "acct_1");
+    }
+
+    fn canonical(form: KeyForm, raw: &str) -> Result<String, String> {
+        form.canonical(&TenantId::parse(raw).unwrap())
+            .map(|k| k.as_str().to_owned())
+    }
+
+    #[test]
+    fn integer_keys_are_printed_as_postgresql_prints_them() {
+        let big = KeyForm::of("bigint");
+        for (raw, printed) in [
+            ("7", "7"),
+            ("07", "7"),
+            ("+7", "7"),
+            (" 7 ", "7"),
+            ("-0", "0"),
+            ("-9223372036854775808", "-9223372036854775808"),
+        ] {
+            assert_eq!(canonical(big, raw).as_deref(), Ok(printed), "{raw:?}");
+        }
+        for raw in [
+            "acct_1",
+            " ",
+            "+",
+            "1.0",
+            "1e3",
+            "0x1F",
+            "1_000",
+            "9223372036854775808",
+            "- 1",
+            "１",
+        ] {
+            assert!(canonical(big, raw).is_err(), "{raw:?}");
+        }
+        let small = KeyForm::of("smallint");
+        assert_eq!(canonical(small, "32767").as_deref(), Ok("32767"));
+        assert!(canonical(small, "32768").unwrap_err().contains("smallint"));
+        assert!(canonical(KeyForm::of("integer"), "2147483648").is_err());
+    }
+
+    #[test]
+    fn uuid_keys_are_lower_case_and_hyphenated() {
+        let printed = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11";
+        for raw in [
+            printed,
+            "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11",
+            "a0eebc999c0b4ef8bb6d6bb9bd380a11",
+            "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}",
+        ] {
+            assert_eq!(
+                canonical(KeyForm::Uuid, raw).as_deref(),
+                Ok(printed),
+                "{raw:?}"
+            );
+        }
+        for raw in [
+            "urn:uuid:a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "a0eebc99",
+            "7",
+        ] {
+            assert!(canonical(KeyForm::Uuid, raw).is_err(), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn other_key_types_keep_the_key_as_sent() {
+        for t in ["text", "character varying(20)", "numeric"] {
+            assert_eq!(canonical(KeyForm::of(t), " 07 ").as_deref(), Ok(" 07 "));
+        }
+        assert_eq!(KeyForm::of("bigint").canonical_or_as_sent("07"), "7");
+        assert_eq!(KeyForm::of("bigint").canonical_or_as_sent("acct"), "acct");
     }
 }

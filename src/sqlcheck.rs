@@ -16,7 +16,7 @@
 //! naming it and the check is repeated every [`RECHECK_REFUSED`] (a schema fixed meanwhile is found;
 //! a fixed configuration file needs a restart). `deprov config check` runs the same check once.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::db::{self, Bounds};
 use crate::engine::statements::{self, Refusal, Shape, Verdict};
+use crate::ids::KeyForm;
 
 /// How often a check that found a refusal is repeated (the target's schema may be fixed meanwhile).
 pub const RECHECK_REFUSED: Duration = Duration::from_secs(5);
@@ -177,8 +178,10 @@ pub enum Status {
 
 /// The check's [`Status`], shared by the HTTP handlers (`/readyz`), the worker (which claims no
 /// job before it passed) and [`check_until_passed`]. Cheap to clone.
+/// It also carries the [`KeyForm`] of `[tenant] key_column`, read from the target's catalog
+/// with the check, by which intake stores tenant keys.
 #[derive(Debug, Clone)]
-pub struct Gate(Arc<watch::Sender<Status>>);
+pub struct Gate(Arc<watch::Sender<Status>>, Arc<OnceLock<KeyForm>>);
 
 impl Default for Gate {
     /// A gate that has passed (what tests and tools that skip the check use).
@@ -188,9 +191,21 @@ impl Default for Gate {
 }
 
 impl Gate {
-    /// A gate in `status`.
+    /// A gate in `status`, its key form not known yet.
     pub fn new(status: Status) -> Self {
-        Self(Arc::new(watch::Sender::new(status)))
+        Self(Arc::new(watch::Sender::new(status)), Arc::default())
+    }
+
+    /// How `[tenant] key_column` reads tenant keys; `None` until the target's catalog was read (a
+    /// target that was down since start): intake then stores keys as sent, and the worker keys each
+    /// job by its cast ([`crate::engine::canonical_tenant_key`]).
+    pub fn key_form(&self) -> Option<KeyForm> {
+        self.1.get().copied()
+    }
+
+    /// Records the key column's type, as `format_type` prints it (the first record stays).
+    pub fn set_key_type(&self, sql_type: &str) {
+        let _ = self.1.set(KeyForm::of(sql_type));
     }
 
     /// The current status.
@@ -257,6 +272,13 @@ pub async fn check_until_passed(
         attempt = attempt.saturating_add(1);
         // Bounded by the pool's acquire timeout and the server-side bounds; not cut short by
         // `cancel` (see crate::db: no client deadline abandons a statement).
+        if gate.key_form().is_none()
+            && let Ok(plan) =
+                crate::engine::load_plan(&target, &config.root_table(), &config.tenant.key_column)
+                    .await
+        {
+            gate.set_key_type(plan.key_type.as_str());
+        }
         match check(&target, &config).await {
             Ok(findings) if findings.is_empty() => {
                 tracing::info!(

@@ -107,7 +107,7 @@ pub(super) async fn check_databases(
         refuse_pending_migrations(queue).await?
     };
     prepared.migrated.store(migrated, Ordering::Release);
-    let status = check_target(&prepared.config, target_url(settings)).await?;
+    let status = check_target(&prepared.config, target_url(settings), &prepared.sql_check).await?;
     prepared.sql_check.set(status);
     Ok(())
 }
@@ -185,7 +185,8 @@ pub(super) fn spawn_worker(
 }
 
 /// Refuses to start when `[tenant] root_table` / `key_column` do not exist in the target database,
-/// or when the target refuses a configured statement ([`crate::sqlcheck::check_at_start`]).
+/// or when the target refuses a configured statement ([`crate::sqlcheck::check_at_start`]); records
+/// the key column's type in `gate` ([`crate::sqlcheck::Gate::key_form`]).
 /// A target that cannot be reached is not an error (deprov must start while the database is down):
 /// the plan is checked again when a job runs, and the statements by
 /// [`crate::sqlcheck::check_until_passed`] (the returned status is then pending). The wait is bounded
@@ -195,6 +196,7 @@ pub(super) fn spawn_worker(
 async fn check_target(
     config: &Config,
     target_url: &str,
+    gate: &crate::sqlcheck::Gate,
 ) -> Result<crate::sqlcheck::Status, AppError> {
     let root = config.root_table();
     let options = db::connect_options(target_url).map_err(AppError::Url)?;
@@ -204,9 +206,12 @@ async fn check_target(
     };
     let pool = db::pool(&options, db::PoolRole::Cli, &bounds);
     let result = match crate::engine::load_plan(&pool, &root, &config.tenant.key_column).await {
-        Ok(_) => crate::sqlcheck::check_at_start(&pool, config)
-            .await
-            .map_err(AppError::from),
+        Ok(plan) => {
+            gate.set_key_type(plan.key_type.as_str());
+            crate::sqlcheck::check_at_start(&pool, config)
+                .await
+                .map_err(AppError::from)
+        }
         Err(crate::engine::EngineError::Plan(e)) => Err(AppError::Tenant(e)),
         Err(e) => {
             let error = match &e {

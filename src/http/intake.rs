@@ -10,7 +10,7 @@ use super::AppState;
 use super::auth::AuthenticatedSource;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, idempotency_key};
-use crate::ids::{DedupBasis, TenantId};
+use crate::ids::{DedupBasis, KeyForm, TenantId};
 use crate::queue::JobState;
 use crate::queue::intake::{NewRequest, SubjectKind};
 
@@ -24,7 +24,9 @@ pub const MAX_REASON_CHARS: usize = 1000;
 #[serde(deny_unknown_fields)]
 pub struct DeletionRequestBody {
     /// The tenant key (1..=256 characters, no control characters), cast by the worker to the type
-    /// of `[tenant] key_column`.
+    /// of `[tenant] key_column`. For an integer or `uuid` key column it must be one the type reads
+    /// (else 422), and it is stored as PostgreSQL prints it (`"07"` is tenant `"7"`; see
+    /// `deprov::ids::KeyForm`).
     #[schema(
         min_length = 1,
         max_length = 256,
@@ -57,7 +59,8 @@ pub struct DeletionAccepted {
     pub request_id: Uuid,
     /// The job the request is attached to (one active job per tenant).
     pub job_id: Uuid,
-    /// The tenant key, as sent.
+    /// The tenant key, as stored: as sent, or as PostgreSQL prints it for an integer or `uuid`
+    /// key column.
     pub tenant_id: String,
     /// The job's state now (`held` while the kill switch is engaged).
     pub state: JobState,
@@ -93,14 +96,19 @@ pub(super) fn job_state(state: &str) -> Result<JobState, ApiError> {
     JobState::parse(state).ok_or_else(|| ApiError::Internal(format!("unknown job state {state:?}")))
 }
 
-/// Builds the validated [`NewRequest`] for a body sent by `source`.
+/// Builds the validated [`NewRequest`] for a body sent by `source`; `form` is how the key column
+/// reads tenant keys, when known.
 fn new_request(
     source: &str,
     body: DeletionRequestBody,
     key: Option<String>,
+    form: Option<KeyForm>,
 ) -> Result<NewRequest, ApiError> {
-    let tenant = TenantId::parse(&body.tenant_id)
-        .map_err(|r| ApiError::Unprocessable(format!("tenant_id: {r}")))?;
+    let invalid = |r| ApiError::Unprocessable(format!("tenant_id: {r}"));
+    let mut tenant = TenantId::parse(&body.tenant_id).map_err(invalid)?;
+    if let Some(form) = form {
+        tenant = form.canonical(&tenant).map_err(invalid)?;
+    }
     if let Some(claimed) = &body.source
         && claimed != source
     {
@@ -159,7 +167,7 @@ fn new_request(
         (status = 403, description = "`source` names another source than the token's", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid or unknown field, invalid Idempotency-Key, or an Idempotency-Key / external_id reused with a different body", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid or unknown field (also a tenant_id the integer or uuid key column cannot read), invalid Idempotency-Key, or an Idempotency-Key / external_id reused with a different body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "This source (or, without a known token, this peer address) exceeded `[intake.rate_limit]`; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds until the source's next request is admitted"))),
         (status = 503, description = "State database unavailable; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
@@ -173,8 +181,8 @@ pub async fn create_deletion_request(
     ApiJson(body): ApiJson<DeletionRequestBody>,
 ) -> Result<(StatusCode, axum::Json<DeletionAccepted>), ApiError> {
     let key = idempotency_key(&headers)?;
-    let tenant_id = body.tenant_id.clone();
-    let req = new_request(&source.name, body, key)?;
+    let req = new_request(&source.name, body, key, state.sql_check.key_form())?;
+    let tenant_id = req.subject.clone();
     let accepted = state.record(req).await?;
     tracing::info!(source = %source.name, request_id = %accepted.request_id, job_id = %accepted.job_id,
         duplicate = accepted.duplicate, "deletion request recorded");

@@ -341,7 +341,12 @@ pub async fn put_kill_switch(
     ApiJson(body): ApiJson<SetKillSwitch>,
 ) -> Result<axum::Json<KillSwitchView>, ApiError> {
     let reason = operator_reason(&body.reason)?;
-    let scope = Scope::new(body.scope, body.key.as_deref()).map_err(ApiError::Unprocessable)?;
+    let mut scope = Scope::new(body.scope, body.key.as_deref()).map_err(ApiError::Unprocessable)?;
+    // A tenant's switch is keyed like its jobs: as the key column prints the key (`"07"` is
+    // tenant `"7"` of an integer column), else as sent.
+    if let (Scope::Tenant(key), Some(form)) = (&mut scope, state.sql_check.key_form()) {
+        *key = form.canonical_or_as_sent(key);
+    }
     if let Scope::Source(name) = &scope
         && body.engaged
         && !is_known_source(&state.config, name)

@@ -375,15 +375,20 @@ pub async fn reinstall_subject(
         .sources
         .get(name)
         .is_some_and(|s| s.tenant_lookup.is_some());
+    // A tenant key is matched in the form intake stored it in (crate::ids::KeyForm).
+    let tenant = match state.sql_check.key_form() {
+        Some(form) if !lookup => form.canonical_or_as_sent(value),
+        _ => value.to_owned(),
+    };
     let subject = if lookup {
         format!("{name}:{value}")
     } else {
-        value.to_owned()
+        tenant.clone()
     };
     let of = ReinstallOf {
         subject_kind: if lookup { "lookup" } else { "tenant" },
         subject: &subject,
-        tenant: (!lookup).then_some(value),
+        tenant: (!lookup).then_some(tenant.as_str()),
     };
     let target = UndoTarget::new(&state.pools.target, &state.config);
     let reason = reason.map_or_else(|| "reinstalled".to_owned(), str::to_owned);

@@ -98,17 +98,22 @@ pub async fn delete_installation(
         .vercel
         .as_ref()
         .ok_or_else(|| ApiError::NotFound("no [vercel] section".into()))?;
-    let subject_kind = if vercel.tenant_lookup.is_some() {
-        SubjectKind::VercelInstallation
-    } else {
-        SubjectKind::Tenant
+    let (subject_kind, subject) = match (&vercel.tenant_lookup, state.sql_check.key_form()) {
+        (Some(_), _) => (SubjectKind::VercelInstallation, installation.to_string()),
+        // The installation ID is the tenant key: stored as the key column prints it when it
+        // reads it, else as sent (Vercel is not refused; the job fails with the cast's error).
+        (None, Some(form)) => (
+            SubjectKind::Tenant,
+            form.canonical_or_as_sent(installation.as_str()),
+        ),
+        (None, None) => (SubjectKind::Tenant, installation.to_string()),
     };
     let req = NewRequest {
         source: caller.source.clone(),
         basis: DedupBasis::InstallationId,
         dedup_key: installation.as_str().to_owned(),
         subject_kind,
-        subject: installation.as_str().to_owned(),
+        subject,
         external_id: None,
         reason,
     };

@@ -21,7 +21,7 @@ use super::auth::bearer;
 use super::error::{ApiError, Problem};
 use super::extract::ApiPath;
 use super::intake::job_state;
-use crate::ids::DedupBasis;
+use crate::ids::{DedupBasis, KeyForm};
 use crate::queue::JobState;
 use crate::queue::intake::{NewRequest, SubjectKind};
 use crate::sources::payload::{self, Delivery};
@@ -120,10 +120,15 @@ fn authenticate(
 }
 
 /// The request a deleting delivery records.
+///
+/// A tenant key for the key column itself (no `tenant_lookup`) is stored as the column prints it
+/// when `form` reads it ([`KeyForm::canonical_or_as_sent`]); one it cannot read is stored as sent, not
+/// refused (a sender would retry it for days), and its job fails with the cast's error.
 fn new_request(
     name: &str,
     source: &SourceConfig,
     delivery: &Delivery,
+    form: Option<KeyForm>,
 ) -> Result<NewRequest, ApiError> {
     let tenant = delivery.tenant.clone().ok_or_else(|| {
         let at = source
@@ -134,20 +139,26 @@ fn new_request(
             "the delivery has no tenant where sources.{name}.tenant points ({at})"
         ))
     })?;
+    let direct = source.tenant_lookup.is_none();
+    let tenant = match form {
+        Some(form) if direct => form.canonical_or_as_sent(&tenant),
+        _ => tenant,
+    };
     let key = delivery.dedup.clone().ok_or_else(|| {
         ApiError::Unprocessable(format!(
             "the delivery has no deduplication key (sources.{name}.dedup = {})",
             source.dedup
         ))
     })?;
-    let (basis, external_id) = match source.dedup {
-        Dedup::Tenant => (DedupBasis::TenantId, None),
-        _ => (DedupBasis::ExternalId, Some(key.clone())),
+    let (basis, external_id, key) = match source.dedup {
+        // The tenant deduplicates: in the form it is stored in.
+        Dedup::Tenant => (DedupBasis::TenantId, None, tenant.clone()),
+        _ => (DedupBasis::ExternalId, Some(key.clone()), key),
     };
-    let (subject_kind, subject) = if source.tenant_lookup.is_some() {
-        (SubjectKind::Lookup, format!("{name}:{tenant}"))
-    } else {
+    let (subject_kind, subject) = if direct {
         (SubjectKind::Tenant, tenant)
+    } else {
+        (SubjectKind::Lookup, format!("{name}:{tenant}"))
     };
     Ok(NewRequest {
         source: name.to_owned(),
@@ -278,7 +289,7 @@ pub async fn receive(
             }),
         ));
     }
-    let req = new_request(&name, source, &delivery)?;
+    let req = new_request(&name, source, &delivery, state.sql_check.key_form())?;
     let accepted = state.record(req).await?;
     tracing::info!(source = %name, event = ?delivery.event, request_id = %accepted.request_id,
         job_id = %accepted.job_id, duplicate = accepted.duplicate, "webhook deletion recorded");

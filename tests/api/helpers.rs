@@ -51,9 +51,12 @@ pub struct TestOptions {
     pub intake_extra: String,
     /// `[intake.rate_limit]` as (per_second, burst); `None` = off (`per_second = 0`).
     pub rate_limit: Option<(f64, u32)>,
-    /// SQL run on the target after `app.accounts (id bigint PRIMARY KEY, installation_id text)` is
-    /// created and before deprov starts (start-up checks the configured SQL against the schema).
+    /// SQL run on the target after `app.accounts (id <key_type> PRIMARY KEY, installation_id text)`
+    /// is created and before deprov starts (start-up checks the configured SQL against the schema).
     pub target_setup: String,
+    /// The type of the tenant key column `app.accounts.id`: `text` (keys stored as sent) unless a
+    /// test is about integer or uuid keys.
+    pub key_type: &'static str,
 }
 
 impl Default for TestOptions {
@@ -69,6 +72,7 @@ impl Default for TestOptions {
             intake_extra: String::new(),
             rate_limit: None,
             target_setup: String::new(),
+            key_type: "text",
         }
     }
 }
@@ -210,9 +214,10 @@ pub async fn try_spawn_app_with(options: TestOptions) -> Result<TestApp, deprov:
             .connect(&pg.url("postgres"))
             .await
             .unwrap();
-        sqlx::raw_sql(
-            "CREATE SCHEMA app; CREATE TABLE app.accounts (id bigint PRIMARY KEY, installation_id text UNIQUE)",
-        )
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE SCHEMA app; CREATE TABLE app.accounts (id {} PRIMARY KEY, installation_id text UNIQUE)",
+            options.key_type
+        )))
         .execute(&target)
         .await
         .unwrap();

@@ -7,6 +7,7 @@ mod health;
 mod helpers;
 mod inputs;
 mod intake;
+mod key_forms;
 mod kill_switch;
 mod kill_switch_scopes;
 mod limits;

@@ -14,6 +14,7 @@ const SHOP_TOKEN: &str = "shop-token-0123456789abcdef";
 
 async fn app() -> TestApp {
     let app = spawn_app_with(TestOptions {
+        key_type: "bigint",
         worker: true,
         extra_config: format!(
             "[sources.shop]\ntoken = \"{SHOP_TOKEN}\"\ntenant = {{ pointer = \"/tenant\" }}\n\
@@ -171,15 +172,16 @@ async fn a_reinstall_by_route_or_restore_event_cancels_the_pending_deletion() {
     assert!(!deleted(&app, 3).await);
     assert_eq!(app.job_state(&job3).await, "cancelled");
 
-    // A webhook source: app.uninstalled deletes, app.installed is the reinstall.
-    let send = |event: &str, id: &str| {
+    // A webhook source: app.uninstalled deletes, app.installed is the reinstall. The tenant key is
+    // written two ways the bigint key column reads as 4: both are stored as "4".
+    let send = |event: &str, id: &str, tenant: &str| {
         app.client
             .post(app.url("/v1/webhooks/shop"))
             .bearer_auth(SHOP_TOKEN)
-            .json(&json!({"type": event, "tenant": "4", "id": id}))
+            .json(&json!({"type": event, "tenant": tenant, "id": id}))
             .send()
     };
-    let recorded: Value = send("app.uninstalled", "d-1")
+    let recorded: Value = send("app.uninstalled", "d-1", "004")
         .await
         .unwrap()
         .json()
@@ -192,7 +194,7 @@ async fn a_reinstall_by_route_or_restore_event_cancels_the_pending_deletion() {
         assert!(tokio::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let response = send("app.installed", "d-2").await.unwrap();
+    let response = send("app.installed", "d-2", "+4").await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let answer: Value = response.json().await.unwrap();
     assert_eq!(answer["outcome"], "reinstall", "{answer}");
@@ -201,7 +203,7 @@ async fn a_reinstall_by_route_or_restore_event_cancels_the_pending_deletion() {
     assert!(!deleted(&app, 4).await);
     assert_eq!(app.job_state(&job4).await, "cancelled");
     // Sent again: nothing pending.
-    let again: Value = send("app.installed", "d-2")
+    let again: Value = send("app.installed", "d-2", "4")
         .await
         .unwrap()
         .json()

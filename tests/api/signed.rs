@@ -74,6 +74,7 @@ tenant_lookup = "SELECT id FROM app.accounts WHERE installation_id = $1"
         vercel = file("vercel", VERCEL_SECRET),
     );
     spawn_app_with(TestOptions {
+        key_type: "bigint",
         extra_config: extra,
         worker,
         ..Default::default()

@@ -204,6 +204,7 @@ source = "vercel"
 tenant_lookup = "SELECT gen_random_uuid() FROM app.accounts WHERE installation_id = $1"
 "#;
     let app = spawn_app_with(TestOptions {
+        key_type: "bigint",
         vercel: VercelMode::Off,
         extra_config: extra.into(),
         target_setup: "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz; \
