@@ -7,7 +7,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::helpers::{
-    OPERATOR_TOKEN, TestApp, TestOptions, accepted, assert_problem, spawn_app_with,
+    OPERATOR_TOKEN, TestApp, TestOptions, VERCEL_TOKEN, accepted, assert_problem, spawn_app_with,
 };
 use deprov::ids::{KeyForm, TenantId};
 
@@ -62,6 +62,21 @@ async fn integer_keys_are_refused_or_stored_as_postgresql_prints_them() {
         .await
         .unwrap();
     assert_eq!(subject, "7");
+    // Vercel's installation ID as the tenant key: never refused, stored in the same form.
+    let r = app
+        .delete_installation("0007", VERCEL_TOKEN, None, None)
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = app
+        .delete_installation("icfg_1", VERCEL_TOKEN, None, None)
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let subjects: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT subject FROM deprov.jobs ORDER BY subject")
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(subjects, ["7", "icfg_1"]);
 }
 
 #[tokio::test]

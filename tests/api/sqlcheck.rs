@@ -275,12 +275,19 @@ async fn with_the_target_down_at_start_no_job_is_claimed_until_the_check_passes(
         .as_str()
         .unwrap()
         .to_owned();
+    // The key column's type is not known yet: a key is stored as sent.
+    let early = accepted(app.post_deletion(&deletion("07")).await).await;
+    assert_eq!(early["tenant_id"], "07", "{early}");
 
     target.restart().unwrap();
     let (_, body, retry) = readyz_until(&app, "the refusal", |s, _| {
         s == StatusCode::SERVICE_UNAVAILABLE
     })
     .await;
+    // Read with the check once the target answered: keys are stored as the bigint column prints
+    // them.
+    let later = accepted(app.post_deletion(&deletion("+07")).await).await;
+    assert_eq!(later["tenant_id"], "7", "{later}");
     let detail = body["detail"].as_str().unwrap();
     assert!(
         detail.contains(
