@@ -141,6 +141,10 @@ fn children(
 /// order: rows are usually created after their parents, so the leaves of the tree go first and
 /// PostgreSQL's cascade has no subtrees left to remove under a batch.
 ///
+/// In a table without a primary key (keyed by `ctid`), a parent's children are taken in the order
+/// the foreign key's index gives, from the start each time: `ctid` order would make each batch read
+/// and sort all of the parent's remaining children.
+///
 /// The root step (empty path) has no parent: it deletes the root row by its key.
 pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     let Some((&first, rest)) = step.path.split_first() else {
@@ -168,6 +172,13 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     // through other actions, whose referenced rows a batch keeps back.
     let held = plan.held_self_refs(step.table);
     let desc = plan.is_tree(step.table) || !held.is_empty();
+    // A table without a primary key is keyed by `ctid`, an order no index gives: `ORDER BY ctid
+    // LIMIT n` over one parent's children reads and sorts all of them, every batch, so a batch's
+    // time would not depend on its size. Such a table's children of a parent are taken in index
+    // order instead, with no position inside the parent: every row a batch selects is deleted
+    // (nothing is kept back: no tree, no held reference), so the rest of a parent's children are
+    // exactly those still there.
+    let unordered = matches!(child.key, super::catalog::RowKey::Ctid) && !desc;
     // (name, descending) of the batch's order: parents ascending, children in the step's direction.
     let directed: Vec<(&String, bool)> = pnames
         .iter()
@@ -177,7 +188,12 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
 
     let mut b = SqlBuilder::new();
     // The next parents after the cursor's.
-    b.sql("WITH par AS MATERIALIZED (SELECT ");
+    b.sql(if held.is_empty() {
+        "WITH "
+    } else {
+        "WITH RECURSIVE "
+    });
+    b.sql("par AS MATERIALIZED (SELECT ");
     b.join(&fk.to_cols, ", ", |b, i, c| {
         b.col(1, c).sql(" AS p").int(i as i64);
     });
@@ -213,12 +229,14 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
                 .sql("]::")
                 .ty(parent_types[i]);
         });
-        b.sql(" AND (");
-        cols(&mut b, 0, &key_cols);
-        b.sql(if desc { ") < " } else { ") > " });
-        cursor_values(&mut b, &key_types, np);
-        b.sql(" ORDER BY ");
-        cols_ordered(&mut b, 0, &key_cols, desc);
+        if !unordered {
+            b.sql(" AND (");
+            cols(&mut b, 0, &key_cols);
+            b.sql(if desc { ") < " } else { ") > " });
+            cursor_values(&mut b, &key_types, np);
+            b.sql(" ORDER BY ");
+            cols_ordered(&mut b, 0, &key_cols, desc);
+        }
         b.sql(" LIMIT $2) c) UNION ALL ");
     }
     b.sql("(SELECT ");
@@ -229,13 +247,19 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     children(&mut b, plan, step, first, &key_cols, &|b, i| {
         b.sql("par.").ident(&pnames[i]);
     });
-    b.sql(" ORDER BY ");
-    cols_ordered(&mut b, 0, &key_cols, desc);
+    if !unordered {
+        b.sql(" ORDER BY ");
+        cols_ordered(&mut b, 0, &key_cols, desc);
+    }
     b.sql(" LIMIT $2) c) ORDER BY ");
     b.join(&directed, ", ", |b, _, (c, d)| {
         b.ident(c).sql(if *d { " DESC" } else { "" });
     });
-    b.sql(" LIMIT $2), del AS (DELETE FROM ")
+    b.sql(" LIMIT $2)");
+    if !held.is_empty() {
+        kept(&mut b, plan, step.table, &held);
+    }
+    b.sql(", del AS (DELETE FROM ")
         .table(plan.name(step.table))
         .sql(" d ");
     if child.partitioned {
@@ -243,23 +267,8 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     } else {
         b.sql("WHERE d.ctid = ANY (ARRAY(SELECT tid FROM batch))");
     }
-    for &h in &held {
-        // Keep back rows that rows outside this batch still reference through a non-CASCADE
-        // self-reference (a later pass or the table's sweep deletes them).
-        let fk = &plan.catalog.foreign_keys[h];
-        b.sql(" AND NOT EXISTS (SELECT 1 FROM ")
-            .table(plan.name(step.table))
-            .sql(" ")
-            .alias(HELD_BASE)
-            .sql(" WHERE ");
-        b.join(&fk.from_cols, " AND ", |b, j, from| {
-            b.col(HELD_BASE, from).sql(" = d.").ident(&fk.to_cols[j]);
-        });
-        b.sql(" AND NOT EXISTS (SELECT 1 FROM batch b2 WHERE b2.tid = ")
-            .alias(HELD_BASE)
-            .sql(".ctid AND b2.toid = ")
-            .alias(HELD_BASE)
-            .sql(".tableoid))");
+    if !held.is_empty() {
+        b.sql(" AND NOT EXISTS (SELECT 1 FROM kept WHERE kept.tid = d.ctid AND kept.toid = d.tableoid)");
     }
     b.sql(" RETURNING 1) SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM del), (SELECT count(*) FROM par), ");
     b.sql("(SELECT count(*) FROM (SELECT DISTINCT ");
@@ -278,6 +287,78 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     let reversed: Vec<(&String, bool)> = directed.iter().map(|&(c, d)| (c, !d)).collect();
     last_as_text(&mut b, "batch", &order, &reversed);
     b.build()
+}
+
+/// `, kept AS (…)`: the rows of `batch` (in `table`) to keep back, because a row that stays still
+/// references them through one of the non-CASCADE self-references `held` (deleting them would
+/// apply that reference's action: fail a NO ACTION / RESTRICT, or set a NULL or a default). A row
+/// stays when it is outside the batch, or kept back itself: so the set is recursive, from the
+/// batch's rows referenced from outside it down the references of kept rows (a kept row's own
+/// parent in the batch is kept too). Each kept row carries the values of its `held` references'
+/// columns (`h<i>_<j>`) for the next step. The statement must start `WITH RECURSIVE`.
+fn kept(b: &mut SqlBuilder, plan: &Plan, table: u32, held: &[usize]) {
+    let (outside, row) = (HELD_BASE, HELD_BASE + 1);
+    let in_batch = |b: &mut SqlBuilder, t: usize| {
+        b.alias(t)
+            .sql(".ctid = ANY (ARRAY(SELECT tid FROM batch)) AND EXISTS (SELECT 1 FROM batch b1 WHERE b1.tid = ")
+            .alias(t)
+            .sql(".ctid AND b1.toid = ")
+            .alias(t)
+            .sql(".tableoid)");
+    };
+    let select = |b: &mut SqlBuilder| {
+        b.sql("SELECT ")
+            .alias(row)
+            .sql(".ctid AS tid, ")
+            .alias(row)
+            .sql(".tableoid AS toid");
+        for (i, &h) in held.iter().enumerate() {
+            for (j, c) in plan.catalog.foreign_keys[h].from_cols.iter().enumerate() {
+                b.sql(", ")
+                    .col(row, c)
+                    .sql(" AS ")
+                    .ident(&format!("h{i}_{j}"));
+            }
+        }
+        b.sql(" FROM ").table(plan.name(table)).sql(" ").alias(row);
+    };
+    b.sql(", kept AS (");
+    // Referenced from outside the batch.
+    select(b);
+    b.sql(" WHERE ");
+    in_batch(b, row);
+    b.sql(" AND (");
+    b.join(held, " OR ", |b, _, &h| {
+        let fk = &plan.catalog.foreign_keys[h];
+        b.sql("EXISTS (SELECT 1 FROM ")
+            .table(plan.name(table))
+            .sql(" ")
+            .alias(outside)
+            .sql(" WHERE ");
+        b.join(&fk.from_cols, " AND ", |b, j, from| {
+            b.col(outside, from).sql(" = ").col(row, &fk.to_cols[j]);
+        });
+        b.sql(" AND NOT EXISTS (SELECT 1 FROM batch b2 WHERE b2.tid = ")
+            .alias(outside)
+            .sql(".ctid AND b2.toid = ")
+            .alias(outside)
+            .sql(".tableoid))");
+    });
+    // Referenced by a kept row.
+    b.sql(") UNION ");
+    select(b);
+    b.sql(" JOIN kept ON ");
+    b.join(held, " OR ", |b, i, &h| {
+        let fk = &plan.catalog.foreign_keys[h];
+        b.sql("(");
+        b.join(&fk.to_cols, " AND ", |b, j, to| {
+            b.col(row, to).sql(" = kept.").ident(&format!("h{i}_{j}"));
+        });
+        b.sql(")");
+    });
+    b.sql(" WHERE ");
+    in_batch(b, row);
+    b.sql(")");
 }
 
 /// `(SELECT ARRAY[c1::text, …] FROM (SELECT * FROM <from> ORDER BY o1 [DESC], … LIMIT 1) last)`:
