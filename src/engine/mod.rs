@@ -155,8 +155,9 @@ pub struct BatchResult {
     pub parents_used: i64,
     /// Where the next batch of the step starts; `None` when the step is finished.
     pub next: Option<Cursor>,
-    /// Rows PostgreSQL's cascade deleted in absorbed tables (see [`absorb`]), per table oid, read
-    /// from `pg_stat_get_xact_tuples_deleted` before the commit. Empty when the step absorbs nothing.
+    /// Rows PostgreSQL's cascade deleted in absorbed tables (see [`absorb`]) and, in a tree, in the
+    /// step's own table beyond the statement's rows, per table oid, read from
+    /// `pg_stat_get_xact_tuples_deleted` before the commit. Empty when nothing cascaded.
     pub cascaded: Vec<(u32, i64)>,
     /// Wall time of the whole transaction, BEGIN to COMMIT.
     pub elapsed: Duration,
@@ -284,6 +285,16 @@ pub async fn run_batch(
     } else {
         None
     };
+    // In a tree (a CASCADE reference of the table to itself) the statement's rows may cascade to
+    // more rows of the same table: counted by the transaction's own statistics of the table (a
+    // partitioned table's are its partitions': there only the statement's rows are counted).
+    let table = plan.steps[step].table;
+    let self_cascade = plan.is_tree(table) && !plan.catalog.tables[&table].partitioned;
+    let tree_before = if self_cascade {
+        Some(tuples_deleted(&mut tx, table).await?)
+    } else {
+        None
+    };
     let (selected, deleted, seen, used, last_parent, last_row) =
         crate::db::query_as::<(i64, i64, i64, i64, Option<Vec<String>>, Option<Vec<String>>)>(
             stmt.as_query(),
@@ -295,10 +306,16 @@ pub async fn run_batch(
         .bind(parents.max(1))
         .fetch_one(&mut *tx)
         .await?;
-    let cascaded = match &before {
+    let mut cascaded = match &before {
         Some(before) => cascaded_since(&mut tx, plan, before).await?,
         None => Vec::new(),
     };
+    if let Some(was) = tree_before {
+        let under = tuples_deleted(&mut tx, table).await? - was - deleted;
+        if under > 0 {
+            cascaded.push((table, under));
+        }
+    }
     tx.commit().await?;
     let split = plan.steps[step]
         .path
@@ -322,6 +339,15 @@ pub async fn run_batch(
         cascaded,
         elapsed: started.elapsed(),
     })
+}
+
+/// Rows of `table` the transaction open on `tx` deleted so far (`pg_stat_get_xact_tuples_deleted`,
+/// PostgreSQL docs, *Statistics Functions*: the current transaction's own counts).
+async fn tuples_deleted(tx: &mut PgConnection, table: u32) -> Result<i64, sqlx::Error> {
+    crate::db::query_scalar("SELECT pg_stat_get_xact_tuples_deleted($1::int8::oid)")
+        .bind(i64::from(table))
+        .fetch_one(&mut *tx)
+        .await
 }
 
 /// Rows deleted per absorbed table since `before` ([`deleted_so_far`]), those with any.

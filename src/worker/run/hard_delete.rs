@@ -35,9 +35,19 @@ impl JobRun {
             durable: self.progress.clone(),
             written: self.job.checkpoint.clone(),
             durable_only: false,
+            position: None,
         };
         loop {
             let result = self.batches(leaves_first, tenant, &mut deferred).await;
+            if let Err(Stop::Error(e)) = &result
+                && !matches!(e, EngineError::TargetRestarted { .. })
+                && let Some(at) = deferred.position.clone()
+            {
+                // A batch failed (or the state database did): the batches before it that
+                // committed deferred are made durable and checkpointed where possible, so the job,
+                // retried or failed, counts them and resumes after them.
+                self.settle(&mut deferred, &at).await;
+            }
             if result.is_err() && deferred.pending {
                 // The stored checkpoint is older than batches that committed deferred and may be
                 // lost: the resumed job redoes them from there, and counts their rows then.
@@ -353,6 +363,7 @@ impl JobRun {
                 }
             }
             drop(gate);
+            deferred.position = Some(cp.clone());
             if !deferred.pending || checkpointed.elapsed() >= every {
                 self.checkpoint(deferred, &cp).await?;
                 checkpointed = std::time::Instant::now();
@@ -458,6 +469,8 @@ struct Deferred {
     /// Set once the target restarted during the run: from then on every batch commits durably
     /// and is checkpointed (as with `checkpoint_interval = "0s"`).
     durable_only: bool,
+    /// Where the batches stand after the last one committed (the checkpoint to write for it).
+    position: Option<Checkpoint>,
 }
 
 impl Deferred {
