@@ -143,8 +143,15 @@ pub async fn list(
     .await
 }
 
+/// How long a job handed back `held` waits before a worker may look at it again when no switch
+/// blocks it as stored (a tenant switch whose key matches only in the key column's form, or a
+/// switch released while the job was being handed back): a re-check, not a busy loop.
+pub const HELD_RECHECK: Duration = Duration::from_secs(5);
+
 /// Leases the oldest claimable job to `worker` for `lease`: a `queued` job whose `run_after` has come, a
-/// `held` job no kill switch blocks any more (handed back `held` while its switch was being released),
+/// `held` job no kill switch blocks any more as stored, [`HELD_RECHECK`] after it was handed back
+/// (handed back `held` while its switch was being released, or held by a tenant switch written in
+/// another form of the key, which the worker checks again),
 /// or a `running` job whose lease expired (its worker is gone). No job a kill switch blocks is claimed
 /// (`deprov.job_blocked_by`); nothing at all while the global switch is engaged. Increments `attempts`.
 ///
@@ -158,7 +165,7 @@ pub async fn claim(
     crate::db::query_as(
         "WITH next AS ( \
            SELECT id FROM deprov.jobs \
-           WHERE ((state = 'queued' AND run_after <= now()) OR state = 'held' \
+           WHERE (((state = 'queued' OR state = 'held') AND run_after <= now()) \
                   OR (state = 'running' AND lease_expires_at < now())) \
              AND NOT (SELECT engaged FROM deprov.kill_switch) AND deprov.job_blocked_by(id) IS NULL \
            ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
@@ -325,7 +332,7 @@ pub async fn finish(
         Outcome::Completed => ("completed", None, Duration::ZERO, 0),
         Outcome::Failed(e) => ("failed", Some(e.as_str()), Duration::ZERO, 0),
         Outcome::RetryAfter(e, d) => ("queued", Some(e.as_str()), *d, 0),
-        Outcome::Held => ("held", None, Duration::ZERO, 1),
+        Outcome::Held => ("held", None, HELD_RECHECK, 1),
         Outcome::Wait(d) => ("queued", None, *d, 1),
         Outcome::Cancelled => (
             "cancelled",

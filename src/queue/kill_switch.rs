@@ -175,19 +175,32 @@ pub async fn latest_version(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error>
         .await
 }
 
+/// What the worker reads before every destructive statement ([`check_job`]), in one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct JobCheck {
+    /// The latest kill-switch version.
+    pub version: i64,
+    /// The engaged switch that blocks the job (`global`, `source:…`, `tenant:…`), matched as stored.
+    pub blocked_by: Option<String>,
+    /// Whether an operator asked to cancel the job.
+    pub cancel: bool,
+    /// The keys of every engaged tenant switch, as stored (the CLI stores a key as typed), for the
+    /// worker to match in the key column's form ([`crate::ids::KeyForm`]).
+    pub tenant_keys: Vec<String>,
+}
+
 /// What the worker reads before every destructive statement, in one statement (one snapshot): the
-/// latest version, which engaged switch blocks job `id` (`global`, `source:…`, `tenant:…`), if any,
-/// and whether an operator asked to cancel the job.
+/// latest version, which engaged switch blocks job `id`, whether an operator asked to cancel it,
+/// and the engaged tenant switches' keys.
 ///
 /// # Errors
 /// Database errors.
-pub async fn check_job(
-    db: impl PgExecutor<'_>,
-    id: Uuid,
-) -> Result<(i64, Option<String>, bool), sqlx::Error> {
+pub async fn check_job(db: impl PgExecutor<'_>, id: Uuid) -> Result<JobCheck, sqlx::Error> {
     crate::db::query_as(
-        "SELECT (SELECT latest_version FROM deprov.kill_switch), deprov.job_blocked_by($1), \
-           coalesce((SELECT cancel_requested_at IS NOT NULL FROM deprov.jobs WHERE id = $1), false)",
+        "SELECT (SELECT latest_version FROM deprov.kill_switch) AS version, \
+           deprov.job_blocked_by($1) AS blocked_by, \
+           coalesce((SELECT cancel_requested_at IS NOT NULL FROM deprov.jobs WHERE id = $1), false) AS cancel, \
+           ARRAY(SELECT key FROM deprov.kill_switch_scopes WHERE scope = 'tenant' AND engaged) AS tenant_keys",
     )
     .bind(id)
     .fetch_one(db)

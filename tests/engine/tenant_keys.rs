@@ -77,3 +77,29 @@ async fn a_tenant_kill_switch_holds_a_job_whose_key_is_written_differently() {
         "nothing was deleted or soft-deleted"
     );
 }
+
+/// The converse: a tenant switch engaged on another spelling of the key (the CLI stores a key as
+/// typed, `"01"`) holds the job of tenant `"1"` before anything is destroyed, the cascade
+/// pre-check included (review finding: such a job went on, or failed in the pre-check instead of
+/// being held).
+#[tokio::test]
+async fn a_tenant_kill_switch_typed_differently_holds_the_tenants_job() {
+    let env = env("").await;
+    let before = digest(&env.db).await;
+    {
+        let mut tx = env.db.begin().await.unwrap();
+        kill_switch::set_scope(&mut tx, &Scope::Tenant("01".into()), true, "keep 1", "test")
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+    let id = env.request("1").await;
+    let outcomes = env.drain(&env.worker("w1")).await;
+    let job = env.job(id).await;
+    assert_eq!(job.state(), JobState::Held, "{job:?} {outcomes:?}");
+    assert_eq!(
+        digest(&env.db).await,
+        before,
+        "nothing was deleted or soft-deleted"
+    );
+}

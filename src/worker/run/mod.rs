@@ -10,6 +10,7 @@ use super::sizing::Sizing;
 use super::{Worker, backoff};
 use crate::engine::simulate::{self, SimError, Verdict};
 use crate::engine::{self, BatchLimits, EngineError};
+use crate::ids::KeyForm;
 
 use super::presence::Gate;
 use crate::db::{self, Bounds};
@@ -53,6 +54,8 @@ pub(super) struct JobRun {
     limits: BatchLimits,
     sizing: Sizing,
     progress: Progress,
+    /// How the key column reads tenant keys, once the plan is loaded.
+    key_form: Option<KeyForm>,
 }
 
 impl JobRun {
@@ -67,6 +70,7 @@ impl JobRun {
             limits,
             sizing,
             progress,
+            key_form: None,
         }
     }
 
@@ -108,11 +112,15 @@ impl JobRun {
         let w = &self.worker;
         let gate = w.presence.enter().await;
         let mut tx = db::begin(&w.pools.queue, Bounds::STATE).await?;
-        let (version, blocked_by, cancel) = kill_switch::check_job(&mut *tx, self.job.id).await?;
+        let check = kill_switch::check_job(&mut *tx, self.job.id).await?;
+        let version = check.version;
         w.presence.record(&mut tx, &w.id, version).await?;
         tx.commit().await?;
         w.presence.note(version);
-        if cancel {
+        let blocked_by = check
+            .blocked_by
+            .or_else(|| self.tenant_switch(&check.tenant_keys));
+        if check.cancel {
             tracing::info!(job = %self.job.id, "cancelled by an operator: stopping");
             return Err(Stop::Outcome(Outcome::Cancelled));
         }
@@ -121,6 +129,16 @@ impl JobRun {
             return Err(Stop::Outcome(Outcome::Held));
         }
         Ok(gate)
+    }
+
+    /// The engaged tenant switch among `keys` whose key is the job's tenant in the key column's
+    /// form ([`KeyForm`]): a switch engaged as `"07001"` (the CLI stores a key as typed) holds
+    /// tenant `"7001"` of an integer key column. `None` before the plan is loaded.
+    fn tenant_switch(&self, keys: &[String]) -> Option<String> {
+        let (form, tenant) = (self.key_form?, self.job.tenant_id.as_deref()?);
+        keys.iter()
+            .find(|k| form.canonical_or_as_sent(k) == tenant)
+            .map(|k| format!("tenant:{k}"))
     }
 
     async fn heartbeat(&self, step: &str, checkpoint: Option<&Checkpoint>) -> Result<(), Stop> {
@@ -160,6 +178,7 @@ impl JobRun {
             &config.tenant.key_column,
         )
         .await?;
+        self.key_form = Some(KeyForm::of(plan.key_type.as_str()));
         // One job per tenant however its key was written ("7", "07", " 7" are one bigint row):
         // before anything is destroyed, the job is keyed by the key as PostgreSQL prints it, or
         // merged into the active job that already has that key. Its kill switches are then checked
@@ -183,6 +202,9 @@ impl JobRun {
                 }
             }
         }
+        // Keyed now by the tenant as the key column reads it: a tenant switch on that key holds
+        // the job before the pre-check, which would otherwise fail it for a held tenant.
+        drop(self.may_destroy().await?);
         // Whether the cascading DELETE would fail: decided by simulating PostgreSQL's referential
         // triggers over the rows (engine::simulate). Only needed when a non-CASCADE key references
         // the closure; every blocker is one. find_blockers, a per-table count of referencing rows
