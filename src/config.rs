@@ -293,9 +293,10 @@ impl Default for WorkerConfig {
     }
 }
 
-/// `[pools]`: one bounded pool per role, so intake never waits behind deletion work.
+/// `[pools]`: one bounded pool per role, so intake never waits behind deletion work. Each key
+/// left out keeps its pool's default (`[pools.target]` with only `max_connections` keeps 5s).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(from = "PoolsKeys")]
 pub struct PoolsConfig {
     /// Intake (HTTP API) on the state database. Default 8 connections, 2s acquire timeout.
     pub intake: PoolConfig,
@@ -320,6 +321,44 @@ impl Default for PoolsConfig {
                 max_connections: 2,
                 acquire_timeout: Duration::from_secs(5),
             },
+        }
+    }
+}
+
+/// `[pools]` as written: any pool, any key may be left out.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+struct PoolsKeys {
+    intake: PoolKeys,
+    queue: PoolKeys,
+    target: PoolKeys,
+}
+
+/// One `[pools.*]` table as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+struct PoolKeys {
+    max_connections: Option<u32>,
+    #[serde(with = "humantime_serde")]
+    acquire_timeout: Option<Duration>,
+}
+
+impl PoolKeys {
+    fn over(self, default: PoolConfig) -> PoolConfig {
+        PoolConfig {
+            max_connections: self.max_connections.unwrap_or(default.max_connections),
+            acquire_timeout: self.acquire_timeout.unwrap_or(default.acquire_timeout),
+        }
+    }
+}
+
+impl From<PoolsKeys> for PoolsConfig {
+    fn from(k: PoolsKeys) -> Self {
+        let d = Self::default();
+        Self {
+            intake: k.intake.over(d.intake),
+            queue: k.queue.over(d.queue),
+            target: k.target.over(d.target),
         }
     }
 }
@@ -685,6 +724,29 @@ mod tests {
         assert_eq!(c.hard_delete.lock_timeout, Duration::from_millis(50));
         assert_eq!(c.pools.target.max_connections, 2);
         assert_eq!(c.root_table(), QualifiedName::new("app", "accounts"));
+    }
+
+    #[test]
+    fn a_pool_key_left_out_keeps_its_pools_default() {
+        let c = Config::from_toml(&format!(
+            "{MINIMAL}\n[pools.target]\nmax_connections = 3\n[pools.intake]\nacquire_timeout = \"750ms\"\n"
+        ))
+        .unwrap();
+        let p = &c.pools;
+        assert_eq!(
+            (p.target.max_connections, p.target.acquire_timeout),
+            (3, Duration::from_secs(5))
+        );
+        assert_eq!(
+            (p.intake.max_connections, p.intake.acquire_timeout),
+            (8, Duration::from_millis(750))
+        );
+        assert_eq!(p.queue.max_connections, 4);
+        let unknown = Config::from_toml(&format!("{MINIMAL}\n[pools.target]\nmax_conns = 3\n"));
+        assert!(unknown.is_err(), "an unknown key is refused");
+        let out_of_range =
+            Config::from_toml(&format!("{MINIMAL}\n[pools.target]\nmax_connections = 0\n"));
+        assert!(out_of_range.is_err(), "0 connections is refused");
     }
 
     #[test]

@@ -101,6 +101,16 @@ pub(super) async fn check_databases(
                 tracing::warn!(%error, "state database unreachable at start; migrating once it answers");
                 false
             }
+            // A deadlock or lock timeout against another process starting at the same time (its
+            // first reads of deprov's tables): retried in the background like an outage.
+            Err(
+                sqlx::migrate::MigrateError::Execute(e)
+                | sqlx::migrate::MigrateError::ExecuteMigration(e, _),
+            ) if crate::engine::is_retryable(&e) => {
+                let error = db::errors::error_text(&e);
+                tracing::warn!(%error, "migrating the state database failed on a transient error; retrying in the background");
+                false
+            }
             Err(e) => return Err(e.into()),
         }
     } else {
