@@ -341,8 +341,9 @@ pub async fn run_batch(
     })
 }
 
-/// Rows of `table` the transaction open on `tx` deleted so far (`pg_stat_get_xact_tuples_deleted`,
-/// PostgreSQL docs, *Statistics Functions*: the current transaction's own counts).
+/// Rows of `table` deleted by this backend and not yet reported to the statistics system
+/// (`pg_stat_get_xact_tuples_deleted`, PostgreSQL docs §28.2.25; see [`deleted_so_far`]): a batch
+/// takes the difference over its statement, inside its transaction.
 async fn tuples_deleted(tx: &mut PgConnection, table: u32) -> Result<i64, sqlx::Error> {
     crate::db::query_scalar("SELECT pg_stat_get_xact_tuples_deleted($1::int8::oid)")
         .bind(i64::from(table))
@@ -395,8 +396,9 @@ pub async fn run_sweep(
 /// so differently written keys of one tenant cannot run as two jobs or slip past a tenant kill switch.
 ///
 /// # Errors
-/// [`EngineError::Db`]: SQLSTATE 22P02 (or another data exception) when the key is not a valid value
-/// of the column's type; connection and timeout errors.
+/// [`EngineError::Statement`] naming the key and the column when the key is not a valid value of
+/// the column's type (a data exception, SQLSTATE class 22, e.g. 22P02); [`EngineError::Db`] for
+/// connection and timeout errors.
 pub async fn canonical_tenant_key(
     target: &PgPool,
     plan: &Plan,
@@ -405,10 +407,23 @@ pub async fn canonical_tenant_key(
 ) -> Result<String, EngineError> {
     let stmt = queries::canonical_key(plan);
     let mut tx = crate::db::begin(target, limits.bounds()).await?;
-    let key: String = crate::db::query_scalar(stmt.as_query())
+    let key = crate::db::query_scalar::<String>(stmt.as_query())
         .bind(tenant)
         .fetch_one(&mut *tx)
-        .await?;
+        .await;
+    let key = match key {
+        Err(sqlx::Error::Database(e)) if e.code().is_some_and(|c| c.starts_with("22")) => {
+            return Err(EngineError::Statement(format!(
+                "tenant key {tenant:?} is not a valid value of {}.{} ({}): {} (SQLSTATE {})",
+                plan.name(plan.root),
+                plan.key_column,
+                plan.key_type.as_str(),
+                e.message(),
+                e.code().unwrap_or_default()
+            )));
+        }
+        key => key?,
+    };
     tx.commit().await?;
     Ok(key)
 }

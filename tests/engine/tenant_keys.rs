@@ -103,3 +103,23 @@ async fn a_tenant_kill_switch_typed_differently_holds_the_tenants_job() {
         "nothing was deleted or soft-deleted"
     );
 }
+
+/// A key the key column cannot read (recorded as sent while intake did not know the column's
+/// type) fails its job with a message naming the key and the column, before anything is touched.
+#[tokio::test]
+async fn a_key_the_column_cannot_read_fails_with_a_clear_message() {
+    let env = env("").await;
+    let before = digest(&env.db).await;
+    let id = env.request("abc").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(id).await;
+    assert_eq!(job.state(), JobState::Failed, "{job:?}");
+    let error = job.last_error.unwrap_or_default();
+    assert!(
+        error.starts_with(
+            r#"tenant key "abc" is not a valid value of "app"."accounts".id (bigint)"#
+        ) && error.contains("22P02"),
+        "{error}"
+    );
+    assert_eq!(digest(&env.db).await, before, "nothing was touched");
+}
