@@ -257,7 +257,18 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     });
     b.sql(" LIMIT $2)");
     if !held.is_empty() {
-        kept(&mut b, plan, step.table, &held);
+        // In a table that is also a tree, a row kept back must not go by its parent's cascade
+        // either: its CASCADE references to itself keep rows back too (a parent goes once its
+        // children are gone, as the held passes and the sweep then allow).
+        let keep: Vec<usize> = plan
+            .catalog
+            .foreign_keys
+            .iter()
+            .enumerate()
+            .filter(|(_, fk)| fk.from == step.table && fk.to == step.table)
+            .map(|(i, _)| i)
+            .collect();
+        kept(&mut b, plan, step.table, &keep);
     }
     b.sql(", del AS (DELETE FROM ")
         .table(plan.name(step.table))
@@ -290,8 +301,9 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
 }
 
 /// `, kept AS (…)`: the rows of `batch` (in `table`) to keep back, because a row that stays still
-/// references them through one of the non-CASCADE self-references `held` (deleting them would
-/// apply that reference's action: fail a NO ACTION / RESTRICT, or set a NULL or a default). A row
+/// references them through one of the self-references `held` (deleting them would apply that
+/// reference's action: fail a NO ACTION / RESTRICT, set a NULL or a default, or cascade to a row
+/// that must stay). A row
 /// stays when it is outside the batch, or kept back itself: so the set is recursive, from the
 /// batch's rows referenced from outside it down the references of kept rows (a kept row's own
 /// parent in the batch is kept too). Each kept row carries the values of its `held` references'

@@ -140,3 +140,38 @@ INSERT INTO app.tasks SELECT g, 2, CASE WHEN g % 10 = 0 THEN NULL ELSE g + 1 END
     );
     assert_eq!(digest(&env.db).await, digest(&expected).await);
 }
+
+/// A tree (CASCADE reference to itself) with a NO ACTION reference to itself as well (second
+/// review): row 3 is kept back for row 1's reference, and its tree parent, row 2, deleted in a
+/// later batch, took it along by the cascade while row 1 still referenced it (23503). A kept-back
+/// row now keeps back its tree parent too.
+#[tokio::test]
+async fn a_kept_back_row_is_not_taken_by_its_tree_parents_cascade() {
+    let schema = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.nodes (id int PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE,
+    parent int REFERENCES app.nodes (id) ON DELETE CASCADE,
+    ref int REFERENCES app.nodes (id));
+CREATE INDEX ON app.nodes (account_id);
+CREATE INDEX ON app.nodes (parent);
+CREATE INDEX ON app.nodes (ref);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.nodes VALUES (1, 1, NULL, NULL), (2, 1, NULL, NULL), (3, 1, 2, NULL), (10, 2, NULL, NULL);
+UPDATE app.nodes SET ref = 3 WHERE id = 1;
+";
+    for batch_rows in [1, 2, 50] {
+        let env = env_with_schema(&config_for(batch_rows, "id", ""), schema).await;
+        let expected = env.cascade_copy(1).await;
+        let id = env.request("1").await;
+        env.drain(&env.worker("w1")).await;
+        let job = env.job(id).await;
+        assert_eq!(
+            job.state(),
+            JobState::Completed,
+            "{batch_rows}-row batches: {job:?}"
+        );
+        assert_eq!(digest(&env.db).await, digest(&expected).await);
+    }
+}
