@@ -357,8 +357,24 @@ pub async fn put_kill_switch(
     }
     let actor = operator.actor;
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+    let mut also = 0;
+    if let (Scope::Tenant(key), Some(form), false) =
+        (&scope, state.sql_check.key_form(), body.engaged)
+    {
+        // Releasing a tenant releases its switches engaged under other spellings of its key too
+        // (the CLI stores a key as typed, and the worker holds the tenant by any of them).
+        for other in kill_switch::engaged_tenant_keys(&mut *tx).await? {
+            if other != *key && form.canonical_or_as_sent(&other) == *key {
+                let (_, moved) =
+                    kill_switch::set_scope(&mut tx, &Scope::Tenant(other), false, reason, &actor)
+                        .await?;
+                also += moved;
+            }
+        }
+    }
     let (switch, moved) =
         kill_switch::set_scope(&mut tx, &scope, body.engaged, reason, &actor).await?;
+    let moved = moved + also;
     tx.commit().await?;
     tracing::warn!(scope = %scope.label(), engaged = switch.engaged, version = switch.version, jobs_moved = moved, %actor, %reason, "kill switch changed");
     Ok(axum::Json(KillSwitchView::new(switch, Some(moved))))

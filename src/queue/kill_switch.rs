@@ -207,6 +207,18 @@ pub async fn check_job(db: impl PgExecutor<'_>, id: Uuid) -> Result<JobCheck, sq
     .await
 }
 
+/// The keys of the engaged tenant switches, as stored.
+///
+/// # Errors
+/// Database errors.
+pub async fn engaged_tenant_keys(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error> {
+    crate::db::query_scalar(
+        "SELECT key FROM deprov.kill_switch_scopes WHERE scope = 'tenant' AND engaged ORDER BY key",
+    )
+    .fetch_all(db)
+    .await
+}
+
 /// Every switch: the global one first, then the scoped ones (engaged first, newest change first),
 /// at most 1000 scoped rows.
 ///

@@ -96,6 +96,36 @@ async fn a_tenant_kill_switch_holds_the_tenant_however_its_key_is_written() {
     assert_eq!(held["state"], "held", "{held}");
     let free = accepted(app.post_deletion(&json!({"tenant_id": "7002"})).await).await;
     assert_eq!(free["state"], "queued", "{free}");
+
+    // A switch engaged from the CLI, which stores the key as typed, is released by the API's
+    // release of the tenant.
+    let mut tx = app.db.begin().await.unwrap();
+    deprov::queue::kill_switch::set_scope(
+        &mut tx,
+        &deprov::queue::kill_switch::Scope::Tenant("007002".into()),
+        true,
+        "from the CLI",
+        "cli:test",
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let r = app
+        .client
+        .put(app.url("/v1/kill-switch"))
+        .bearer_auth(OPERATOR_TOKEN)
+        .json(&json!({"engaged": false, "reason": "over", "scope": "tenant", "key": "7002"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let engaged: Vec<String> = sqlx::query_scalar(
+        "SELECT key FROM deprov.kill_switch_scopes WHERE scope = 'tenant' AND engaged ORDER BY key",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(engaged, ["7001"], "the CLI's 007002 was released with 7002");
 }
 
 #[tokio::test]
