@@ -158,6 +158,18 @@ async fn regression_seeds() {
     run_seeds(REGRESSION_SEEDS.to_vec()).await;
 }
 
+/// Tables with two references to themselves (a tree and a held link, or two held links): 60 cases
+/// from [`schema_gen::TWO_SELF_REFS_FROM`] (`DEPROV_DIFF_TWO_SELF` sets the count). Skipped when
+/// `DEPROV_DIFF_SEED` replays one case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_self_references() {
+    if env_u64("DEPROV_DIFF_SEED").is_some() {
+        return;
+    }
+    let base = schema_gen::TWO_SELF_REFS_FROM;
+    run_seeds((base..base + env_u64("DEPROV_DIFF_TWO_SELF").unwrap_or(60)).collect()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_schemas() {
     let seeds = match env_u64("DEPROV_DIFF_SEED") {

@@ -40,6 +40,10 @@ const TENANT_COLS: &[&str] = &["tenant_id", "Account Id", "user", "order", "owne
 const ID_COLS: &[&str] = &["id", "ID", "Key", "pk col", "select"];
 const ROOT_KEYS: &[&str] = &["id", "Key", "tenant key", "\"k\""];
 
+/// Seeds from here on generate tables with two references to themselves more often (seeds below
+/// keep the shapes they always had, so the regression list stays meaningful).
+pub const TWO_SELF_REFS_FROM: u64 = 1_000_000;
+
 fn pick<'a>(rng: &mut StdRng, items: &'a [&'a str]) -> &'a str {
     items.choose(rng).expect("non-empty")
 }
@@ -93,7 +97,16 @@ pub fn schema(seed: u64, rng: &mut StdRng) -> Case {
     let mut tables = vec![root];
     let mut partitioned = false;
     for i in 1..=n {
-        let t = table(rng, &tables, i, names[i - 1], root_ty, &mut partitioned);
+        let two_self = seed >= TWO_SELF_REFS_FROM;
+        let t = table(
+            rng,
+            &tables,
+            i,
+            names[i - 1],
+            root_ty,
+            &mut partitioned,
+            two_self,
+        );
         tables.push(t);
     }
     // Cycles: a nullable reference from an earlier table to a later one.
@@ -142,8 +155,8 @@ pub fn schema(seed: u64, rng: &mut StdRng) -> Case {
     }
 }
 
-/// Table `i`: maybe a tenant column (→ root), a key, maybe a unique code, 0–2 parents, maybe a
-/// self-reference, maybe partitioned.
+/// Table `i`: maybe a tenant column (→ root), a key, maybe a unique code, 0–2 parents, maybe one
+/// or two self-references, maybe partitioned.
 fn table(
     rng: &mut StdRng,
     earlier: &[Table],
@@ -151,6 +164,7 @@ fn table(
     name: &str,
     root_ty: Ty,
     partitioned: &mut bool,
+    two_self: bool,
 ) -> Table {
     let mut t = Table::new(name.into());
     t.index_fks = rng.random_bool(0.7);
@@ -213,7 +227,7 @@ fn table(
     if t.columns.is_empty() {
         t.add_column("payload".into(), Ty::Int, false); // no key, no reference: still a table
     }
-    if t.pk.is_some() && rng.random_bool(0.25) {
+    if t.pk.is_some() && rng.random_bool(if two_self { 0.5 } else { 0.25 }) {
         let own = Table {
             rows: Vec::new(),
             ..t.clone()
@@ -221,6 +235,18 @@ fn table(
         let mut all: Vec<Table> = earlier.to_vec();
         all.push(own);
         parent_fk(rng, &mut t, &all, i, tenant, format!("fk {i} self"));
+        // From seed TWO_SELF_REFS_FROM on (earlier seeds keep their shapes), often a second
+        // reference to itself: a tree with a NO ACTION "see also" link, or two held references (a
+        // review found the keep-back wrong for the first shape).
+        if two_self && rng.random_bool(0.8) {
+            let own = Table {
+                rows: Vec::new(),
+                ..t.clone()
+            };
+            all.pop();
+            all.push(own);
+            parent_fk(rng, &mut t, &all, i, tenant, format!("fk {i} self2"));
+        }
     }
     t
 }
