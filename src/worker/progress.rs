@@ -147,6 +147,11 @@ impl Progress {
         self.table_mut(table).rows_deleted += deleted;
     }
 
+    /// The entry of `table` (quoted, qualified), if it has one.
+    pub fn table(&self, table: &str) -> Option<&TableProgress> {
+        self.tables.iter().find(|t| t.table == table)
+    }
+
     /// The entry of `table`, created (in order of first appearance) when missing.
     pub fn table_mut(&mut self, table: &str) -> &mut TableProgress {
         if let Some(i) = self.tables.iter().position(|t| t.table == table) {

@@ -204,6 +204,24 @@ impl Env {
     }
 }
 
+/// Deletes tenant 1 of `schema` (see [`env_with_schema`]) under `config` with one worker run until
+/// idle; asserts that the job completed and that the data equals the cascade's. Returns the job's
+/// progress.
+pub async fn delete_tenant_1(schema: &str, config: &str) -> deprov::worker::Progress {
+    let env = env_with_schema(config, schema).await;
+    let expected = env.cascade_copy(1).await;
+    let id = env.request("1").await;
+    let outcomes = env.drain(&env.worker("w1")).await;
+    let job = env.job(id).await;
+    assert_eq!(
+        job.state(),
+        deprov::queue::JobState::Completed,
+        "{job:?} {outcomes:?}"
+    );
+    assert_eq!(digest(&env.db).await, digest(&expected).await);
+    deprov::worker::Progress::from_json(&job.progress)
+}
+
 /// Every table of schema `app` → (rows, order-independent md5 of all rows).
 pub async fn digest(db: &PgPool) -> BTreeMap<String, (i64, String)> {
     let tables: Vec<(String, String)> = sqlx::query_as(
