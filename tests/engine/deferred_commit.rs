@@ -208,6 +208,17 @@ impl Setup {
         }
     }
 
+    /// Starts an in-process worker loop; cancelling the token is its stop request.
+    pub(crate) fn start_worker(&self) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+        let worker = Worker::new(self.pools.clone(), self.config.clone(), "in-process".into());
+        let cancel = CancellationToken::new();
+        let running = tokio::spawn({
+            let cancel = cancel.clone();
+            async move { worker.run(cancel).await }
+        });
+        (cancel, running)
+    }
+
     /// Crashes the target (SIGKILL of its stopped WAL writer) and waits until it has recovered;
     /// returns a new pool on it.
     pub(crate) async fn crash_target(&self) -> sqlx::PgPool {
@@ -337,12 +348,7 @@ CREATE TRIGGER log_item AFTER DELETE ON app.items FOR EACH ROW EXECUTE FUNCTION 
         &CONFIG.replace("rate_limit = 300", "rate_limit = 100"),
     )
     .await;
-    let worker = Worker::new(s.pools.clone(), s.config.clone(), "in-process".into());
-    let cancel = CancellationToken::new();
-    let running = tokio::spawn({
-        let cancel = cancel.clone();
-        async move { worker.run(cancel).await }
-    });
+    let (cancel, running) = s.start_worker();
     // A checkpoint, then a batch committed deferred after it.
     let (_, seen) = s
         .wait_for_deferred(600, 50, || {
@@ -402,12 +408,7 @@ async fn statistics_resets_cost_one_rewind_and_no_attempt() {
         &CONFIG.replace("rate_limit = 300", "rate_limit = 200"),
     )
     .await;
-    let worker = Worker::new(s.pools.clone(), s.config.clone(), "in-process".into());
-    let cancel = CancellationToken::new();
-    let running = tokio::spawn({
-        let cancel = cancel.clone();
-        async move { worker.run(cancel).await }
-    });
+    let (cancel, running) = s.start_worker();
     let alive = || assert!(!running.is_finished(), "the worker ended");
     let reset = || async {
         sqlx::query("SELECT pg_stat_reset_shared('bgwriter')")
@@ -454,12 +455,7 @@ async fn statistics_resets_cost_one_rewind_and_no_attempt() {
 
 /// Runs an in-process worker until the job is `completed` or `failed`.
 pub(crate) async fn run_to_end(s: &Setup) -> deprov::queue::Job {
-    let worker = Worker::new(s.pools.clone(), s.config.clone(), "in-process".into());
-    let cancel = CancellationToken::new();
-    let running = tokio::spawn({
-        let cancel = cancel.clone();
-        async move { worker.run(cancel).await }
-    });
+    let (cancel, running) = s.start_worker();
     let done = wait_for_job(&s.state, s.job_id, "the job to end", |j| {
         matches!(j.state(), JobState::Completed | JobState::Failed)
     })

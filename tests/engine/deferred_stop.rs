@@ -13,9 +13,8 @@
 use deprov::engine::Cursor;
 use deprov::queue::kill_switch::{self, Scope};
 use deprov::queue::{Job, JobState, jobs};
-use deprov::worker::{Checkpoint, Progress, Worker};
+use deprov::worker::{Checkpoint, Progress};
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use crate::deferred_commit::{CONFIG, ITEMS, Setup, items_left, run_to_end};
 use crate::demo_env::WorkerProcess;
@@ -29,7 +28,7 @@ use crate::harness::{digest, wait_for_job};
 #[tokio::test]
 async fn a_kill_switch_stop_between_checkpoints_leaves_nothing_a_target_crash_can_lose() {
     let s = Setup::prepare(CONFIG).await;
-    let (cancel, running) = start_worker(&s);
+    let (cancel, running) = s.start_worker();
     let seen = deferred_after_checkpoint(&s, &running).await;
     engage(&s, true).await;
     let stopped = wait_for_job(&s.state, s.job_id, "the job to stop", |j| {
@@ -56,7 +55,7 @@ async fn a_kill_switch_stop_between_checkpoints_leaves_nothing_a_target_crash_ca
 #[tokio::test]
 async fn a_stop_request_between_checkpoints_leaves_nothing_a_target_crash_can_lose() {
     let s = Setup::prepare(CONFIG).await;
-    let (cancel, running) = start_worker(&s);
+    let (cancel, running) = s.start_worker();
     let seen = deferred_after_checkpoint(&s, &running).await;
     cancel.cancel();
     running.await.unwrap();
@@ -121,17 +120,6 @@ async fn a_lock_timeout_pause_between_checkpoints_leaves_nothing_a_target_crash_
 
     let done = run_to_end(&s).await;
     assert_completed(&s, &target, &done).await;
-}
-
-/// Starts an in-process worker loop; cancelling the token is its stop request.
-fn start_worker(s: &Setup) -> (CancellationToken, JoinHandle<()>) {
-    let worker = Worker::new(s.pools.clone(), s.config.clone(), "in-process".into());
-    let cancel = CancellationToken::new();
-    let running = tokio::spawn({
-        let cancel = cancel.clone();
-        async move { worker.run(cancel).await }
-    });
-    (cancel, running)
 }
 
 /// What the test saw before stopping the job: the rows the stored progress counted, and the items

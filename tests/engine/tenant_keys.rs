@@ -8,6 +8,15 @@ use deprov::worker::StepOutcome;
 
 use crate::harness::{digest, env};
 
+/// Engages the tenant switch on `key` as stored (what the CLI does with a typed key).
+async fn engage_tenant(env: &crate::harness::Env, key: &str) {
+    let mut tx = env.db.begin().await.unwrap();
+    kill_switch::set_scope(&mut tx, &Scope::Tenant(key.into()), true, "keep 1", "test")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}
+
 #[tokio::test]
 async fn spellings_of_one_tenant_key_delete_once_and_equal_the_cascade() {
     let env = env("").await;
@@ -49,13 +58,7 @@ async fn spellings_of_one_tenant_key_delete_once_and_equal_the_cascade() {
 async fn a_tenant_kill_switch_holds_a_job_whose_key_is_written_differently() {
     let env = env("").await;
     let before = digest(&env.db).await;
-    {
-        let mut tx = env.db.begin().await.unwrap();
-        kill_switch::set_scope(&mut tx, &Scope::Tenant("1".into()), true, "keep 1", "test")
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
-    }
+    engage_tenant(&env, "1").await;
     let id = env.request("01").await;
     let outcomes = env.drain(&env.worker("w1")).await;
     let job = env.job(id).await;
@@ -86,13 +89,7 @@ async fn a_tenant_kill_switch_holds_a_job_whose_key_is_written_differently() {
 async fn a_tenant_kill_switch_typed_differently_holds_the_tenants_job() {
     let env = env("").await;
     let before = digest(&env.db).await;
-    {
-        let mut tx = env.db.begin().await.unwrap();
-        kill_switch::set_scope(&mut tx, &Scope::Tenant("01".into()), true, "keep 1", "test")
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
-    }
+    engage_tenant(&env, "01").await;
     let id = env.request("1").await;
     let outcomes = env.drain(&env.worker("w1")).await;
     let job = env.job(id).await;
