@@ -280,20 +280,24 @@ pub async fn run_batch(
     let started = Instant::now();
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
     check_unchanged(&mut tx, unchanged).await?;
-    let before = if plan.absorbs_below(plan.steps[step].table) {
-        Some(deleted_so_far(&mut tx, plan).await?)
-    } else {
-        None
-    };
-    // In a tree (a CASCADE reference of the table to itself) the statement's rows may cascade to
-    // more rows of the same table: counted by the transaction's own statistics of the table (a
-    // partitioned table's are its partitions': there only the statement's rows are counted).
+    // Tables PostgreSQL's cascade may delete rows of under the statement: the absorbed ones below
+    // the step and, in a tree (a CASCADE reference of the table to itself), the step's own table
+    // (not a partitioned one: its statistics are its partitions', so there only the statement's
+    // rows are counted).
     let table = plan.steps[step].table;
-    let self_cascade = plan.is_tree(table) && !plan.catalog.tables[&table].partitioned;
-    let tree_before = if self_cascade {
-        Some(tuples_deleted(&mut tx, table).await?)
+    let mut counted: Vec<u32> = if plan.absorbs_below(table) {
+        plan.absorbed.iter().copied().collect()
     } else {
+        Vec::new()
+    };
+    if plan.is_tree(table) && !plan.catalog.tables[&table].partitioned && !counted.contains(&table)
+    {
+        counted.push(table);
+    }
+    let before = if counted.is_empty() {
         None
+    } else {
+        Some(deleted_so_far(&mut tx, &counted).await?)
     };
     let (selected, deleted, seen, used, last_parent, last_row) =
         crate::db::query_as::<(i64, i64, i64, i64, Option<Vec<String>>, Option<Vec<String>>)>(
@@ -307,15 +311,16 @@ pub async fn run_batch(
         .fetch_one(&mut *tx)
         .await?;
     let mut cascaded = match &before {
-        Some(before) => cascaded_since(&mut tx, plan, before).await?,
+        Some(before) => cascaded_since(&mut tx, before).await?,
         None => Vec::new(),
     };
-    if let Some(was) = tree_before {
-        let under = tuples_deleted(&mut tx, table).await? - was - deleted;
-        if under > 0 {
-            cascaded.push((table, under));
+    // The step's own table counts the statement's rows too: only those beyond them cascaded.
+    for (oid, n) in &mut cascaded {
+        if *oid == table {
+            *n -= deleted;
         }
     }
+    cascaded.retain(|&(_, n)| n > 0);
     tx.commit().await?;
     let split = plan.steps[step]
         .path
@@ -341,23 +346,13 @@ pub async fn run_batch(
     })
 }
 
-/// Rows of `table` deleted by this backend and not yet reported to the statistics system
-/// (`pg_stat_get_xact_tuples_deleted`, PostgreSQL docs §28.2.25; see [`deleted_so_far`]): a batch
-/// takes the difference over its statement, inside its transaction.
-async fn tuples_deleted(tx: &mut PgConnection, table: u32) -> Result<i64, sqlx::Error> {
-    crate::db::query_scalar("SELECT pg_stat_get_xact_tuples_deleted($1::int8::oid)")
-        .bind(i64::from(table))
-        .fetch_one(&mut *tx)
-        .await
-}
-
-/// Rows deleted per absorbed table since `before` ([`deleted_so_far`]), those with any.
+/// Rows deleted per table of `before` since it was read ([`deleted_so_far`]), those with any.
 pub(crate) async fn cascaded_since(
     tx: &mut PgConnection,
-    plan: &Plan,
     before: &[(u32, i64)],
 ) -> Result<Vec<(u32, i64)>, sqlx::Error> {
-    let after = deleted_so_far(tx, plan).await?;
+    let tables: Vec<u32> = before.iter().map(|&(oid, _)| oid).collect();
+    let after = deleted_so_far(tx, &tables).await?;
     Ok(after
         .into_iter()
         .zip(before)
@@ -428,14 +423,14 @@ pub async fn canonical_tenant_key(
     Ok(key)
 }
 
-/// Rows deleted in each absorbed table by this backend and not yet reported to the statistics
+/// Rows deleted in each of `tables` (oids) by this backend and not yet reported to the statistics
 /// system (`pg_stat_get_xact_tuples_deleted`, PostgreSQL docs §28.2.25: it accumulates across
 /// transactions until the backend flushes its statistics, so a batch takes the difference).
 pub(crate) async fn deleted_so_far(
     tx: &mut PgConnection,
-    plan: &Plan,
+    tables: &[u32],
 ) -> Result<Vec<(u32, i64)>, sqlx::Error> {
-    let oids: Vec<i64> = plan.absorbed.iter().map(|&t| i64::from(t)).collect();
+    let oids: Vec<i64> = tables.iter().map(|&t| i64::from(t)).collect();
     let counts: Vec<(i64, i64)> = crate::db::query_as(
         "SELECT o, pg_stat_get_xact_tuples_deleted(o::oid) FROM unnest($1::int8[]) WITH ORDINALITY u(o, i) ORDER BY i",
     )

@@ -210,13 +210,19 @@ impl Plan {
     /// deletes something and sweeps what is left in one statement ([`super::queries::sweep`]),
     /// before any parent's cascade can reach a kept-back row.
     pub fn held_self_refs(&self, table: u32) -> Vec<usize> {
+        self.self_refs(table)
+            .into_iter()
+            .filter(|&i| self.catalog.foreign_keys[i].on_delete != OnDelete::Cascade)
+            .collect()
+    }
+
+    /// `table`'s foreign keys to itself, any action (indexes into `catalog.foreign_keys`).
+    pub fn self_refs(&self, table: u32) -> Vec<usize> {
         self.catalog
             .foreign_keys
             .iter()
             .enumerate()
-            .filter(|(_, fk)| {
-                fk.from == table && fk.to == table && fk.on_delete != OnDelete::Cascade
-            })
+            .filter(|(_, fk)| fk.from == table && fk.to == table)
             .map(|(i, _)| i)
             .collect()
     }

@@ -260,15 +260,7 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
         // In a table that is also a tree, a row kept back must not go by its parent's cascade
         // either: its CASCADE references to itself keep rows back too (a parent goes once its
         // children are gone, as the held passes and the sweep then allow).
-        let keep: Vec<usize> = plan
-            .catalog
-            .foreign_keys
-            .iter()
-            .enumerate()
-            .filter(|(_, fk)| fk.from == step.table && fk.to == step.table)
-            .map(|(i, _)| i)
-            .collect();
-        kept(&mut b, plan, step.table, &keep);
+        kept(&mut b, plan, step.table, &plan.self_refs(step.table));
     }
     b.sql(", del AS (DELETE FROM ")
         .table(plan.name(step.table))

@@ -41,7 +41,8 @@ pub(super) async fn run_range(
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
     super::check_unchanged(&mut tx, unchanged).await?;
     let before = if plan.absorbs_below(s.table) {
-        Some(deleted_so_far(&mut tx, plan).await?)
+        let absorbed: Vec<u32> = plan.absorbed.iter().copied().collect();
+        Some(deleted_so_far(&mut tx, &absorbed).await?)
     } else {
         None
     };
@@ -65,7 +66,7 @@ pub(super) async fn run_range(
         None => 0,
     };
     let cascaded = match &before {
-        Some(before) => cascaded_since(&mut tx, plan, before).await?,
+        Some(before) => cascaded_since(&mut tx, before).await?,
         None => Vec::new(),
     };
     tx.commit().await?;
