@@ -109,12 +109,20 @@ impl Worker {
         self
     }
 
-    /// Claims at most one job and runs it until it is handed back. Tests drive this directly.
+    /// Hands back the jobs a kill switch blocks whose worker is gone ([`jobs::hand_back_stranded`]),
+    /// then claims at most one job and runs it until it is handed back. Tests drive this directly.
     ///
     /// # Errors
     /// [`WorkerError`] when the state database cannot be reached.
     pub async fn step(&self) -> Result<StepOutcome, WorkerError> {
         let mut tx = db::begin(&self.pools.queue, Bounds::STATE).await?;
+        let stranded = jobs::hand_back_stranded(&mut *tx).await?;
+        if stranded > 0 {
+            tracing::info!(
+                jobs = stranded,
+                "jobs whose worker stopped while a kill switch blocks them handed back"
+            );
+        }
         let claimed = jobs::claim(&mut *tx, &self.id, self.config.worker.lease).await?;
         tx.commit().await?;
         let Some(job) = claimed else {

@@ -148,12 +148,38 @@ pub async fn list(
 /// switch released while the job was being handed back): a re-check, not a busy loop.
 pub const HELD_RECHECK: Duration = Duration::from_secs(5);
 
+/// Hands back the `running` jobs whose lease expired (their worker is gone) while a kill switch
+/// blocks them (`deprov.job_blocked_by`, the global switch included), which [`claim`] may not take
+/// over: each becomes `held` (lease cleared, `run_after = now()`), so the release of its switch
+/// queues it like any held job — or `cancelled` when an operator asked for its cancel
+/// (`cancel_requested_at`). Without this such a job stayed `running` for as long as the switch was
+/// engaged. Workers call it before every [`claim`]; a concurrent call skips the rows another
+/// already moved (the `WHERE` is evaluated again on the locked row). Returns how many jobs moved.
+///
+/// # Errors
+/// Database errors.
+pub async fn hand_back_stranded(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error> {
+    let r = crate::db::query(
+        "UPDATE deprov.jobs SET \
+           state = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'held' END, \
+           finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN now() END, \
+           last_error = CASE WHEN cancel_requested_at IS NOT NULL \
+             THEN 'cancelled by an operator while running (its worker had stopped)' ELSE last_error END, \
+           lease_owner = NULL, lease_expires_at = NULL, run_after = now(), updated_at = now() \
+         WHERE state = 'running' AND lease_expires_at < now() AND deprov.job_blocked_by(id) IS NOT NULL",
+    )
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected())
+}
+
 /// Leases the oldest claimable job to `worker` for `lease`: a `queued` job whose `run_after` has come, a
 /// `held` job no kill switch blocks any more as stored, [`HELD_RECHECK`] after it was handed back
 /// (handed back `held` while its switch was being released, or held by a tenant switch written in
 /// another form of the key, which the worker checks again),
 /// or a `running` job whose lease expired (its worker is gone). No job a kill switch blocks is claimed
-/// (`deprov.job_blocked_by`); nothing at all while the global switch is engaged. Increments `attempts`.
+/// (`deprov.job_blocked_by`; such an expired job is handed back by [`hand_back_stranded`]); nothing
+/// at all while the global switch is engaged. Increments `attempts`.
 ///
 /// # Errors
 /// Database errors.

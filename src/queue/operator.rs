@@ -3,7 +3,8 @@
 //!
 //! - Cancel: a `queued` or `held` job becomes `cancelled` at once; a `running` job gets
 //!   `cancel_requested_at`, and its worker stops before its next destructive statement and hands it
-//!   back `cancelled` (what is deleted stays deleted; the checkpoint is kept).
+//!   back `cancelled` (what is deleted stays deleted; the checkpoint is kept) — unless its lease has
+//!   expired (its worker is gone), when it is `cancelled` at once.
 //! - Retry: a `failed` job becomes `queued` (or `held` while a kill switch blocks it) with its
 //!   attempts reset; the worker resumes the hard delete from the stored checkpoint. Refused while
 //!   another active job deletes the same subject (the one-active-job-per-subject rule).
@@ -70,13 +71,27 @@ pub async fn cancel(
             Cancelled::Now
         }
         "running" => {
-            crate::db::query(
-                "UPDATE deprov.jobs SET cancel_requested_at = now(), updated_at = now() WHERE id = $1",
+            // A running job whose lease expired has no worker to stop it (its worker is gone, and a
+            // kill switch may keep any other from taking it over): it is cancelled at once.
+            let now: bool = crate::db::query_scalar(
+                "UPDATE deprov.jobs SET cancel_requested_at = now(), updated_at = now(), \
+                   state = CASE WHEN lease_expires_at < now() THEN 'cancelled' ELSE state END, \
+                   finished_at = CASE WHEN lease_expires_at < now() THEN now() END, \
+                   last_error = CASE WHEN lease_expires_at < now() \
+                     THEN 'cancelled by an operator (its worker had stopped): ' || $2 ELSE last_error END, \
+                   lease_owner = CASE WHEN lease_expires_at < now() THEN NULL ELSE lease_owner END, \
+                   lease_expires_at = CASE WHEN lease_expires_at < now() THEN NULL ELSE lease_expires_at END \
+                 WHERE id = $1 RETURNING state = 'cancelled'",
             )
             .bind(id)
-            .execute(&mut *conn)
+            .bind(reason)
+            .fetch_one(&mut *conn)
             .await?;
-            Cancelled::AtNextBatch
+            if now {
+                Cancelled::Now
+            } else {
+                Cancelled::AtNextBatch
+            }
         }
         other => {
             return Err(ActionError::Conflict(format!(

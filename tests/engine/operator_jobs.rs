@@ -321,3 +321,63 @@ async fn the_audit_log_refuses_update_delete_and_truncate_even_for_a_superuser()
         .unwrap();
     assert_eq!(rows, vec![("why".to_owned(),)]);
 }
+
+/// Claims the next job for a worker that then dies.
+async fn claim_for_a_dead_worker(env: &Env) -> Uuid {
+    deprov::queue::jobs::claim(&env.db, "dead-worker", std::time::Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("a job to claim")
+        .id
+}
+
+#[tokio::test]
+async fn a_dead_workers_job_under_a_kill_switch_is_held_and_can_be_cancelled_at_once() {
+    let env = env("").await;
+    let expected = env.cascade_copy(1).await;
+    let stranded = env.request("1").await;
+    let to_cancel = env.request("3").await;
+    assert_eq!(claim_for_a_dead_worker(&env).await, stranded);
+    assert_eq!(claim_for_a_dead_worker(&env).await, to_cancel);
+    set(&env, Scope::Global, true).await;
+    // The dead worker's leases run out (made to have expired instead of waiting them out).
+    sqlx::query("UPDATE deprov.jobs SET lease_expires_at = now() - interval '1 second'")
+        .execute(&env.db)
+        .await
+        .unwrap();
+
+    // Its worker is gone: the cancel ends the job now instead of waiting for a batch boundary that
+    // no worker will reach while the switch is engaged.
+    cli(
+        &env,
+        "jobs",
+        &["cancel", &to_cancel.to_string(), "--reason", "wrong tenant"],
+    )
+    .await
+    .unwrap();
+    let cancelled = env.job(to_cancel).await;
+    assert_eq!(cancelled.state(), JobState::Cancelled, "{cancelled:?}");
+    assert!(cancelled.finished_at.is_some() && cancelled.lease_owner.is_none());
+    let entry = &audit::list(&env.db, 1, None, Some("job.cancel"))
+        .await
+        .unwrap()[0];
+    assert_eq!(entry.details["outcome"], "cancelled");
+
+    // A live worker finds nothing to claim, but hands the stranded job back `held`.
+    let worker = env.worker("w1");
+    assert_eq!(worker.step().await.unwrap(), StepOutcome::Idle);
+    let held = env.job(stranded).await;
+    assert_eq!(held.state(), JobState::Held, "{held:?}");
+    assert!(held.lease_owner.is_none() && held.lease_expires_at.is_none());
+
+    // Releasing the switch queues it like any held job, and it completes to the cascade's result.
+    assert_eq!(set(&env, Scope::Global, false).await, 1);
+    assert_eq!(
+        worker.step().await.unwrap(),
+        StepOutcome::Ran {
+            job_id: stranded,
+            state: "completed".into()
+        }
+    );
+    assert_eq!(digest(&env.db).await, digest(&expected).await);
+}
