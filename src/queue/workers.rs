@@ -59,20 +59,24 @@ pub async fn heartbeat(
     .await
 }
 
-/// Records that worker `id` acts on kill switch `version` (never lowers it).
+/// Records that worker `id` acts on kill switch `version` (never lowers it). Returns whether
+/// worker `id`'s row now shows `version` or later: `false` when it has no row yet (its first
+/// heartbeat has not registered it), so the caller does not take the version as recorded.
 ///
 /// # Errors
 /// Database errors.
-pub async fn observe(db: impl PgExecutor<'_>, id: &str, version: i64) -> Result<(), sqlx::Error> {
-    crate::db::query(
-        "UPDATE deprov.workers SET observed_version = $2, observed_at = now() \
-         WHERE id = $1 AND observed_version < $2",
+pub async fn observe(db: impl PgExecutor<'_>, id: &str, version: i64) -> Result<bool, sqlx::Error> {
+    crate::db::query_scalar(
+        "WITH raised AS ( \
+           UPDATE deprov.workers SET observed_version = $2, observed_at = now() \
+           WHERE id = $1 AND observed_version < $2 RETURNING 1) \
+         SELECT EXISTS (SELECT 1 FROM raised) \
+           OR EXISTS (SELECT 1 FROM deprov.workers WHERE id = $1 AND observed_version >= $2)",
     )
     .bind(id)
     .bind(version)
-    .execute(db)
-    .await?;
-    Ok(())
+    .fetch_one(db)
+    .await
 }
 
 /// Marks worker `id` stopped (graceful shutdown): it is no longer live.

@@ -63,7 +63,9 @@ impl Presence {
     }
 
     /// Records `version` for worker `id` in the caller's transaction when it is newer than the last
-    /// recorded one; call [`Self::note`] after the commit. The caller must hold the gate.
+    /// recorded one; after the commit, pass what it returns to [`Self::note`]. Returns `None` when
+    /// the worker has no row yet (before its first heartbeat): the version is then not recorded, and
+    /// the heartbeat that registers the worker wakes the acknowledger. The caller must hold the gate.
     ///
     /// # Errors
     /// Database errors.
@@ -72,16 +74,18 @@ impl Presence {
         conn: &mut sqlx::PgConnection,
         id: &str,
         version: i64,
-    ) -> Result<(), sqlx::Error> {
-        if version > self.acknowledged() {
-            workers::observe(conn, id, version).await?;
+    ) -> Result<Option<i64>, sqlx::Error> {
+        if version > self.acknowledged() && !workers::observe(conn, id, version).await? {
+            return Ok(None);
         }
-        Ok(())
+        Ok(Some(version))
     }
 
-    /// Remembers that `version` is recorded (after the commit of [`Self::record`]).
-    pub fn note(&self, version: i64) {
-        self.acked.fetch_max(version, Ordering::AcqRel);
+    /// Remembers that `recorded` ([`Self::record`]'s answer) is recorded, after the commit.
+    pub fn note(&self, recorded: Option<i64>) {
+        if let Some(version) = recorded {
+            self.acked.fetch_max(version, Ordering::AcqRel);
+        }
     }
 
     /// Reads the latest version under the gate and records it.
@@ -89,9 +93,9 @@ impl Presence {
         let _gate = self.enter().await;
         let mut tx = db::begin(pool, Bounds::STATE).await?;
         let version = kill_switch::latest_version(&mut *tx).await?;
-        self.record(&mut tx, id, version).await?;
+        let recorded = self.record(&mut tx, id, version).await?;
         tx.commit().await?;
-        self.note(version);
+        self.note(recorded);
         Ok(())
     }
 

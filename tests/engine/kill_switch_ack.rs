@@ -441,6 +441,71 @@ async fn without_a_listener_workers_acknowledge_by_heartbeat() {
     workers.stop().await;
 }
 
+#[tokio::test]
+async fn a_worker_that_reads_the_version_before_its_first_heartbeat_still_records_it() {
+    let env = env_with_config(&config("100ms", "30s", 0)).await;
+    cli(&env, &["on", "--reason", "drill"]).await.unwrap();
+    cli(&env, &["off", "--reason", "drill over"]).await.unwrap();
+    // The worker's first heartbeat (the INSERT that registers it) waits on an advisory lock this
+    // test holds, so its acknowledger — woken once LISTEN is set up — reads the version while the
+    // worker has no row yet. Every UPDATE of deprov.workers is logged, even one that updates nothing.
+    sqlx::raw_sql(
+        "CREATE TABLE public.workers_updates (at timestamptz NOT NULL DEFAULT clock_timestamp());
+         CREATE FUNCTION public.log_workers_update() RETURNS trigger LANGUAGE plpgsql AS
+           $f$ BEGIN INSERT INTO public.workers_updates DEFAULT VALUES; RETURN NULL; END $f$;
+         CREATE TRIGGER log_update AFTER UPDATE ON deprov.workers
+           FOR EACH STATEMENT EXECUTE FUNCTION public.log_workers_update();
+         CREATE FUNCTION public.hold_insert() RETURNS trigger LANGUAGE plpgsql AS
+           $f$ BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NEW; END $f$;
+         CREATE TRIGGER hold_insert BEFORE INSERT ON deprov.workers
+           FOR EACH ROW EXECUTE FUNCTION public.hold_insert();",
+    )
+    .execute(&env.db)
+    .await
+    .unwrap();
+    let mut gate = env.db.acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(4242)")
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+    let workers = start_workers(&env, 1, true);
+    until(
+        10,
+        "the acknowledger's read before the worker is registered",
+        || async {
+            let updates: i64 = sqlx::query_scalar("SELECT count(*) FROM public.workers_updates")
+                .fetch_one(&env.db)
+                .await
+                .unwrap();
+            updates > 0
+        },
+    )
+    .await;
+    let registered: i64 = sqlx::query_scalar("SELECT count(*) FROM deprov.workers")
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+    assert_eq!(registered, 0, "the acknowledger ran first");
+    sqlx::query("SELECT pg_advisory_unlock(4242)")
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+    // Before the fix the worker took the version as recorded although its row did not exist, and
+    // reported "not acknowledged" until the next change of a switch.
+    until(
+        5,
+        "the new worker to acknowledge the current version",
+        || async {
+            let st = status(&env.db).await;
+            st.latest_version > 0
+                && st.workers.len() == 1
+                && st.workers[0].observed_version == st.latest_version
+        },
+    )
+    .await;
+    workers.stop().await;
+}
+
 /// Checks the config helper stays valid (heartbeat keys in `[worker]`).
 #[test]
 fn the_test_configuration_parses() {

@@ -114,9 +114,9 @@ impl JobRun {
         let mut tx = db::begin(&w.pools.queue, Bounds::STATE).await?;
         let check = kill_switch::check_job(&mut *tx, self.job.id).await?;
         let version = check.version;
-        w.presence.record(&mut tx, &w.id, version).await?;
+        let recorded = w.presence.record(&mut tx, &w.id, version).await?;
         tx.commit().await?;
-        w.presence.note(version);
+        w.presence.note(recorded);
         let blocked_by = check
             .blocked_by
             .or_else(|| self.tenant_switch(&check.tenant_keys));
