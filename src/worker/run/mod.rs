@@ -85,12 +85,25 @@ impl JobRun {
         (outcome, self.progress)
     }
 
+    /// The outcome of a run that stopped on `e`. The message is the server's (message, detail, hint,
+    /// SQLSTATE: [`crate::db::errors::error_text`]) and, when batches had deleted rows, how many.
     fn classify(&self, e: &EngineError) -> Outcome {
-        let code = e
-            .sqlstate()
-            .map(|c| format!(" (SQLSTATE {c})"))
-            .unwrap_or_default();
-        let message = format!("{e}{code}");
+        let text = match e {
+            EngineError::Db(db) => crate::db::errors::error_text(db),
+            other => {
+                let code = other
+                    .sqlstate()
+                    .map(|c| format!(" (SQLSTATE {c})"))
+                    .unwrap_or_default();
+                format!("{other}{code}")
+            }
+        };
+        let deleted = self.progress.rows_deleted;
+        let message = if deleted > 0 {
+            format!("{text}; {deleted} rows of the tenant were already deleted")
+        } else {
+            text
+        };
         let attempts = u32::try_from(self.job.attempts).unwrap_or(1);
         if !e.is_retryable() {
             Outcome::Failed(message)
