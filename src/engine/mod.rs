@@ -25,7 +25,7 @@ use sqlx::{PgConnection, PgPool};
 
 pub use plan::{Plan, PlanError, Step};
 pub use queries::Cursor;
-pub use statements::{lookup_tenant, soft_delete};
+pub use statements::{lookup_tenant, soft_delete, undo_soft_delete};
 
 use crate::config::HardDeleteConfig;
 use crate::sql::QualifiedName;

@@ -103,26 +103,66 @@ async fn bind_tenant<'q>(
     sql: &'q str,
     tenant: &'q str,
 ) -> Result<Query<'q, Postgres, PgArguments>, EngineError> {
-    let described = describe(conn, sql, &[]).await?;
-    let param = TenantParam::of(&described).map_err(|n| {
-        EngineError::Statement(format!(
-            "takes {n} parameters; only $1 (the tenant key) is given: {sql}"
-        ))
-    })?;
-    let bad = |what: &str| {
+    let param = tenant_param(conn, sql).await?;
+    bind_as(param, sql, tenant).map_err(|what| {
         EngineError::Statement(format!(
             "tenant key {tenant:?} is not a valid {what} for $1 of: {sql}"
         ))
-    };
+    })
+}
+
+/// The type PostgreSQL infers for `sql`'s `$1` (a [`describe`] in the caller's transaction).
+async fn tenant_param(conn: &mut PgConnection, sql: &str) -> Result<TenantParam, EngineError> {
+    let described = describe(conn, sql, &[]).await?;
+    TenantParam::of(&described).map_err(|n| {
+        EngineError::Statement(format!(
+            "takes {n} parameters; only $1 (the tenant key) is given: {sql}"
+        ))
+    })
+}
+
+/// `sql` with `tenant` bound as `param`; `Err(type name)` when the key is not a value of that type.
+fn bind_as<'q>(
+    param: TenantParam,
+    sql: &'q str,
+    tenant: &'q str,
+) -> Result<Query<'q, Postgres, PgArguments>, &'static str> {
     let q = crate::db::query(sqlx::AssertSqlSafe(sql));
     Ok(match param {
         TenantParam::None => q,
-        TenantParam::Int2 => q.bind(tenant.parse::<i16>().map_err(|_| bad("smallint"))?),
-        TenantParam::Int4 => q.bind(tenant.parse::<i32>().map_err(|_| bad("integer"))?),
-        TenantParam::Int8 => q.bind(tenant.parse::<i64>().map_err(|_| bad("bigint"))?),
-        TenantParam::Uuid => q.bind(tenant.parse::<uuid::Uuid>().map_err(|_| bad("uuid"))?),
+        TenantParam::Int2 => q.bind(tenant.parse::<i16>().map_err(|_| "smallint")?),
+        TenantParam::Int4 => q.bind(tenant.parse::<i32>().map_err(|_| "integer")?),
+        TenantParam::Int8 => q.bind(tenant.parse::<i64>().map_err(|_| "bigint")?),
+        TenantParam::Uuid => q.bind(tenant.parse::<uuid::Uuid>().map_err(|_| "uuid")?),
         TenantParam::Text => q.bind(tenant),
     })
+}
+
+/// Runs the undo statements (`[soft_delete] undo_statements`) in one bounded transaction, like
+/// [`soft_delete`]. Returns the rows affected, or `None`, running nothing, when a statement's `$1`
+/// cannot take the tenant key (say `icfg_49` for a bigint): the soft delete of such a key could not
+/// have run either, so there is nothing to restore.
+///
+/// # Errors
+/// Database errors; [`EngineError::Statement`] when a statement takes more parameters than `$1`.
+pub async fn undo_soft_delete(
+    target: &PgPool,
+    statements: &[String],
+    tenant: &str,
+    limits: &BatchLimits,
+) -> Result<Option<u64>, EngineError> {
+    let mut tx = crate::db::begin(target, limits.bounds()).await?;
+    let mut rows = 0;
+    for sql in statements {
+        let param = tenant_param(&mut tx, sql).await?;
+        let Ok(q) = bind_as(param, sql, tenant) else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        rows += q.execute(&mut *tx).await?.rows_affected();
+    }
+    tx.commit().await?;
+    Ok(Some(rows))
 }
 
 /// Step 1: runs the soft-delete statements in one bounded transaction. Returns rows affected.

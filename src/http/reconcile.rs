@@ -335,12 +335,12 @@ pub struct ReinstallBody {
     security(("source_token" = [])),
     request_body = ReinstallBody,
     responses(
-        (status = 200, description = "`undone`, `cancel_requested` (a worker holds the job: send again to undo), `too_late` (the hard delete started) or `nothing_pending`", body = Reinstalled),
+        (status = 200, description = "`undone`, `cancel_requested` (a worker holds the job: send again to undo), `requested_by_others` (other sources asked for the deletion too: nothing changed), `too_late` (the hard delete started) or `nothing_pending` (none this source requested)", body = Reinstalled),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or unknown source token", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid body, or a `tenant_id` the key column cannot read (an integer or uuid key column)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
@@ -351,8 +351,17 @@ pub async fn reinstall(
     ApiJson(body): ApiJson<ReinstallBody>,
 ) -> Result<axum::Json<Reinstalled>, ApiError> {
     // The same rules as a deletion request's tenant_id, so a reinstall finds what intake stored.
-    let tenant = crate::ids::TenantId::parse(&body.tenant_id)
-        .map_err(|r| ApiError::Unprocessable(format!("tenant_id: {r}")))?;
+    let invalid = |r| ApiError::Unprocessable(format!("tenant_id: {r}"));
+    let tenant = crate::ids::TenantId::parse(&body.tenant_id).map_err(invalid)?;
+    // As at intake, a key the key column cannot read is refused (nothing of it can be stored).
+    let lookup = state
+        .config
+        .sources
+        .get(&source.name)
+        .is_some_and(|s| s.tenant_lookup.is_some());
+    if !lookup && let Some(form) = state.sql_check.key_form() {
+        form.canonical(&tenant).map_err(invalid)?;
+    }
     let reason = crate::http::intake::validate_reason(body.reason)?;
     let outcome =
         reinstall_subject(&state, &source.name, tenant.as_str(), reason.as_deref()).await?;
@@ -389,6 +398,7 @@ pub async fn reinstall_subject(
         subject_kind: if lookup { "lookup" } else { "tenant" },
         subject: &subject,
         tenant: (!lookup).then_some(tenant.as_str()),
+        source: name,
     };
     let target = UndoTarget::new(&state.pools.target, &state.config);
     let reason = reason.map_or_else(|| "reinstalled".to_owned(), str::to_owned);

@@ -141,13 +141,14 @@ async fn restore(
     action: &str,
     reason: &str,
 ) -> Result<Undone, GraceError> {
-    let (restored, rows) = match &job.tenant_id {
-        Some(tenant) if !target.statements.is_empty() => (
-            true,
-            engine::soft_delete(target.pool, target.statements, tenant, &target.limits).await?,
-        ),
-        _ => (false, 0),
+    // A key the undo statements cannot take was never soft-deleted: nothing to restore.
+    let restored_rows = match &job.tenant_id {
+        Some(tenant) if !target.statements.is_empty() => {
+            engine::undo_soft_delete(target.pool, target.statements, tenant, &target.limits).await?
+        }
+        _ => None,
     };
+    let (restored, rows) = (restored_rows.is_some(), restored_rows.unwrap_or(0));
     crate::db::query(
         "UPDATE deprov.jobs SET state = 'cancelled', finished_at = coalesce(finished_at, now()), \
            cancel_requested_at = coalesce(cancel_requested_at, now()), \
@@ -245,6 +246,14 @@ pub enum Reinstalled {
         /// The job.
         job_id: Uuid,
     },
+    /// Other sources requested the tenant's pending deletion too: nothing changed, their requests
+    /// still stand (an operator may cancel the job: `deprov jobs cancel`).
+    RequestedByOthers {
+        /// The job.
+        job_id: Uuid,
+        /// The other sources that requested it, by name.
+        sources: Vec<String>,
+    },
     /// The hard delete started: nothing to undo.
     TooLate {
         /// The job.
@@ -271,10 +280,15 @@ pub struct ReinstallOf<'a> {
     pub subject: &'a str,
     /// The tenant key, when the subject is one.
     pub tenant: Option<&'a str>,
+    /// The source reporting the reinstall: only a job this source requested is found.
+    pub source: &'a str,
 }
 
 /// A reinstall of the tenant `of` names (see the module docs): finds the tenant's latest job (an
-/// active one first) through its requests' subject and its resolved tenant, and:
+/// active one first) that `of.source` requested, through its requests' subject and its resolved
+/// tenant — a source's reinstall never reaches a deletion only other sources asked for — and:
+/// - when other sources requested the job too: changes nothing ([`Reinstalled::RequestedByOthers`]:
+///   their requests still stand; an operator may cancel the job);
 /// - before its hard delete, not running (`queued`, `held`, or ended `cancelled` / `failed` and not
 ///   yet undone): cancels it and undoes its soft delete;
 /// - running before its hard delete: asks it to cancel ([`Reinstalled::CancelRequested`]);
@@ -294,18 +308,37 @@ pub async fn reinstall(
 ) -> Result<Reinstalled, GraceError> {
     let job: Option<Locked> = crate::db::query_as(
         "SELECT id, state, tenant_id, hard_delete_started_at, undone_at FROM deprov.jobs j \
-         WHERE (j.subject_kind = $1 AND j.subject = $2) OR ($3::text IS NOT NULL AND j.tenant_id = $3) \
-            OR j.id IN (SELECT job_id FROM deprov.deletion_requests WHERE subject_kind = $1 AND subject = $2) \
+         WHERE ((j.subject_kind = $1 AND j.subject = $2) OR ($3::text IS NOT NULL AND j.tenant_id = $3) \
+            OR j.id IN (SELECT job_id FROM deprov.deletion_requests WHERE subject_kind = $1 AND subject = $2)) \
+           AND j.id IN (SELECT job_id FROM deprov.deletion_requests WHERE source = $4) \
          ORDER BY (j.state IN ('queued', 'held', 'running')) DESC, j.created_at DESC, j.id DESC \
          LIMIT 1 FOR UPDATE",
     )
     .bind(of.subject_kind)
     .bind(of.subject)
     .bind(of.tenant)
+    .bind(of.source)
     .fetch_optional(&mut *conn)
     .await?;
+    let others: Vec<String> = match &job {
+        Some(job) if job.hard_delete_started_at.is_none() => {
+            crate::db::query_scalar(
+                "SELECT DISTINCT source FROM deprov.deletion_requests \
+                 WHERE job_id = $1 AND source <> $2 ORDER BY source",
+            )
+            .bind(job.id)
+            .bind(of.source)
+            .fetch_all(&mut *conn)
+            .await?
+        }
+        _ => Vec::new(),
+    };
     let outcome = match &job {
         None => Reinstalled::NothingPending { job_id: None },
+        Some(job) if !others.is_empty() => Reinstalled::RequestedByOthers {
+            job_id: job.id,
+            sources: others,
+        },
         Some(job) => match (job.hard_delete_started_at, job.state.as_str()) {
             (Some(at), state) => Reinstalled::TooLate {
                 job_id: job.id,

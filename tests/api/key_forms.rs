@@ -32,6 +32,27 @@ async fn integer_keys_are_refused_or_stored_as_postgresql_prints_them() {
         );
     }
     app.assert_nothing_stored().await;
+    // A reinstall of a key the column cannot read is refused alike, and records nothing.
+    for bad in ["abc", "99999999999999999999", "1e3"] {
+        let r = app
+            .client
+            .post(app.url("/v1/reinstallations"))
+            .bearer_auth(crate::helpers::SOURCE_TOKEN)
+            .json(&json!({"tenant_id": bad}))
+            .send()
+            .await
+            .unwrap();
+        let body = assert_problem(r, StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert!(
+            body["detail"].as_str().unwrap().contains("bigint"),
+            "{bad:?}: {body}"
+        );
+    }
+    let audited: i64 = sqlx::query_scalar("SELECT count(*) FROM deprov.audit_log")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(audited, 0, "no reinstall recorded");
 
     let first = accepted(app.post_deletion(&json!({"tenant_id": "007"})).await).await;
     assert_eq!(first["tenant_id"], "7", "{first}");

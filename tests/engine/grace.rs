@@ -172,6 +172,7 @@ async fn a_reinstall_in_grace_cancels_the_deletion_and_restores_the_tenant() {
         subject_kind: "tenant",
         subject: "3",
         tenant: Some("3"),
+        source: "billing",
     };
     let mut tx = env.db.begin().await.unwrap();
     let outcome = grace::reinstall(&mut tx, target, of, "source:billing", "event installed")
@@ -267,6 +268,7 @@ async fn undo_and_reinstall_are_refused_once_the_hard_delete_started() {
         subject_kind: "tenant",
         subject: "1",
         tenant: Some("1"),
+        source: "billing",
     };
     let outcome = grace::reinstall(&mut tx, target, of, "source:billing", "installed")
         .await
@@ -309,6 +311,7 @@ async fn a_reinstall_of_a_running_job_stops_it_cancelled_and_a_second_reinstall_
         subject_kind: "tenant",
         subject: "1",
         tenant: Some("1"),
+        source: "billing",
     };
     let reinstall = || async {
         let mut tx = env.db.begin().await.unwrap();
@@ -348,5 +351,93 @@ async fn a_reinstall_of_a_running_job_stops_it_cancelled_and_a_second_reinstall_
         panic!("second reinstall undoes")
     };
     assert_eq!((undone.job_id, undone.restored), (job, true));
+    assert_eq!(digest(&env.db).await, digest(&pristine).await);
+}
+
+/// Runs a reinstall of tenant `tenant` reported by `source` in its own transaction.
+async fn reinstall_from(env: &Env, source: &str, tenant: &str) -> Reinstalled {
+    let target = UndoTarget::new(&env.pools.target, &env.config);
+    let of = ReinstallOf {
+        subject_kind: "tenant",
+        subject: tenant,
+        tenant: Some(tenant),
+        source,
+    };
+    let mut tx = env.db.begin().await.unwrap();
+    let outcome = grace::reinstall(&mut tx, target, of, &format!("source:{source}"), "back")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    outcome
+}
+
+#[tokio::test]
+async fn a_reinstall_reaches_only_a_deletion_its_source_requested_and_no_other_sources() {
+    let env = env_with_config(&grace_config("1h")).await;
+    let worker = env.worker("w1");
+    let job = send(&env, "acme", "3", Some("uninstall-1")).await.job_id;
+    assert_eq!(worker.step().await.unwrap(), ran(job, "queued"));
+
+    // billing never asked for tenant 3's deletion: its reinstall finds nothing.
+    assert_eq!(
+        reinstall_from(&env, "billing", "3").await,
+        Reinstalled::NothingPending { job_id: None }
+    );
+    assert_eq!(env.job(job).await.state(), JobState::Queued);
+    assert!(soft_deleted(&env, 3).await, "nothing was undone");
+
+    // Once both asked, neither's reinstall withdraws the other's request.
+    assert_eq!(
+        send(&env, "billing", "3", Some("uninstall-2")).await.job_id,
+        job
+    );
+    assert_eq!(
+        reinstall_from(&env, "billing", "3").await,
+        Reinstalled::RequestedByOthers {
+            job_id: job,
+            sources: vec!["acme".into()]
+        }
+    );
+    assert_eq!(
+        reinstall_from(&env, "acme", "3").await,
+        Reinstalled::RequestedByOthers {
+            job_id: job,
+            sources: vec!["billing".into()]
+        }
+    );
+    assert_eq!(env.job(job).await.state(), JobState::Queued);
+    assert!(soft_deleted(&env, 3).await, "nothing was undone");
+    let outcomes: Vec<String> = audit::list(&env.db, 10, None, Some("job.reinstall"))
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.details["outcome"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            "requested_by_others",
+            "requested_by_others",
+            "nothing_pending"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn undoing_a_job_whose_key_the_column_cannot_read_restores_nothing_and_cancels_it() {
+    let env = env_with_config(&grace_config("1h")).await;
+    let pristine = connect(&env.server, "pristine", 2).await;
+    // A signed sender's key is never refused; app.accounts.id is a bigint.
+    let job = send(&env, "billing", "icfg_49", Some("uninstall-1"))
+        .await
+        .job_id;
+    let target = UndoTarget::new(&env.pools.target, &env.config);
+    let mut tx = env.db.begin().await.unwrap();
+    let undone = grace::undo(&mut tx, target, job, "cli", "wrong sender")
+        .await
+        .expect("nothing of such a tenant can exist: nothing to restore");
+    tx.commit().await.unwrap();
+    assert_eq!((undone.restored, undone.restored_rows), (false, 0));
+    assert_eq!(env.job(job).await.state(), JobState::Cancelled);
     assert_eq!(digest(&env.db).await, digest(&pristine).await);
 }
