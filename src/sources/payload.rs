@@ -108,6 +108,27 @@ pub struct Delivery {
     pub dedup: Option<String>,
 }
 
+/// Whether `source` reads anything from the body (a JSON pointer for its event type, GitHub's
+/// `action`, its tenant or its dedup key): then a body that is not JSON cannot be read, and is
+/// refused (400) rather than acknowledged as an ignored event.
+pub fn reads_body(source: &SourceConfig) -> bool {
+    let pointer = |l: Option<Locator>| matches!(l, Some(Locator::Pointer(_)));
+    let dedup = match &source.dedup {
+        Dedup::Tenant => None,
+        Dedup::Pointer(p) => Some(Locator::Pointer(p.clone())),
+        Dedup::Header(h) => Some(Locator::Header(h.clone())),
+        Dedup::Delivery => default_delivery(source.scheme),
+    };
+    pointer(
+        source
+            .event
+            .clone()
+            .or_else(|| default_event(source.scheme)),
+    ) || (source.event.is_none() && source.scheme == Scheme::Github)
+        || pointer(source.tenant.clone())
+        || pointer(dedup)
+}
+
 /// Reads a delivery's event type, tenant and dedup key. `body` is parsed as JSON when it is JSON
 /// (whatever its declared type); a body that is not JSON simply has no pointer values.
 pub fn extract(source: &SourceConfig, headers: &HeaderMap, body: &[u8]) -> Delivery {

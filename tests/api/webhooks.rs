@@ -56,7 +56,8 @@ async fn every_scheme_records_its_fixture_once_and_a_replay_is_a_duplicate() {
 async fn the_untimed_published_vectors_verify_over_http_and_the_timed_ones_are_now_stale() {
     let dir = tempfile::tempdir().unwrap();
     let app = spawn_signed(&dir, false).await;
-    // GitHub's published vector: body "Hello, World!" (not JSON; a `ping` is not a delete event).
+    // GitHub's published vector: body "Hello, World!". It verifies (a wrong signature is 401), and
+    // then, not being JSON, cannot be read for GitHub's `action`: 400, nothing stored.
     let text = String::from_utf8(fixture("github_vector.txt")).unwrap();
     let sig = text
         .lines()
@@ -71,10 +72,10 @@ async fn the_untimed_published_vectors_verify_over_http_and_the_timed_ones_are_n
         ],
         body: b"Hello, World!".to_vec(),
     };
-    let a = answer(app.deliver(&gh).await, StatusCode::OK).await;
-    assert_eq!(
-        (a["outcome"].as_str(), a["event_type"].as_str()),
-        (Some("ignored"), Some("ping"))
+    let p = assert_problem(app.deliver(&gh).await, StatusCode::BAD_REQUEST).await;
+    assert!(
+        p["detail"].as_str().unwrap().contains("not valid JSON"),
+        "{p}"
     );
     // Shopify's and Vercel's vectors, exact bytes and signatures.
     let text = String::from_utf8(fixture("shopify_vector.txt")).unwrap();
@@ -99,7 +100,7 @@ async fn the_untimed_published_vectors_verify_over_http_and_the_timed_ones_are_n
             app.count_requests().await,
             app.count_ignored().await
         ),
-        (2, 2, 1)
+        (2, 2, 0)
     );
     // The timestamped vectors (2021, 2017, 2018) verify only at their own time: here they are stale.
     let b = br#"{"test": 2432232314}"#;
@@ -123,7 +124,7 @@ async fn the_untimed_published_vectors_verify_over_http_and_the_timed_ones_are_n
             app.count_requests().await,
             app.count_ignored().await
         ),
-        (2, 2, 1)
+        (2, 2, 0)
     );
 }
 
@@ -261,6 +262,25 @@ async fn other_event_types_are_acknowledged_recorded_as_ignored_and_start_nothin
         ]
     );
     app.assert_nothing_stored().await;
+}
+
+#[tokio::test]
+async fn a_verified_body_that_is_not_json_is_400_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = spawn_signed(&dir, false).await;
+    // A delete event cut short: signed correctly, but unreadable.
+    let body = br#"{"type":"account.deleted","data":{"id":"43"}"#;
+    let d = sw_delivery(SW_SECRET, "msg_truncated", unix_now(), body);
+    let res = app.deliver(&d).await;
+    let problem = assert_problem(res, StatusCode::BAD_REQUEST).await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON"),
+        "{problem}"
+    );
+    app.assert_nothing_stored_at_all().await;
 }
 
 #[tokio::test]
