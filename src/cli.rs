@@ -33,6 +33,36 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Log line format on stderr: `text` or `json` (JSON lines).
+    #[arg(long, global = true, env = "DEPROV_LOG_FORMAT", value_enum, ignore_case = true, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// `--log-format` / `DEPROV_LOG_FORMAT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (coloured on a terminal).
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// For the commands that print a listing or report and end (everything but `serve`, `worker`,
+/// `demo` and `bench`, which run servers of their own that must be stopped), a closed stdout (`deprov jobs list | head`) ends the process quietly, as for other
+/// Unix tools, instead of a panic in `println!`: `SIGPIPE` gets its default action back (Rust
+/// ignores it at start). Long-running commands keep ignoring it — a peer that goes away must not end
+/// a server — and see `EPIPE` as an error instead.
+pub fn init_signals(cli: &Cli) {
+    if !matches!(
+        cli.command,
+        Command::Serve(_) | Command::Worker(_) | Command::Demo(_) | Command::Bench(_)
+    ) {
+        // SAFETY: called once at start, before any thread that could race on the signal
+        // disposition does anything with SIGPIPE; SIG_DFL is a valid disposition.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
 }
 
 /// The subcommands.
@@ -223,7 +253,7 @@ async fn plan_command(args: &CheckArgs, tenant: &str, json: bool) -> anyhow::Res
 }
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`; `warn` for `demo`, whose report is the
-/// output), `DEPROV_LOG_FORMAT=json` for JSON lines. A line that cannot be written (stderr closed
+/// output), `--log-format json` (`DEPROV_LOG_FORMAT=json`) for JSON lines. A line that cannot be written (stderr closed
 /// or full) is dropped, never a panic.
 pub fn init_tracing(cli: &Cli) {
     let default = if matches!(cli.command, Command::Demo(_) | Command::Bench(_)) {
@@ -243,7 +273,7 @@ pub fn init_tracing(cli: &Cli) {
         // the default `true` the subscriber reports it with `eprintln!`, which panics on the same
         // broken stderr: a server must not die because its log reader went away.
         .log_internal_errors(false);
-    let _ = if std::env::var("DEPROV_LOG_FORMAT").as_deref() == Ok("json") {
+    let _ = if cli.log_format == LogFormat::Json {
         builder.json().try_init()
     } else {
         builder.try_init()

@@ -384,11 +384,19 @@ pub fn pool_label(pool: &PgPool) -> &'static str {
     PoolRole::of(pool).map_or("other", PoolRole::label)
 }
 
-/// Parses a `postgres://` URL.
+/// Parses a `postgres://` (or `postgresql://`) URL, as libpq does (PostgreSQL docs, *Connection
+/// URIs*, 34.1.1.2).
 ///
 /// # Errors
-/// sqlx's parse error when the URL is malformed.
+/// [`sqlx::Error::Configuration`] for another scheme (sqlx itself would take `mysql://h/db` as a
+/// PostgreSQL host); sqlx's parse error when the URL is malformed.
 pub fn connect_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("postgres" | "postgresql")) {
+        return Err(sqlx::Error::Configuration(
+            "the database URL must start with postgres:// or postgresql://".into(),
+        ));
+    }
     PgConnectOptions::from_str(url)
 }
 

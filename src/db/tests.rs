@@ -68,3 +68,19 @@ fn transaction_mode_refuses_startup_options_and_migrations() {
     assert!(!PoolerMode::Transaction.allows_migrations());
     assert!(PoolerMode::Session.allows_migrations());
 }
+
+#[test]
+fn only_postgres_urls_are_taken() {
+    use super::connect_options;
+    for ok in [
+        "postgres://u@h/db",
+        "postgresql://u@h:5433/db",
+        "POSTGRES://u@h/db",
+    ] {
+        assert!(connect_options(ok).is_ok(), "{ok}");
+    }
+    for bad in ["mysql://x", "http://h/db", "h/db", ""] {
+        let e = connect_options(bad).expect_err(bad).to_string();
+        assert!(e.contains("postgres://"), "{bad}: {e}");
+    }
+}
