@@ -4,7 +4,7 @@
 //! cannot silently rot. They do not assert the goals: those are figures of a full-size run.
 
 use deprov::bench::replay::cascade::{self, CascadeArgs};
-use deprov::bench::replay::deadline::{self, DeadlineArgs};
+use deprov::bench::replay::deadline::{self, DeadlineArgs, ServicePer};
 use deprov::bench::replay::intake::{self, IntakeArgs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -65,15 +65,19 @@ async fn deadline_incident_figures_are_consistent() {
         burst_secs: 1,
         after_secs: 1,
         client_conns: 4,
+        service_per: ServicePer::Statement,
         json: true,
     };
     let r = deadline::run(&args).await.expect("bench runs");
+    assert_eq!(r.service_per, ServicePer::Statement);
     assert!((r.burst_rate - 150.0).abs() < 1e-9);
     for side in [&r.deprov, &r.naive] {
         // 50 + 150 + 50 scheduled; every one ends one way.
         assert!((245..=255).contains(&side.sent), "{side:#?}");
         assert_eq!(side.ok + side.deadline_fired + side.errors, side.sent);
         assert!(side.ok > 0, "{side:#?}");
+        // Every answered request waited for at least one service time on its server.
+        assert!(side.p99_ms >= 10.0, "{side:#?}");
         assert!(
             side.usable_at_burst <= 2 && side.lowest_usable <= 2,
             "{side:#?}"

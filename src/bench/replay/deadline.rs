@@ -4,10 +4,15 @@
 //! PgBouncer runs in transaction mode with `--pool-size` servers per database. Two callers, one after
 //! the other, each at `--base-rate` requests/s for `--warmup-secs`, then `--burst-factor`× that for
 //! `--burst-secs` (the cron burst), then the base rate again for `--after-secs`, every request with a
-//! `--deadline-ms` caller deadline, and every request holding its server for `--service-ms`:
+//! `--deadline-ms` caller deadline, and every statement holding its server for `--service-ms`:
 //! - **deprov**: `POST /v1/deletion-requests` (a distinct tenant each) to deprov serving in-process
 //!   through PgBouncer (`DEPROV_POOLER_MODE=transaction`, intake pool of 8, no worker). The service
-//!   time is a trigger on `deprov.deletion_requests` sleeping `--service-ms` (a slow state database).
+//!   time is a trigger on `deprov.deletion_requests` sleeping `--service-ms` (a slow state database):
+//!   once per `INSERT` statement with `--service-per statement` (the default: a database slow per
+//!   round trip, e.g. a stalled disk; intake's group commit stores a group of requests in one
+//!   statement, as the naive client runs one statement per request), or once per stored row with
+//!   `--service-per row` (a database slow per row: a group of n requests holds its server n × the
+//!   service time, so a full group outlasts a short deadline).
 //!   At the deadline the HTTP client gives up; deprov's handler carries on in its own task and its
 //!   connection goes back to its pool.
 //! - **naive**: a lookup (`SELECT pg_sleep(service), (SELECT count(*) FROM app.users WHERE
@@ -65,9 +70,23 @@ pub struct DeadlineArgs {
     /// The naive client's connection pool (deprov's intake pool has 8).
     #[arg(long, default_value_t = 8)]
     pub client_conns: u32,
+    /// What the service time is charged on, on deprov's side (the naive client runs one statement
+    /// per request, so for it both are the same).
+    #[arg(long, value_enum, default_value_t = ServicePer::Statement)]
+    pub service_per: ServicePer,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What the bench's slow state database charges its service time on (`--service-per`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum ServicePer {
+    /// Once per `INSERT` statement (a `FOR EACH STATEMENT` trigger).
+    Statement,
+    /// Once per stored row (a `FOR EACH ROW` trigger).
+    Row,
 }
 
 /// One caller's figures.
@@ -117,6 +136,10 @@ pub struct DeadlineReport {
     pub burst_rate: f64,
     /// The callers' deadline, ms.
     pub deadline_ms: u64,
+    /// Server time of every statement (or row, see `service_per`), ms.
+    pub service_ms: u64,
+    /// What deprov's side is charged the service time on.
+    pub service_per: ServicePer,
     /// deprov's intake.
     pub deprov: DeadlineSide,
     /// The naive client.
@@ -151,15 +174,26 @@ pub async fn run(args: &DeadlineArgs) -> Result<DeadlineReport, ReplayError> {
         (Duration::from_secs(args.after_secs), base_rate),
     ];
 
-    // deprov: a slow state database (every stored request holds its server `service`).
+    // deprov: a slow state database (every insert statement, or every stored row, holds its
+    // server `service`).
     let state = connect(&stage.pg.url("deprov"), 1).await?;
     sqlx::raw_sql(
         "CREATE TABLE public.bench_service_time (seconds float8 NOT NULL);
          CREATE FUNCTION public.bench_service_time() RETURNS trigger LANGUAGE plpgsql AS
-           $$ BEGIN PERFORM pg_sleep((SELECT seconds FROM public.bench_service_time)); RETURN NEW; END $$;
-         CREATE TRIGGER bench_service_time BEFORE INSERT ON deprov.deletion_requests
-           FOR EACH ROW EXECUTE FUNCTION public.bench_service_time();",
+           $$ BEGIN PERFORM pg_sleep((SELECT seconds FROM public.bench_service_time)); RETURN NULL; END $$;",
     )
+    .execute(&state)
+    .await?;
+    sqlx::raw_sql(match args.service_per {
+        ServicePer::Statement => {
+            "CREATE TRIGGER bench_service_time AFTER INSERT ON deprov.deletion_requests
+               FOR EACH STATEMENT EXECUTE FUNCTION public.bench_service_time();"
+        }
+        ServicePer::Row => {
+            "CREATE TRIGGER bench_service_time AFTER INSERT ON deprov.deletion_requests
+               FOR EACH ROW EXECUTE FUNCTION public.bench_service_time();"
+        }
+    })
     .execute(&state)
     .await?;
     sqlx::query("INSERT INTO public.bench_service_time VALUES ($1)")
@@ -218,6 +252,8 @@ pub async fn run(args: &DeadlineArgs) -> Result<DeadlineReport, ReplayError> {
         base_rate,
         burst_rate,
         deadline_ms: args.deadline_ms,
+        service_ms: args.service_ms,
+        service_per: args.service_per,
         deprov: deprov_side,
         naive: naive_side,
         goals,
@@ -417,8 +453,16 @@ impl DeadlineReport {
         }
         out.push_str(&format!(
             "\nPgBouncer pool {} servers per database; base {:.0} req/s, burst {:.0} req/s; deadline {} ms; \
-             counts from the burst's start to the end\n",
-            self.pool_size, self.base_rate, self.burst_rate, self.deadline_ms
+             service time {} ms per {} (deprov's side); counts from the burst's start to the end\n",
+            self.pool_size,
+            self.base_rate,
+            self.burst_rate,
+            self.deadline_ms,
+            self.service_ms,
+            match self.service_per {
+                ServicePer::Statement => "statement",
+                ServicePer::Row => "stored row",
+            }
         ));
         out.push_str(&super::goal_lines(&self.goals));
         out
