@@ -22,9 +22,9 @@ use super::auth::bearer;
 use super::error::{ApiError, Problem};
 use super::extract::ApiPath;
 use super::intake::job_state;
-use crate::ids::{DedupBasis, KeyForm};
+use crate::ids::{DedupBasis, KeyForm, MAX_TENANT_ID_LEN};
 use crate::queue::JobState;
-use crate::queue::intake::{NewRequest, SubjectKind};
+use crate::queue::intake::{IntakeError, NewRequest, SubjectKind};
 use crate::sources::payload::{self, Delivery};
 use crate::sources::{Dedup, Scheme, SourceConfig, unix_now, verify_hmac};
 
@@ -147,7 +147,8 @@ fn new_request(
     };
     let key = delivery.dedup.clone().ok_or_else(|| {
         ApiError::Unprocessable(format!(
-            "the delivery has no deduplication key (sources.{name}.dedup = {})",
+            "the delivery has no usable deduplication key (sources.{name}.dedup = {}): absent, \
+             empty, longer than {MAX_TENANT_ID_LEN} characters or holding a control character",
             source.dedup
         ))
     })?;
@@ -300,7 +301,15 @@ pub async fn receive(
         ));
     }
     let req = new_request(&name, source, &delivery, state.sql_check.key_form())?;
-    let accepted = state.record(req).await?;
+    let accepted = state.record(req).await.map_err(|e| match e {
+        // The sender's delivery ID, not an `external_id` a caller chose: say so.
+        IntakeError::Mismatch { .. } => ApiError::IdempotencyMismatch(format!(
+            "this delivery's deduplication key (sources.{name}.dedup = {}) was already used by a \
+             delivery with a different body",
+            source.dedup
+        )),
+        other => other.into(),
+    })?;
     tracing::info!(source = %name, event = ?delivery.event, request_id = %accepted.request_id,
         job_id = %accepted.job_id, duplicate = accepted.duplicate, "webhook deletion recorded");
     Ok((

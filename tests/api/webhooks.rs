@@ -284,6 +284,48 @@ async fn a_verified_body_that_is_not_json_is_400_and_stores_nothing() {
 }
 
 #[tokio::test]
+async fn a_reused_or_unusable_delivery_id_is_422_in_the_senders_terms() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = spawn_signed(&dir, false).await;
+    let now = unix_now();
+    let first = sw_delivery(
+        SW_SECRET,
+        "msg_1",
+        now,
+        br#"{"type":"account.deleted","data":{"id":"acct_1"}}"#,
+    );
+    answer(app.deliver(&first).await, StatusCode::ACCEPTED).await;
+    let reused = sw_delivery(
+        SW_SECRET,
+        "msg_1",
+        now,
+        br#"{"type":"account.deleted","data":{"id":"acct_2"}}"#,
+    );
+    let p = assert_problem(app.deliver(&reused).await, StatusCode::UNPROCESSABLE_ENTITY).await;
+    let detail = p["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("deduplication key") && detail.contains("different body"),
+        "{p}"
+    );
+    let long_id = "m".repeat(300);
+    let long = sw_delivery(
+        SW_SECRET,
+        &long_id,
+        now,
+        br#"{"type":"account.deleted","data":{"id":"acct_3"}}"#,
+    );
+    let p = assert_problem(app.deliver(&long).await, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("longer than 256 characters"),
+        "{p}"
+    );
+    assert_eq!((app.count_jobs().await, app.count_requests().await), (1, 1));
+}
+
+#[tokio::test]
 async fn slack_url_verification_echoes_the_challenge_and_a_large_body_is_413() {
     let dir = tempfile::tempdir().unwrap();
     let app = spawn_signed(&dir, false).await;
