@@ -164,7 +164,7 @@ pub async fn hand_back_stranded(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Er
            state = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'held' END, \
            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN now() END, \
            last_error = CASE WHEN cancel_requested_at IS NOT NULL \
-             THEN 'cancelled by an operator while running (its worker had stopped)' ELSE last_error END, \
+             THEN 'cancelled by an operator while running (the lease of its worker had expired)' ELSE last_error END, \
            lease_owner = NULL, lease_expires_at = NULL, run_after = now(), updated_at = now() \
          WHERE state = 'running' AND lease_expires_at < now() AND deprov.job_blocked_by(id) IS NOT NULL",
     )

@@ -78,7 +78,7 @@ pub async fn cancel(
                    state = CASE WHEN lease_expires_at < now() THEN 'cancelled' ELSE state END, \
                    finished_at = CASE WHEN lease_expires_at < now() THEN now() END, \
                    last_error = CASE WHEN lease_expires_at < now() \
-                     THEN 'cancelled by an operator (its worker had stopped): ' || $2 ELSE last_error END, \
+                     THEN 'cancelled by an operator (the lease of its worker had expired): ' || $2 ELSE last_error END, \
                    lease_owner = CASE WHEN lease_expires_at < now() THEN NULL ELSE lease_owner END, \
                    lease_expires_at = CASE WHEN lease_expires_at < now() THEN NULL ELSE lease_expires_at END \
                  WHERE id = $1 RETURNING state = 'cancelled'",

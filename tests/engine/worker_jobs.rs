@@ -372,3 +372,59 @@ async fn set_null_into_a_not_null_column_blocks_like_restrict() {
     );
     assert_eq!(digest(&env.db).await, before);
 }
+
+#[tokio::test]
+async fn a_worker_waiting_on_the_rate_limit_keeps_its_lease() {
+    // 7-row batches at 5 rows/s: every batch waits ~1.4 s for the rate limit, longer than the 1 s
+    // lease. The lease must be renewed through the wait: a live worker's job is never taken over.
+    let env = env_with_config(&config_text("[pacing]\nrate_limit = 5")).await;
+    let job_id = env.request("1").await;
+    let w1 = env.worker("w1");
+    let task = tokio::spawn(async move { w1.step().await.unwrap() });
+    let w2 = env.worker("w2");
+    wait_for_job(&env.db, job_id, "its first batch", |j| {
+        Progress::from_json(&j.progress).batches >= 1
+    })
+    .await;
+    let mut polls = 0;
+    loop {
+        let (state, leased, deleted): (String, bool, i64) = sqlx::query_as(
+            "SELECT state, lease_expires_at > now(), \
+               coalesce((progress->>'rows_deleted')::bigint, 0) FROM deprov.jobs WHERE id = $1",
+        )
+        .bind(job_id)
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+        assert_eq!(state, "running");
+        assert!(
+            leased,
+            "the lease ran out while its worker waited ({deleted} rows deleted)"
+        );
+        assert_eq!(w2.step().await.unwrap(), StepOutcome::Idle, "taken over");
+        if deleted >= 28 {
+            break;
+        }
+        polls += 1;
+        assert!(
+            polls < 400,
+            "the job made no progress: {deleted} rows deleted"
+        );
+        // A poll of the job's row, not a wait for something to happen.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let mut tx = env.db.begin().await.unwrap();
+    let cancelled = deprov::queue::operator::cancel(&mut tx, job_id, "test", "enough")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(cancelled, deprov::queue::operator::Cancelled::AtNextBatch);
+    assert_eq!(
+        task.await.unwrap(),
+        StepOutcome::Ran {
+            job_id,
+            state: "cancelled".into()
+        }
+    );
+    assert_eq!(env.job(job_id).await.attempts, 1);
+}

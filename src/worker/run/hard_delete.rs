@@ -368,7 +368,22 @@ impl JobRun {
                 self.checkpoint(deferred, &cp).await?;
                 checkpointed = std::time::Instant::now();
             }
-            let waited = pacer.admit(batch.deleted + cascaded, &w.stop).await;
+            // The rate limit's wait can be long (a batch that cascaded to many rows at a low
+            // rate): the lease is renewed through it every third of the lease, so a live worker
+            // never looks gone (a lease that ran out lets another worker take the job over).
+            let waited = {
+                let admit = pacer.admit(batch.deleted + cascaded, &w.stop);
+                tokio::pin!(admit);
+                loop {
+                    tokio::select! {
+                        waited = &mut admit => break waited,
+                        () = tokio::time::sleep(w.config.worker.lease / 3) => {
+                            self.checkpoint(deferred, &cp).await?;
+                            checkpointed = std::time::Instant::now();
+                        }
+                    }
+                }
+            };
             self.progress.rate_limited_ms += waited.as_secs_f64() * 1000.0;
             if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {
                 self.settle(deferred, &cp).await;
