@@ -379,11 +379,9 @@ pub async fn reinstall_subject(
     value: &str,
     reason: Option<&str>,
 ) -> Result<Reinstalled, ApiError> {
-    let lookup = state
-        .config
-        .sources
-        .get(name)
-        .is_some_and(|s| s.tenant_lookup.is_some());
+    let source = state.config.sources.get(name);
+    let lookup = source.is_some_and(|s| s.tenant_lookup.is_some());
+    let any = source.is_some_and(|s| s.reinstalls == crate::sources::ReinstallScope::Any);
     // A tenant key is matched in the form intake stored it in (crate::ids::KeyForm).
     let tenant = match state.sql_check.key_form() {
         Some(form) if !lookup => form.canonical_or_as_sent(value),
@@ -398,7 +396,7 @@ pub async fn reinstall_subject(
         subject_kind: if lookup { "lookup" } else { "tenant" },
         subject: &subject,
         tenant: (!lookup).then_some(tenant.as_str()),
-        source: name,
+        source: (!any).then_some(name),
     };
     let target = UndoTarget::new(&state.pools.target, &state.config);
     let reason = reason.map_or_else(|| "reinstalled".to_owned(), str::to_owned);

@@ -280,13 +280,16 @@ pub struct ReinstallOf<'a> {
     pub subject: &'a str,
     /// The tenant key, when the subject is one.
     pub tenant: Option<&'a str>,
-    /// The source reporting the reinstall: only a job this source requested is found.
-    pub source: &'a str,
+    /// The source reporting the reinstall: only a job this source requested is found, and only
+    /// while no other source's request for it stands. `None`: the tenant's job, whoever asked
+    /// (`[sources.NAME] reinstalls = "any"`).
+    pub source: Option<&'a str>,
 }
 
 /// A reinstall of the tenant `of` names (see the module docs): finds the tenant's latest job (an
-/// active one first) that `of.source` requested, through its requests' subject and its resolved
-/// tenant — a source's reinstall never reaches a deletion only other sources asked for — and:
+/// active one first) that `of.source` requested (any job of the tenant when `of.source` is
+/// `None`), through its requests' subject and its resolved tenant — a source's reinstall never
+/// reaches a deletion only other sources asked for, unless it may reach any — and:
 /// - when other sources requested the job too: changes nothing ([`Reinstalled::RequestedByOthers`]:
 ///   their requests still stand; an operator may cancel the job);
 /// - before its hard delete, not running (`queued`, `held`, or ended `cancelled` / `failed` and not
@@ -310,7 +313,7 @@ pub async fn reinstall(
         "SELECT id, state, tenant_id, hard_delete_started_at, undone_at FROM deprov.jobs j \
          WHERE ((j.subject_kind = $1 AND j.subject = $2) OR ($3::text IS NOT NULL AND j.tenant_id = $3) \
             OR j.id IN (SELECT job_id FROM deprov.deletion_requests WHERE subject_kind = $1 AND subject = $2)) \
-           AND j.id IN (SELECT job_id FROM deprov.deletion_requests WHERE source = $4) \
+           AND ($4::text IS NULL OR j.id IN (SELECT job_id FROM deprov.deletion_requests WHERE source = $4)) \
          ORDER BY (j.state IN ('queued', 'held', 'running')) DESC, j.created_at DESC, j.id DESC \
          LIMIT 1 FOR UPDATE",
     )
@@ -320,14 +323,14 @@ pub async fn reinstall(
     .bind(of.source)
     .fetch_optional(&mut *conn)
     .await?;
-    let others: Vec<String> = match &job {
-        Some(job) if job.hard_delete_started_at.is_none() => {
+    let others: Vec<String> = match (&job, of.source) {
+        (Some(job), Some(source)) if job.hard_delete_started_at.is_none() => {
             crate::db::query_scalar(
                 "SELECT DISTINCT source FROM deprov.deletion_requests \
                  WHERE job_id = $1 AND source <> $2 ORDER BY source",
             )
             .bind(job.id)
-            .bind(of.source)
+            .bind(source)
             .fetch_all(&mut *conn)
             .await?
         }

@@ -134,6 +134,17 @@ impl std::fmt::Debug for Keys {
     }
 }
 
+/// `[sources.NAME] reinstalls`: whose pending deletions a source's reinstall reaches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReinstallScope {
+    /// Only deletions this source requested, and none another source also requested.
+    #[default]
+    Own,
+    /// The tenant's pending deletion, whichever sources requested it.
+    Any,
+}
+
 /// One `[sources.NAME]` table.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -170,6 +181,13 @@ pub struct SourceConfig {
     /// [`crate::queue::grace::reinstall`]). Must not overlap `delete_events`.
     #[serde(default)]
     pub restore_events: Vec<String>,
+    /// Whose pending deletions this source's reinstalls reach (`POST /v1/reinstallations` and
+    /// `restore_events`): `own` (default) — only a deletion this source requested, and not while
+    /// another source's request for it stands; `any` — the tenant's pending deletion whoever asked
+    /// for it: give it to the application's own install flow, the only one that can see a reinstall
+    /// from a marketplace that gives it a new ID (Vercel, GitHub).
+    #[serde(default)]
+    pub reinstalls: ReinstallScope,
     /// The deduplication key (default: the sender's delivery ID).
     #[serde(default)]
     pub dedup: Dedup,

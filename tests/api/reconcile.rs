@@ -11,6 +11,8 @@ use crate::helpers::{
 };
 
 const SHOP_TOKEN: &str = "shop-token-0123456789abcdef";
+/// The application's install flow: its reinstalls reach any source's deletion.
+const INSTALL_TOKEN: &str = "install-flow-token-0123456789";
 
 async fn app() -> TestApp {
     let app = spawn_app_with(TestOptions {
@@ -20,6 +22,7 @@ async fn app() -> TestApp {
             "[sources.shop]\ntoken = \"{SHOP_TOKEN}\"\ntenant = {{ pointer = \"/tenant\" }}\n\
              event = {{ pointer = \"/type\" }}\ndedup = {{ pointer = \"/id\" }}\n\
              delete_events = [\"app.uninstalled\"]\nrestore_events = [\"app.installed\"]\n\
+             [sources.install]\ntoken = \"{INSTALL_TOKEN}\"\nreinstalls = \"any\"\n\
              [soft_delete]\n\
              statements = [\"UPDATE app.accounts SET deleted_at = now() WHERE id = $1\"]\n\
              undo_statements = [\"UPDATE app.accounts SET deleted_at = NULL WHERE id = $1\"]\n\
@@ -293,4 +296,37 @@ async fn post_reconcile_is_a_dry_run_by_default_and_releases_orphans_paced() {
         .await
         .unwrap();
     assert_problem(unauthorized, StatusCode::UNAUTHORIZED).await;
+}
+
+/// `POST /v1/reinstallations` with `token` for `tenant`: the answer's body.
+async fn reinstall_as(app: &TestApp, token: &str, tenant: &str) -> Value {
+    let response = app
+        .client
+        .post(app.url("/v1/reinstallations"))
+        .bearer_auth(token)
+        .json(&json!({"tenant_id": tenant}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_source_reinstalls_only_its_own_requests_unless_it_may_reach_any() {
+    let app = app().await;
+    // billing (SOURCE_TOKEN) asked for tenant 5's deletion.
+    let job5 = in_grace(&app, "5").await;
+    let shop = reinstall_as(&app, SHOP_TOKEN, "5").await;
+    assert_eq!(shop["outcome"], "nothing_pending", "{shop}");
+    assert!(deleted(&app, 5).await, "shop never asked: nothing undone");
+    // The install flow (`reinstalls = "any"`) sees the reinstall Vercel or GitHub cannot report.
+    let install = reinstall_as(&app, INSTALL_TOKEN, "5").await;
+    assert_eq!(
+        (&install["outcome"], &install["job_id"]),
+        (&json!("undone"), &json!(job5)),
+        "{install}"
+    );
+    assert!(!deleted(&app, 5).await);
+    assert_eq!(app.job_state(&job5).await, "cancelled");
 }

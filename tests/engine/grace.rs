@@ -172,7 +172,7 @@ async fn a_reinstall_in_grace_cancels_the_deletion_and_restores_the_tenant() {
         subject_kind: "tenant",
         subject: "3",
         tenant: Some("3"),
-        source: "billing",
+        source: Some("billing"),
     };
     let mut tx = env.db.begin().await.unwrap();
     let outcome = grace::reinstall(&mut tx, target, of, "source:billing", "event installed")
@@ -268,7 +268,7 @@ async fn undo_and_reinstall_are_refused_once_the_hard_delete_started() {
         subject_kind: "tenant",
         subject: "1",
         tenant: Some("1"),
-        source: "billing",
+        source: Some("billing"),
     };
     let outcome = grace::reinstall(&mut tx, target, of, "source:billing", "installed")
         .await
@@ -311,7 +311,7 @@ async fn a_reinstall_of_a_running_job_stops_it_cancelled_and_a_second_reinstall_
         subject_kind: "tenant",
         subject: "1",
         tenant: Some("1"),
-        source: "billing",
+        source: Some("billing"),
     };
     let reinstall = || async {
         let mut tx = env.db.begin().await.unwrap();
@@ -354,8 +354,9 @@ async fn a_reinstall_of_a_running_job_stops_it_cancelled_and_a_second_reinstall_
     assert_eq!(digest(&env.db).await, digest(&pristine).await);
 }
 
-/// Runs a reinstall of tenant `tenant` reported by `source` in its own transaction.
-async fn reinstall_from(env: &Env, source: &str, tenant: &str) -> Reinstalled {
+/// Runs a reinstall of tenant `tenant` reported by `source` (`None`: a source whose reinstalls
+/// reach any source's deletion) in its own transaction.
+async fn reinstall_from(env: &Env, source: Option<&str>, tenant: &str) -> Reinstalled {
     let target = UndoTarget::new(&env.pools.target, &env.config);
     let of = ReinstallOf {
         subject_kind: "tenant",
@@ -364,7 +365,8 @@ async fn reinstall_from(env: &Env, source: &str, tenant: &str) -> Reinstalled {
         source,
     };
     let mut tx = env.db.begin().await.unwrap();
-    let outcome = grace::reinstall(&mut tx, target, of, &format!("source:{source}"), "back")
+    let actor = format!("source:{}", source.unwrap_or("app"));
+    let outcome = grace::reinstall(&mut tx, target, of, &actor, "back")
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -380,7 +382,7 @@ async fn a_reinstall_reaches_only_a_deletion_its_source_requested_and_no_other_s
 
     // billing never asked for tenant 3's deletion: its reinstall finds nothing.
     assert_eq!(
-        reinstall_from(&env, "billing", "3").await,
+        reinstall_from(&env, Some("billing"), "3").await,
         Reinstalled::NothingPending { job_id: None }
     );
     assert_eq!(env.job(job).await.state(), JobState::Queued);
@@ -392,14 +394,14 @@ async fn a_reinstall_reaches_only_a_deletion_its_source_requested_and_no_other_s
         job
     );
     assert_eq!(
-        reinstall_from(&env, "billing", "3").await,
+        reinstall_from(&env, Some("billing"), "3").await,
         Reinstalled::RequestedByOthers {
             job_id: job,
             sources: vec!["acme".into()]
         }
     );
     assert_eq!(
-        reinstall_from(&env, "acme", "3").await,
+        reinstall_from(&env, Some("acme"), "3").await,
         Reinstalled::RequestedByOthers {
             job_id: job,
             sources: vec!["billing".into()]
@@ -421,6 +423,14 @@ async fn a_reinstall_reaches_only_a_deletion_its_source_requested_and_no_other_s
             "nothing_pending"
         ]
     );
+
+    // The application's install flow (`reinstalls = "any"`) reaches it whoever asked.
+    let Reinstalled::Undone(undone) = reinstall_from(&env, None, "3").await else {
+        panic!("undone")
+    };
+    assert_eq!((undone.job_id, undone.restored), (job, true));
+    assert_eq!(env.job(job).await.state(), JobState::Cancelled);
+    assert!(!soft_deleted(&env, 3).await, "restored");
 }
 
 #[tokio::test]
