@@ -4,7 +4,7 @@
 //! The body is read as raw bytes (at most `[intake] max_body_bytes`) and verified by the source's
 //! scheme before anything is parsed or stored; any failure — unknown source, missing, malformed or
 //! wrong signature, a timestamp outside the tolerance — is 401 problem+json and stores nothing. A
-//! verified delivery whose body is not JSON, from a source that reads its body, is 400 problem+json
+//! verified delivery whose body is not a JSON object, from a source that reads its body, is 400 problem+json
 //! and stores nothing. A verified delivery whose event type is in `delete_events` is recorded like any deletion request
 //! (deterministic ID over the delivery ID or the natural key, so a replay is a duplicate); any other
 //! event type is acknowledged 200, recorded in `deprov.ignored_deliveries`, and starts nothing.
@@ -197,7 +197,7 @@ fn new_request(
     responses(
         (status = 200, description = "Verified; the event type does not mean delete (recorded as ignored), a Slack challenge, or a `restore_events` event (`outcome: reinstall`)", body = WebhookAnswer),
         (status = 202, description = "Verified and recorded as a deletion request (or already recorded: `duplicate: true`)", body = WebhookAnswer),
-        (status = 400, description = "Verified, but the body is not valid JSON and the source reads its event type, tenant or deduplication key from the body; nothing stored", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Verified, but the body is not a JSON object and the source reads its event type, tenant or deduplication key from the body; nothing stored", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Unknown source, or a missing, malformed or wrong signature, or a timestamp outside the tolerance", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A deleting event without a tenant or deduplication key where the source says they are, or a delivery ID reused with a different body", body = Problem, content_type = "application/problem+json"),
@@ -217,13 +217,21 @@ pub async fn receive(
         return Err(unauthorized("unknown source".into()));
     };
     authenticate(&state, &name, source, &headers, &body)?;
-    if payload::reads_body(source)
-        && let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body)
-    {
+    if payload::reads_body(source) {
         // Acknowledging it as an ignored event would tell the sender a deletion was handled.
-        return Err(ApiError::BadRequest(format!(
-            "the delivery's body is not valid JSON: {e}"
-        )));
+        match serde_json::from_slice::<serde_json::Value>(&body) {
+            Err(e) => {
+                return Err(ApiError::BadRequest(format!(
+                    "the delivery's body is not valid JSON: {e}"
+                )));
+            }
+            Ok(v) if !v.is_object() => {
+                return Err(ApiError::BadRequest(
+                    "the delivery's body is not a JSON object".into(),
+                ));
+            }
+            Ok(_) => {}
+        }
     }
     let delivery = payload::extract(source, &headers, &body);
     if source.scheme == Scheme::Slack && delivery.event.as_deref() == Some("url_verification") {

@@ -280,6 +280,26 @@ async fn a_verified_body_that_is_not_json_is_400_and_stores_nothing() {
             .contains("not valid JSON"),
         "{problem}"
     );
+    // Valid JSON that is not an object has no event type either: an array holding a delete event
+    // must not be acknowledged as ignored.
+    for (i, body) in [
+        &br#"[{"type":"account.deleted","data":{"id":"43"}}]"#[..],
+        b"null",
+        br#""account.deleted""#,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = sw_delivery(SW_SECRET, &format!("msg_not_object_{i}"), unix_now(), body);
+        let problem = assert_problem(app.deliver(&d).await, StatusCode::BAD_REQUEST).await;
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("not a JSON object"),
+            "{problem}"
+        );
+    }
     app.assert_nothing_stored_at_all().await;
 }
 
