@@ -354,11 +354,7 @@ pub async fn reinstall(
     let invalid = |r| ApiError::Unprocessable(format!("tenant_id: {r}"));
     let tenant = crate::ids::TenantId::parse(&body.tenant_id).map_err(invalid)?;
     // As at intake, a key the key column cannot read is refused (nothing of it can be stored).
-    let lookup = state
-        .config
-        .sources
-        .get(&source.name)
-        .is_some_and(|s| s.tenant_lookup.is_some());
+    let lookup = is_lookup(&state, &source.name);
     if !lookup && let Some(form) = state.sql_check.key_form() {
         form.canonical(&tenant).map_err(invalid)?;
     }
@@ -366,6 +362,16 @@ pub async fn reinstall(
     let outcome =
         reinstall_subject(&state, &source.name, tenant.as_str(), reason.as_deref()).await?;
     Ok(axum::Json(outcome))
+}
+
+/// Whether source `name` sends a value its `tenant_lookup` turns into the tenant key (rather than
+/// the key itself).
+fn is_lookup(state: &AppState, name: &str) -> bool {
+    state
+        .config
+        .sources
+        .get(name)
+        .is_some_and(|s| s.tenant_lookup.is_some())
 }
 
 /// Runs a reinstall of `value` (a tenant key, or a `tenant_lookup` value of the source) reported
@@ -379,9 +385,12 @@ pub async fn reinstall_subject(
     value: &str,
     reason: Option<&str>,
 ) -> Result<Reinstalled, ApiError> {
-    let source = state.config.sources.get(name);
-    let lookup = source.is_some_and(|s| s.tenant_lookup.is_some());
-    let any = source.is_some_and(|s| s.reinstalls == crate::sources::ReinstallScope::Any);
+    let lookup = is_lookup(state, name);
+    let any = state
+        .config
+        .sources
+        .get(name)
+        .is_some_and(|s| s.reinstalls == crate::sources::ReinstallScope::Any);
     // A tenant key is matched in the form intake stored it in (crate::ids::KeyForm).
     let tenant = match state.sql_check.key_form() {
         Some(form) if !lookup => form.canonical_or_as_sent(value),

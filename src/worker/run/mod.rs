@@ -88,15 +88,10 @@ impl JobRun {
     /// The outcome of a run that stopped on `e`. The message is the server's (message, detail, hint,
     /// SQLSTATE: [`crate::db::errors::error_text`]) and, when batches had deleted rows, how many.
     fn classify(&self, e: &EngineError) -> Outcome {
+        // Only a database error carries a SQLSTATE.
         let text = match e {
             EngineError::Db(db) => crate::db::errors::error_text(db),
-            other => {
-                let code = other
-                    .sqlstate()
-                    .map(|c| format!(" (SQLSTATE {c})"))
-                    .unwrap_or_default();
-                format!("{other}{code}")
-            }
+            other => other.to_string(),
         };
         let deleted = self.progress.rows_deleted;
         let message = if deleted > 0 {
