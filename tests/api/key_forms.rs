@@ -35,13 +35,8 @@ async fn integer_keys_are_refused_or_stored_as_postgresql_prints_them() {
     // A reinstall of a key the column cannot read is refused alike, and records nothing.
     for bad in ["abc", "99999999999999999999", "1e3"] {
         let r = app
-            .client
-            .post(app.url("/v1/reinstallations"))
-            .bearer_auth(crate::helpers::SOURCE_TOKEN)
-            .json(&json!({"tenant_id": bad}))
-            .send()
-            .await
-            .unwrap();
+            .post_reinstallation(crate::helpers::SOURCE_TOKEN, bad)
+            .await;
         let body = assert_problem(r, StatusCode::UNPROCESSABLE_ENTITY).await;
         assert!(
             body["detail"].as_str().unwrap().contains("bigint"),

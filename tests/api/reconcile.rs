@@ -160,16 +160,7 @@ async fn undo_over_http_restores_in_grace_and_is_a_409_problem_once_the_hard_del
 async fn a_reinstall_by_route_or_restore_event_cancels_the_pending_deletion() {
     let app = app().await;
     let job3 = in_grace(&app, "3").await;
-    let response = app
-        .client
-        .post(app.url("/v1/reinstallations"))
-        .bearer_auth(SOURCE_TOKEN)
-        .json(&json!({"tenant_id": "3"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let outcome: Value = response.json().await.unwrap();
+    let outcome = reinstall_as(&app, SOURCE_TOKEN, "3").await;
     assert_eq!(outcome["outcome"], "undone", "{outcome}");
     assert_eq!(outcome["job_id"], job3.as_str());
     assert!(!deleted(&app, 3).await);
@@ -300,14 +291,7 @@ async fn post_reconcile_is_a_dry_run_by_default_and_releases_orphans_paced() {
 
 /// `POST /v1/reinstallations` with `token` for `tenant`: the answer's body.
 async fn reinstall_as(app: &TestApp, token: &str, tenant: &str) -> Value {
-    let response = app
-        .client
-        .post(app.url("/v1/reinstallations"))
-        .bearer_auth(token)
-        .json(&json!({"tenant_id": tenant}))
-        .send()
-        .await
-        .unwrap();
+    let response = app.post_reinstallation(token, tenant).await;
     assert_eq!(response.status(), StatusCode::OK);
     response.json().await.unwrap()
 }

@@ -12,6 +12,17 @@ impl TestApp {
             .await
     }
 
+    /// `POST /v1/reinstallations` of `tenant` with a source's `token`.
+    pub async fn post_reinstallation(&self, token: &str, tenant: &str) -> Response {
+        self.client
+            .post(self.url("/v1/reinstallations"))
+            .bearer_auth(token)
+            .json(&json!({"tenant_id": tenant}))
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// `POST /v1/deletion-requests` with an optional token and `Idempotency-Key`.
     pub async fn post_deletion_with(
         &self,
