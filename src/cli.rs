@@ -280,15 +280,43 @@ pub fn init_tracing(cli: &Cli) {
     };
 }
 
-/// A one-connection `deprov-cli` pool on `database_url`.
-fn cli_pool(database_url: &str) -> anyhow::Result<sqlx::PgPool> {
+/// A one-connection `deprov-cli` pool on `database_url`, after one direct connection has shown the
+/// database can be reached.
+///
+/// # Errors
+/// A malformed URL; `cannot reach the state database at HOST:PORT/DB: …` with the connection's own
+/// error (refused, authentication, unknown database) when it cannot be reached within 10 s. A pool
+/// alone would only have said "pool timed out while waiting for an open connection": sqlx retries
+/// an I/O error until the acquire timeout and then reports the timeout, not the cause.
+async fn cli_pool(database_url: &str) -> anyhow::Result<sqlx::PgPool> {
+    use sqlx::Connection as _;
+    const CONNECT: std::time::Duration = std::time::Duration::from_secs(10);
     let options = db::connect_options(database_url)?;
+    let place = format!(
+        "{}:{}/{}",
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or("(default database)")
+    );
+    match tokio::time::timeout(CONNECT, sqlx::PgConnection::connect_with(&options)).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+        }
+        Ok(Err(e)) => anyhow::bail!(
+            "cannot reach the state database at {place}: {}",
+            db::errors::error_text(&e)
+        ),
+        Err(_) => anyhow::bail!(
+            "cannot reach the state database at {place}: no answer within {} s",
+            CONNECT.as_secs()
+        ),
+    }
     Ok(db::pool(
         &options,
         PoolRole::Cli,
         &PoolConfig {
             max_connections: 1,
-            acquire_timeout: std::time::Duration::from_secs(10),
+            acquire_timeout: CONNECT,
         },
     ))
 }
@@ -327,7 +355,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                      give `deprov migrate` a direct DEPROV_DATABASE_URL"
                 );
             }
-            let pool = cli_pool(&state.database_url)?;
+            let pool = cli_pool(&state.database_url).await?;
             let migrated = db::migrate(&pool).await;
             pool.close().await; // see plan_command
             migrated?;

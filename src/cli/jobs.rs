@@ -299,7 +299,7 @@ async fn jobs_with(pool: &sqlx::PgPool, args: &JobsArgs) -> anyhow::Result<()> {
 /// Database errors, unknown jobs, refused actions.
 pub async fn run_jobs(args: JobsArgs) -> anyhow::Result<()> {
     args.db.pooler_mode.apply();
-    let pool = cli_pool(&args.db.database_url)?;
+    let pool = cli_pool(&args.db.database_url).await?;
     let result = jobs_with(&pool, &args).await;
     pool.close().await; // see plan_command
     result
@@ -311,7 +311,7 @@ pub async fn run_jobs(args: JobsArgs) -> anyhow::Result<()> {
 /// Database errors.
 pub async fn run_audit(args: AuditArgs) -> anyhow::Result<()> {
     args.db.pooler_mode.apply();
-    let pool = cli_pool(&args.db.database_url)?;
+    let pool = cli_pool(&args.db.database_url).await?;
     let result = async {
         let AuditAction::List { limit, action } = &args.action;
         let mut tx = db::begin(&pool, Bounds::STATE).await?;

@@ -310,7 +310,7 @@ async fn run_with(pool: &sqlx::PgPool, args: &KillSwitchArgs) -> anyhow::Result<
 /// Database errors, invalid arguments, or `--wait` timing out (naming the workers).
 pub async fn run(args: KillSwitchArgs) -> anyhow::Result<()> {
     args.db.pooler_mode.apply();
-    let pool = cli_pool(&args.db.database_url)?;
+    let pool = cli_pool(&args.db.database_url).await?;
     let result = run_with(&pool, &args).await;
     pool.close().await; // see plan_command
     result

@@ -82,7 +82,7 @@ pub fn events_table(events: &[Event]) -> String {
 /// # Errors
 /// An unknown state, an unreachable database, or no such dead event.
 pub async fn run(args: NotificationsArgs) -> anyhow::Result<()> {
-    let pool = cli_pool(&args.db.database_url)?;
+    let pool = cli_pool(&args.db.database_url).await?;
     let result = run_with(&pool, &args).await;
     pool.close().await; // see plan_command
     result

@@ -315,7 +315,7 @@ async fn reconcile_with(
 pub async fn run_reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
     args.db.pooler_mode.apply();
     let config = Config::load(&args.target.config.to_string_lossy())?;
-    let state = cli_pool(&args.db.database_url)?;
+    let state = cli_pool(&args.db.database_url).await?;
     let target = target_pool(&args.db.database_url, &args.target, &config)?;
     let result = async {
         let mut conn = db::acquire(&state).await?;

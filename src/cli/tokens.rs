@@ -164,7 +164,7 @@ async fn run_with(pool: &sqlx::PgPool, args: &TokensArgs) -> anyhow::Result<Stri
 /// Database errors, a bad name, a name in use, or no such token.
 pub async fn execute(args: &TokensArgs) -> anyhow::Result<String> {
     args.db.pooler_mode.apply();
-    let pool = cli_pool(&args.db.database_url)?;
+    let pool = cli_pool(&args.db.database_url).await?;
     let result = run_with(&pool, args).await;
     pool.close().await; // see plan_command
     result

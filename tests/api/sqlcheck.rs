@@ -511,6 +511,25 @@ async fn the_check_shows_the_servers_message_detail_and_hint_not_its_source_line
     no_source_line(&text);
 }
 
+/// An operator command whose state database refuses connections says where it tried and why: its pool alone retried the refused connection for 10 s and then printed only
+/// `pool timed out while waiting for an open connection`.
+#[tokio::test]
+async fn an_operator_command_names_the_state_database_it_cannot_reach_and_why() {
+    let port = crate::helpers::closed_port();
+    let down = format!("postgres://postgres@127.0.0.1:{port}/deprov_state");
+    for args in [&["jobs", "list"][..], &["kill-switch", "status"][..]] {
+        let (code, text) = run_on_url_to_exit(&down, args, "").await;
+        assert_eq!(code, Some(1), "{args:?}: {text}");
+        assert!(
+            text.contains(&format!(
+                "cannot reach the state database at 127.0.0.1:{port}/deprov_state: "
+            )) && text.contains("Connection refused"),
+            "{args:?}: {text}"
+        );
+        assert!(!text.contains("pool timed out"), "{args:?}: {text}");
+    }
+}
+
 /// A target that refuses connections is named so: sqlx's pool retries a refused connection until
 /// its acquire timeout and reported only `pool timed out while waiting for an open connection`,
 /// both in `deprov config check` and in the warning `deprov serve` logs when it starts without its
