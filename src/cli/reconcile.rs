@@ -165,6 +165,36 @@ fn who(actor: Option<&str>) -> String {
     super::jobs::cli_actor(actor)
 }
 
+/// One job's line in [`report_text`]: ID, tenant, state, step, tries, then the switch that blocks
+/// it (for a failed job, the switch that would hold a retry), its grace period and the first line
+/// of its error.
+fn job_line(j: &reconcile::JobRow) -> String {
+    format!(
+        "{} tenant {} {} step {} tries {}{}{}{}",
+        j.job_id,
+        j.tenant_id.as_deref().unwrap_or(&j.subject),
+        j.state,
+        j.step,
+        j.attempts,
+        // A failed job runs nothing: a switch matters to it only once it is retried.
+        j.blocked_by
+            .as_ref()
+            .map(|b| match j.state.as_str() {
+                "failed" => format!(" (a retry would be held by {b})"),
+                _ => format!(" blocked by {b}"),
+            })
+            .unwrap_or_default(),
+        j.grace_until
+            .as_ref()
+            .map(|g| format!(" grace until {g}"))
+            .unwrap_or_default(),
+        j.last_error
+            .as_ref()
+            .map(|e| format!(" error: {}", e.lines().next().unwrap_or("")))
+            .unwrap_or_default(),
+    )
+}
+
 /// The text `deprov reconcile` prints for a report.
 pub fn report_text(r: &Report) -> String {
     let mut out = String::new();
@@ -173,28 +203,6 @@ pub fn report_text(r: &Report) -> String {
         for l in lines {
             out.push_str(&format!("  {l}\n"));
         }
-    };
-    let job = |j: &reconcile::JobRow| {
-        format!(
-            "{} tenant {} {} step {} tries {}{}{}{}",
-            j.job_id,
-            j.tenant_id.as_deref().unwrap_or(&j.subject),
-            j.state,
-            j.step,
-            j.attempts,
-            j.blocked_by
-                .as_ref()
-                .map(|b| format!(" blocked by {b}"))
-                .unwrap_or_default(),
-            j.grace_until
-                .as_ref()
-                .map(|g| format!(" grace until {g}"))
-                .unwrap_or_default(),
-            j.last_error
-                .as_ref()
-                .map(|e| format!(" error: {}", e.lines().next().unwrap_or("")))
-                .unwrap_or_default(),
-        )
     };
     let request = |r: &reconcile::RequestRow| {
         format!(
@@ -206,11 +214,11 @@ pub fn report_text(r: &Report) -> String {
         "requests received while held",
         r.received_while_held.iter().map(request).collect(),
     );
-    section("held jobs", r.held.iter().map(job).collect());
-    section("failed jobs", r.failed.iter().map(job).collect());
+    section("held jobs", r.held.iter().map(job_line).collect());
+    section("failed jobs", r.failed.iter().map(job_line).collect());
     section(
         "jobs waiting in grace",
-        r.in_grace.iter().map(job).collect(),
+        r.in_grace.iter().map(job_line).collect(),
     );
     section(
         "collapsed duplicates (attached to another request's job)",
@@ -372,6 +380,35 @@ pub(super) async fn undo(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_job_shows_the_switch_that_would_hold_its_retry_not_a_block() {
+        let row = |state: &str| reconcile::JobRow {
+            job_id: uuid::Uuid::nil(),
+            tenant_id: Some("42".into()),
+            subject: "42".into(),
+            state: state.into(),
+            step: "hard_delete".into(),
+            attempts: 3,
+            last_error: Some("lock timeout\nmore".into()),
+            blocked_by: Some("global".into()),
+            grace_until: None,
+            created_at: time::OffsetDateTime::UNIX_EPOCH,
+        };
+        let nil = uuid::Uuid::nil();
+        assert_eq!(
+            job_line(&row("held")),
+            format!(
+                "{nil} tenant 42 held step hard_delete tries 3 blocked by global error: lock timeout"
+            )
+        );
+        assert_eq!(
+            job_line(&row("failed")),
+            format!(
+                "{nil} tenant 42 failed step hard_delete tries 3 (a retry would be held by global) error: lock timeout"
+            )
+        );
+    }
 
     #[test]
     fn rates_parse_as_jobs_per_second_and_refuse_nonsense() {
