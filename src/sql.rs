@@ -215,6 +215,18 @@ impl SqlBuilder {
         self
     }
 
+    /// Appends a table as a statement's target or `FROM` item: `ONLY "s"."t"`, or without `ONLY`
+    /// when `partitioned` (a partitioned table holds no rows of its own; its partitions are
+    /// reached through it). `ONLY` keeps a statement off the tables that `INHERITS` from it: a
+    /// foreign key covers only its own table, and PostgreSQL's referential triggers query `ONLY`
+    /// the same way (`ri_triggers.c`), so the cascade never touches an inheriting child's rows.
+    pub fn relation(&mut self, name: &QualifiedName, partitioned: bool) -> &mut Self {
+        if !partitioned {
+            self.buf.push_str("ONLY ");
+        }
+        self.table(name)
+    }
+
     /// Appends a catalog type name.
     pub fn ty(&mut self, ty: &SqlType) -> &mut Self {
         self.buf.push_str(ty.as_str());

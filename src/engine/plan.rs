@@ -193,6 +193,12 @@ impl Plan {
         &self.catalog.tables[&oid].name
     }
 
+    /// Whether a table oid in this plan is partitioned (`relkind = 'p'`): statements name it
+    /// without `ONLY` ([`crate::sql::SqlBuilder::relation`]).
+    pub fn partitioned(&self, oid: u32) -> bool {
+        self.catalog.tables[&oid].partitioned
+    }
+
     /// Whether `table` has an `ON DELETE CASCADE` foreign key to itself (a tree).
     pub fn is_tree(&self, table: u32) -> bool {
         self.catalog

@@ -29,11 +29,14 @@ fn from_path(b: &mut SqlBuilder, plan: &Plan, table: u32, path: &[usize], base: 
     } else {
         path
     };
-    b.sql(" FROM ").table(plan.name(table)).sql(" ").alias(base);
+    b.sql(" FROM ")
+        .relation(plan.name(table), plan.partitioned(table))
+        .sql(" ")
+        .alias(base);
     for (i, &h) in joined.iter().enumerate() {
         let fk = &fks[h];
         b.sql(" JOIN ")
-            .table(plan.name(fk.to))
+            .relation(plan.name(fk.to), plan.partitioned(fk.to))
             .sql(" ")
             .alias(base + i + 1)
             .sql(" ON ");
@@ -118,7 +121,7 @@ fn children(
         b.sql(", ").col(0, c).sql(" AS k").int(i as i64);
     });
     b.sql(" FROM ")
-        .table(plan.name(step.table))
+        .relation(plan.name(step.table), plan.partitioned(step.table))
         .sql(" t0 WHERE ");
     b.join(&fk.from_cols, " AND ", |b, i, c| {
         b.col(0, c).sql(" = ");
@@ -150,7 +153,7 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     let Some((&first, rest)) = step.path.split_first() else {
         let mut b = SqlBuilder::new();
         b.sql("WITH del AS (DELETE FROM ")
-            .table(plan.name(step.table))
+            .relation(plan.name(step.table), plan.partitioned(step.table))
             .sql(" t0 WHERE ");
         b.col(0, &plan.key_column).sql(" = $1::").ty(&plan.key_type);
         b.sql(" RETURNING 1) SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM del), 0::int8, 0::int8, NULL::text[], NULL::text[]");
@@ -263,7 +266,7 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
         kept(&mut b, plan, step.table, &plan.self_refs(step.table));
     }
     b.sql(", del AS (DELETE FROM ")
-        .table(plan.name(step.table))
+        .relation(plan.name(step.table), plan.partitioned(step.table))
         .sql(" d ");
     if child.partitioned {
         b.sql("USING batch WHERE d.tableoid = batch.toid AND d.ctid = batch.tid");
@@ -324,7 +327,10 @@ fn kept(b: &mut SqlBuilder, plan: &Plan, table: u32, held: &[usize]) {
                     .ident(&format!("h{i}_{j}"));
             }
         }
-        b.sql(" FROM ").table(plan.name(table)).sql(" ").alias(row);
+        b.sql(" FROM ")
+            .relation(plan.name(table), plan.partitioned(table))
+            .sql(" ")
+            .alias(row);
     };
     b.sql(", kept AS (");
     // Referenced from outside the batch.
@@ -335,7 +341,7 @@ fn kept(b: &mut SqlBuilder, plan: &Plan, table: u32, held: &[usize]) {
     b.join(held, " OR ", |b, _, &h| {
         let fk = &plan.catalog.foreign_keys[h];
         b.sql("EXISTS (SELECT 1 FROM ")
-            .table(plan.name(table))
+            .relation(plan.name(table), plan.partitioned(table))
             .sql(" ")
             .alias(outside)
             .sql(" WHERE ");
@@ -452,7 +458,7 @@ pub fn sweep(plan: &Plan, table: u32) -> Statement {
             b.sql(", ").col(REF_BASE, c);
         }
         b.sql(" FROM ")
-            .table(plan.name(table))
+            .relation(plan.name(table), plan.partitioned(table))
             .sql(" ")
             .alias(REF_BASE)
             .sql(" JOIN s ON ");
@@ -469,7 +475,7 @@ pub fn sweep(plan: &Plan, table: u32) -> Statement {
         });
     }
     b.sql("), del AS (DELETE FROM ")
-        .table(plan.name(table))
+        .relation(plan.name(table), plan.partitioned(table))
         .sql(" d USING s WHERE d.tableoid = s.toid AND d.ctid = s.tid RETURNING 1) SELECT count(*) FROM del");
     b.build()
 }
@@ -483,7 +489,7 @@ pub fn blocker_count(plan: &Plan, fk_index: usize) -> Statement {
     let from_key = plan.catalog.tables[&fk.from].key_columns();
     let mut b = SqlBuilder::new();
     b.sql("SELECT count(*) FROM ")
-        .table(plan.name(fk.from))
+        .relation(plan.name(fk.from), plan.partitioned(fk.from))
         .sql(" ")
         .alias(REF_BASE)
         .sql(" WHERE (");
@@ -517,7 +523,7 @@ pub fn blocker_count(plan: &Plan, fk_index: usize) -> Statement {
 pub fn delete_root(plan: &Plan) -> Statement {
     let mut b = SqlBuilder::new();
     b.sql("DELETE FROM ")
-        .table(plan.name(plan.root))
+        .relation(plan.name(plan.root), plan.partitioned(plan.root))
         .sql(" WHERE ")
         .ident(&plan.key_column)
         .sql(" = $1::")

@@ -19,5 +19,6 @@ mod notify;
 mod operator_jobs;
 mod plan_report;
 mod reconcile;
+mod schema_edges;
 mod tenant_keys;
 mod worker_jobs;

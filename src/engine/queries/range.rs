@@ -67,7 +67,7 @@ pub fn range_bound(plan: &Plan, step: &Step) -> Statement {
         b.col(0, c).sql(" AS ").ident(&knames[i]);
     });
     b.sql(" FROM ")
-        .table(plan.name(step.table))
+        .relation(plan.name(step.table), plan.partitioned(step.table))
         .sql(" t0 WHERE ");
     after_cursor(&mut b, &s);
     b.sql(" ORDER BY ");
@@ -87,7 +87,7 @@ pub fn range_delete(plan: &Plan, step: &Step) -> Statement {
     let key_types: Vec<&SqlType> = s.key_types.iter().collect();
     let mut b = SqlBuilder::new();
     b.sql("DELETE FROM ")
-        .table(plan.name(step.table))
+        .relation(plan.name(step.table), plan.partitioned(step.table))
         .sql(" t0 WHERE ");
     after_cursor(&mut b, &s);
     b.sql(" AND (");
@@ -103,7 +103,7 @@ pub fn children_count(plan: &Plan, step: &Step) -> Statement {
     let s = shape(plan, step);
     let mut b = SqlBuilder::new();
     b.sql("SELECT count(*) FROM ")
-        .table(plan.name(step.table))
+        .relation(plan.name(step.table), plan.partitioned(step.table))
         .sql(" t0 WHERE ");
     b.join(s.from_cols, " AND ", |b, i, c| {
         b.col(0, c).sql(" = ");

@@ -123,7 +123,9 @@ pub async fn presets(
 fn preset_statement(plan: &Plan, table: u32, columns: &[String]) -> Statement {
     let types = &plan.catalog.tables[&table].columns;
     let mut b = SqlBuilder::new();
-    b.sql("UPDATE ").table(plan.name(table)).sql(" d SET ");
+    b.sql("UPDATE ")
+        .relation(plan.name(table), plan.partitioned(table))
+        .sql(" d SET ");
     b.join(columns, ", ", |b, i, c| {
         b.ident(c)
             .sql(" = u.n")
