@@ -101,6 +101,12 @@ pub enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Also run the trial cascade the worker runs before its soft delete: the tenant's
+        /// cascading DELETE in a transaction that is rolled back, bounded like a batch. Not
+        /// read-only: it takes row locks for at most ⅘ of `max_batch_duration` and fires delete
+        /// triggers. Exit status 1 when PostgreSQL says the cascade fails or deletes nothing.
+        #[arg(long)]
+        trial: bool,
         /// Configuration and the target database: `DEPROV_TARGET_URL`, else `DEPROV_DATABASE_URL`,
         /// as for `serve` (only the target is read).
         #[command(flatten)]
@@ -197,10 +203,16 @@ pub fn error_report(e: &anyhow::Error) -> String {
     report
 }
 
-/// `deprov plan`: reads the target's catalog and prints the plan, row counts and blockers. Read-only.
+/// `deprov plan`: reads the target's catalog and prints the plan, row counts and blockers. Read-only,
+/// except with `--trial` (the trial cascade, rolled back).
 /// Fails (exit status 1) when deprov would refuse the tenant: the cascading DELETE would fail;
 /// [`EXIT_NO_SUCH_TENANT`] (3) when no root row has the key, or the key does not fit the key column.
-async fn plan_command(args: &CheckArgs, tenant: &str, json: bool) -> anyhow::Result<()> {
+async fn plan_command(
+    args: &CheckArgs,
+    tenant: &str,
+    json: bool,
+    trial: bool,
+) -> anyhow::Result<()> {
     args.pooler_mode.apply();
     let config = crate::config::Config::load(&args.config.to_string_lossy())?;
     let target = db::pool(
@@ -208,7 +220,13 @@ async fn plan_command(args: &CheckArgs, tenant: &str, json: bool) -> anyhow::Res
         PoolRole::Cli,
         &config.pools.target,
     );
-    let report = crate::engine::report::PlanReport::build(&target, &config, tenant).await;
+    let mut report = crate::engine::report::PlanReport::build(&target, &config, tenant).await;
+    if let (Ok(r), true) = (&mut report, trial)
+        && r.root_rows > 0
+        && let Err(e) = r.run_trial(&target, &config).await
+    {
+        report = Err(e);
+    }
     // Closed before exiting: a connection dropped with sqlx's release ping in flight makes PgBouncer
     // close its server connection ("client disconnect while server was not ready").
     target.close().await;
@@ -242,6 +260,11 @@ async fn plan_command(args: &CheckArgs, tenant: &str, json: bool) -> anyhow::Res
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.to_text());
+    }
+    if let Some(why) = &report.trial_refusal {
+        anyhow::bail!(
+            "deprov would refuse to delete tenant {tenant}: {why} (PostgreSQL's answer to the trial)"
+        );
     }
     if report.cascade.would_fail {
         // The worker refuses such a tenant before its soft delete; scripts see it in the status.
@@ -370,8 +393,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plan {
             tenant,
             json,
+            trial,
             target,
-        } => plan_command(&target, &tenant, json).await?,
+        } => plan_command(&target, &tenant, json, trial).await?,
         Command::Config(args) => config::run(args).await?,
         Command::Demo(args) => {
             let outcome = crate::demo::run::run(&args).await?;

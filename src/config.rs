@@ -180,6 +180,11 @@ pub struct HardDeleteConfig {
     /// third of the lease ([`Self::checkpoint_every`]).
     #[serde(with = "humantime_serde")]
     pub checkpoint_interval: Duration,
+    /// Before anything is deleted, run the tenant's cascading `DELETE` in a transaction that is
+    /// always rolled back, bounded like a cascading batch, and refuse the job when PostgreSQL says
+    /// it fails or deletes nothing ([`crate::engine::trial`]; default true). `false` for schemas
+    /// whose delete triggers do something outside the database that must not happen twice.
+    pub trial_cascade: bool,
 }
 
 impl HardDeleteConfig {
@@ -202,6 +207,7 @@ impl Default for HardDeleteConfig {
             cascade_rows: 2_000,
             max_simulated_rows: 5_000_000,
             checkpoint_interval: Duration::from_secs(1),
+            trial_cascade: true,
         }
     }
 }

@@ -18,6 +18,7 @@ pub use range::{IndexPass, kill_dead_entries};
 pub mod report;
 pub mod simulate;
 pub mod statements;
+pub mod trial;
 
 use std::time::{Duration, Instant};
 

@@ -121,6 +121,11 @@ pub struct PlanReport {
     pub side_effects: Vec<String>,
     /// Foreign keys into the tenant's tables whose referencing columns lack an index.
     pub unindexed_foreign_keys: Vec<String>,
+    /// With `deprov plan --trial`: the trial cascade's verdict ([`super::trial::Trial::label`]);
+    /// none when it was not asked for.
+    pub trial: Option<String>,
+    /// Why deprov refuses the tenant after that verdict ([`super::trial::Trial::refusal`]).
+    pub trial_refusal: Option<String>,
 }
 
 impl PlanReport {
@@ -164,6 +169,33 @@ impl PlanReport {
             }
         }
         Ok(report)
+    }
+
+    /// Runs the trial cascade ([`super::trial`]) and records its verdict: unlike the rest of the
+    /// report it writes (a `DELETE`, rolled back), takes the row locks of what it reaches for at
+    /// most [`super::trial::budget`] and fires delete triggers.
+    ///
+    /// # Errors
+    /// Database and planning errors (not the trial's own verdicts).
+    pub async fn run_trial(
+        &mut self,
+        target: &sqlx::PgPool,
+        config: &Config,
+    ) -> Result<(), EngineError> {
+        let plan =
+            super::load_plan(target, &config.root_table(), &config.tenant.key_column).await?;
+        let hd = &config.hard_delete;
+        let verdict = super::trial::trial_cascade(
+            target,
+            &plan,
+            &self.tenant_id,
+            hd.lock_timeout,
+            super::trial::budget(hd),
+        )
+        .await?;
+        self.trial = Some(verdict.label());
+        self.trial_refusal = verdict.refusal();
+        Ok(())
     }
 
     /// Assembles a report from a plan and measured counts.
@@ -215,6 +247,8 @@ impl PlanReport {
             cascade,
             side_effects: plan.side_effects.iter().map(|&i| fk_text(i)).collect(),
             unindexed_foreign_keys: plan.unindexed.iter().map(|&i| fk_text(i)).collect(),
+            trial: None,
+            trial_refusal: None,
         }
     }
 
@@ -259,6 +293,17 @@ impl PlanReport {
             }
         }
         let _ = writeln!(out, "{}", self.cascade.to_text());
+        if let Some(trial) = &self.trial {
+            let _ = writeln!(
+                out,
+                "trial cascade (the cascading DELETE run and rolled back): {trial}{}",
+                if self.trial_refusal.is_some() {
+                    "; deprov will refuse"
+                } else {
+                    ""
+                }
+            );
+        }
         for (title, items) in [
             (
                 "side effects (applied by PostgreSQL as rows go)",

@@ -62,8 +62,14 @@ pub struct Progress {
     /// Time of the hard delete spent on deprov's state database between batches (the kill-switch
     /// check before each batch, the checkpoint after it), in milliseconds.
     pub bookkeeping_ms: f64,
-    /// Longest of those rolled-back batch transactions, in milliseconds (locks were held this long).
+    /// Longest of those rolled-back batch transactions, in milliseconds (locks were held this long);
+    /// the trial cascade's transaction counts too.
     pub longest_rolled_back_ms: f64,
+    /// The trial cascade's verdict (`engine::trial`): `succeeds`, `no tenant`, `deletes nothing`,
+    /// `fails: …` or `undecided: …` (the simulation decided); none when it did not run.
+    pub trial: Option<String>,
+    /// The trial cascade's transaction, BEGIN to ROLLBACK, in milliseconds.
+    pub trial_ms: f64,
     /// Pauses for the target's sake (see [`crate::config::PacingConfig`]).
     pub pauses: i64,
     /// Time spent in those pauses, in milliseconds.

@@ -213,6 +213,9 @@ impl JobRun {
         // Keyed now by the tenant as the key column reads it: a tenant switch on that key holds
         // the job before the pre-check, which would otherwise fail it for a held tenant.
         drop(self.may_destroy().await?);
+        if let Some(refusal) = self.trial(&plan, &tenant).await? {
+            return Ok(Outcome::Failed(refusal));
+        }
         // Whether the cascading DELETE would fail: decided by simulating PostgreSQL's referential
         // triggers over the rows (engine::simulate). Only needed when a non-CASCADE key references
         // the closure; every blocker is one. find_blockers, a per-table count of referencing rows
@@ -227,6 +230,9 @@ impl JobRun {
                 config.hard_delete.max_simulated_rows,
             )
             .await;
+            // A cascade that fails in one row order and not the other is refused even when the
+            // trial (one order) succeeded.
+            let order_dependent = matches!(verdict, Ok(Verdict::OrderDependent(_)));
             let why = match verdict {
                 Ok(Verdict::Succeeds { .. }) => None,
                 Ok(Verdict::Fails(f)) => Some(format!(
@@ -242,22 +248,21 @@ impl JobRun {
                 Err(SimError::Db(e)) => return Err(EngineError::Db(e).into()),
                 Err(e) => Some(e.to_string()),
             };
-            if let Some(why) = why {
-                let blockers =
-                    engine::find_blockers(&w.pools.target, &plan, &tenant, &self.limits).await?;
-                let all: Vec<String> = blockers
-                    .iter()
-                    .map(|b| format!("{} rows of {} ({})", b.rows, b.table, b.constraint))
-                    .collect();
-                let listed = if all.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        ". Rows outside the tenant referencing it (RESTRICT / NO ACTION, or SET NULL into \
-                         a NOT NULL column): {}",
-                        all.join("; ")
-                    )
-                };
+            // PostgreSQL's own trial of the cascade (before the soft delete, kept in progress
+            // across runs) outranks the simulation, which compares keys by their text (`char(n)`
+            // padding, `numeric` scale) — except where the presets need the simulation's rows.
+            let tried = self.progress.trial.as_deref() == Some(engine::trial::SUCCEEDS);
+            if let Some(why) = why.as_ref()
+                && tried
+                && !order_dependent
+                && !simulate::detaches(&plan)
+            {
+                tracing::info!(job = %self.job.id, simulation = %why, "the simulation's refusal overruled: PostgreSQL's trial of the cascade succeeded");
+                self.progress.note = Some(format!(
+                    "the simulation said: {why}; PostgreSQL's trial of the cascade succeeded and decides"
+                ));
+            } else if let Some(why) = why {
+                let listed = self.blockers_listed(&plan, &tenant).await?;
                 return Ok(Outcome::Failed(format!(
                     "refused: {why}; {}{listed}",
                     self.done_so_far()
@@ -310,6 +315,60 @@ impl JobRun {
     }
 
     /// What a refusal leaves behind: "nothing was deleted", or how far an earlier run got.
+    /// Before anything of the tenant is destroyed (the soft delete not yet run), asks PostgreSQL
+    /// whether the cascading DELETE succeeds: the trial cascade ([`engine::trial`]), bounded like
+    /// a cascading batch and always rolled back. Returns the job's refusal when the cascade fails or
+    /// deletes nothing; records the verdict in `progress.trial` either way.
+    async fn trial(&mut self, plan: &engine::Plan, tenant: &str) -> Result<Option<String>, Stop> {
+        let hd = &self.worker.config.hard_delete;
+        let before_any = self.job.step == "soft_delete" || self.job.step == "resolve";
+        if !hd.trial_cascade || !before_any {
+            return Ok(None);
+        }
+        let started = std::time::Instant::now();
+        let verdict = engine::trial::trial_cascade(
+            &self.worker.pools.target,
+            plan,
+            tenant,
+            hd.lock_timeout,
+            engine::trial::budget(hd),
+        )
+        .await?;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.progress.trial_ms = ms;
+        self.progress.longest_rolled_back_ms = self.progress.longest_rolled_back_ms.max(ms);
+        self.progress.trial = Some(verdict.label());
+        let refusal = verdict.refusal();
+        let Some(why) = refusal else {
+            return Ok(None);
+        };
+        let listed = self.blockers_listed(plan, tenant).await?;
+        Ok(Some(format!(
+            "refused: {why} (PostgreSQL's answer to a trial of it, rolled back); {}{listed}",
+            self.done_so_far()
+        )))
+    }
+
+    /// `. Rows outside the tenant referencing it (…): N rows of T (C); …` for a refusal's message,
+    /// from [`engine::find_blockers`]; empty when it finds none.
+    async fn blockers_listed(&self, plan: &engine::Plan, tenant: &str) -> Result<String, Stop> {
+        let blockers =
+            engine::find_blockers(&self.worker.pools.target, plan, tenant, &self.limits).await?;
+        let all: Vec<String> = blockers
+            .iter()
+            .map(|b| format!("{} rows of {} ({})", b.rows, b.table, b.constraint))
+            .collect();
+        Ok(if all.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ". Rows outside the tenant referencing it (RESTRICT / NO ACTION, or SET NULL into \
+                 a NOT NULL column): {}",
+                all.join("; ")
+            )
+        })
+    }
+
     fn done_so_far(&self) -> String {
         if self.progress.rows_deleted == 0 && self.progress.soft_deleted_at.is_none() {
             "nothing was deleted".to_owned()

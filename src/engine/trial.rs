@@ -1,0 +1,139 @@
+//! The trial cascade: the tenant's cascading `DELETE` run by PostgreSQL itself, in a transaction
+//! that is always rolled back, bounded like a batch.
+//!
+//! The simulation ([`super::simulate`]) models the referential triggers only. What it cannot see —
+//! user triggers that raise or skip a delete, CHECK constraints and domains that refuse a SET
+//! NULL, `UNIQUE NULLS NOT DISTINCT`, rules, row-level security hiding rows from deprov's role
+//! while the referential triggers (which bypass it) still find them — PostgreSQL answers for
+//! itself: deprov deletes the root row inside a transaction, forces deferred constraints to be
+//! checked (`SET CONSTRAINTS ALL IMMEDIATE`, PostgreSQL docs *SET CONSTRAINTS*), and rolls back,
+//! whatever happened. When that finishes within the bounds, its verdict is the cascade's on the
+//! current data, exactly. A tenant too large for its cascade to finish within the bounds (or whose
+//! rows are locked) leaves the question [`Trial::Undecided`] and the simulation decides as before.
+//!
+//! The trial holds the row locks of what it reached for at most its `statement_timeout` (the same
+//! ⅘ of `max_batch_duration` a cascading batch gets), like one batch. It fires user triggers
+//! inside the rolled-back transaction: their writes vanish with it, but what is not transactional
+//! (a sequence's `nextval`, a call out of the database) happens; `[hard_delete] trial_cascade =
+//! false` turns the trial off for schemas whose triggers must not run twice.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use super::{EngineError, Plan, queries};
+use crate::db::{self, Bounds};
+
+/// What the trial cascade found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trial {
+    /// The cascade ran to its end and every deferred constraint held: it would succeed.
+    Succeeds,
+    /// No row of the root table has the tenant's key (as deprov's role sees it): nothing to try.
+    NoTenant,
+    /// The root row is there, but its `DELETE` deleted nothing: a `BEFORE DELETE` trigger returned
+    /// NULL, a rule replaced the delete, or a row-level security policy lets deprov's role see but
+    /// not delete it. The cascade would leave the tenant as it is.
+    DeletesNothing,
+    /// The cascade failed: the server's error (message, detail, SQLSTATE; [`db::errors::error_text`]).
+    Fails(String),
+    /// Not decided within the bounds: a statement or lock timeout, a deadlock or a serialization
+    /// failure (SQLSTATE 57014, 55P03, 40P01, 40001), as the server reported it.
+    Undecided(String),
+}
+
+/// [`Trial::label`] of [`Trial::Succeeds`].
+pub const SUCCEEDS: &str = "succeeds";
+
+impl Trial {
+    /// The verdict in a word or a sentence, as `progress.trial` and `deprov plan --trial` show it:
+    /// `succeeds`, `no tenant`, `deletes nothing`, `fails: …`, `undecided: …`.
+    pub fn label(&self) -> String {
+        match self {
+            Self::Succeeds => SUCCEEDS.into(),
+            Self::NoTenant => "no tenant".into(),
+            Self::DeletesNothing => "deletes nothing".into(),
+            Self::Fails(e) => format!("fails: {e}"),
+            Self::Undecided(e) => format!("undecided: {e}"),
+        }
+    }
+
+    /// Why deprov refuses the tenant after this verdict, or `None` when it goes on.
+    pub fn refusal(&self) -> Option<String> {
+        match self {
+            Self::Succeeds | Self::NoTenant | Self::Undecided(_) => None,
+            Self::DeletesNothing => Some(
+                "the DELETE of the tenant's root row deletes nothing (a BEFORE DELETE trigger \
+                 returning NULL, a rule, or a row-level security policy), so the cascading DELETE \
+                 would leave the tenant as it is"
+                    .into(),
+            ),
+            Self::Fails(e) => Some(format!("the cascading DELETE of the tenant fails: {e}")),
+        }
+    }
+}
+
+/// The trial's `statement_timeout` under `[hard_delete]`: that of a batch that lets PostgreSQL
+/// cascade, ⅘ of `max_batch_duration` (at least `lock_timeout` + 1 ms), at most `statement_timeout`.
+pub fn budget(hd: &crate::config::HardDeleteConfig) -> Duration {
+    hd.statement_timeout
+        .min((hd.max_batch_duration * 4 / 5).max(hd.lock_timeout + Duration::from_millis(1)))
+}
+
+/// Runs the trial cascade of `tenant` on `target`: each statement bounded by `statement_timeout`
+/// and `lock_timeout` on the server; always rolled back.
+///
+/// # Errors
+/// [`EngineError::Db`] when the target cannot be reached or the connection fails (retryable, as a
+/// batch's would be); every error PostgreSQL reports inside the trial is its verdict instead.
+pub async fn trial_cascade(
+    target: &PgPool,
+    plan: &Plan,
+    tenant: &str,
+    lock_timeout: Duration,
+    statement_timeout: Duration,
+) -> Result<Trial, EngineError> {
+    let mut tx = db::begin(target, Bounds::new(lock_timeout, statement_timeout)).await?;
+    let outcome = async {
+        let present: i64 = db::query_scalar(queries::count_root(plan).as_query())
+            .bind(tenant)
+            .fetch_one(&mut *tx)
+            .await?;
+        if present == 0 {
+            return Ok(Trial::NoTenant);
+        }
+        let deleted = db::query(queries::delete_root(plan).as_query())
+            .bind(tenant)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if deleted == 0 {
+            return Ok(Trial::DeletesNothing);
+        }
+        db::query("SET CONSTRAINTS ALL IMMEDIATE")
+            .execute(&mut *tx)
+            .await?;
+        Ok::<_, sqlx::Error>(Trial::Succeeds)
+    }
+    .await;
+    // Whatever happened, nothing of it stays: the trial only asks.
+    tx.rollback().await?;
+    match outcome {
+        Ok(trial) => Ok(trial),
+        Err(e @ sqlx::Error::Database(_)) => {
+            let text = db::errors::error_text(&e);
+            let code = e
+                .as_database_error()
+                .and_then(|d| d.code())
+                .unwrap_or_default();
+            if matches!(code.as_ref(), "57014" | "55P03" | "40P01" | "40001") {
+                Ok(Trial::Undecided(text))
+            } else if super::is_retryable(&e) {
+                Err(EngineError::Db(e))
+            } else {
+                Ok(Trial::Fails(text))
+            }
+        }
+        Err(e) => Err(EngineError::Db(e)),
+    }
+}
