@@ -95,6 +95,14 @@ fn cascade_rows(seed: u64) -> u32 {
     if seed % 2 == 1 { 10_000 } else { 0 }
 }
 
+/// Half the seeds (0 and 1 mod 4, so both `cascade_rows` paths) run the trial cascade
+/// (`engine::trial`), which on cases this small always decides and so refuses every failing cascade
+/// itself; the other half turn it off, so that the simulation, which alone decides for tenants too
+/// large for the trial, is still checked on every kind of refusal.
+fn trial_cascade(seed: u64) -> bool {
+    seed % 4 < 2
+}
+
 /// deprov's configuration for the case (built as TOML data: every name is quoted by `quote_ident`).
 fn config(case: &Case) -> Config {
     let root = ddl::name(case, case.root());
@@ -116,6 +124,7 @@ fn config(case: &Case) -> Config {
             "batch_rows": case.batch_rows, "max_batch_rows": case.batch_rows,
             "max_batch_duration": "800ms", "statement_timeout": "900ms", "lock_timeout": "100ms",
             "cascade_rows": cascade_rows(case.seed),
+            "trial_cascade": trial_cascade(case.seed),
         },
         "worker": { "lease": "1s", "backoff_base": "1ms", "backoff_max": "2ms", "max_attempts": 3 },
     }))
