@@ -521,21 +521,19 @@ pub fn blocker_count(plan: &Plan, fk_index: usize) -> Statement {
 
 /// `SELECT count(*)` of the root rows with the tenant's key (`$1`, bound as text).
 pub fn count_root(plan: &Plan) -> Statement {
-    let mut b = SqlBuilder::new();
-    b.sql("SELECT count(*) FROM ")
-        .relation(plan.name(plan.root), plan.partitioned(plan.root))
-        .sql(" WHERE ")
-        .ident(&plan.key_column)
-        .sql(" = $1::")
-        .ty(&plan.key_type);
-    b.build()
+    root_rows(plan, "SELECT count(*) FROM ")
 }
 
 /// `DELETE` of the root row (`$1`, bound as text): the cascading `DELETE` itself, run only by the
 /// trial cascade ([`super::trial`]), which always rolls it back.
 pub fn delete_root(plan: &Plan) -> Statement {
+    root_rows(plan, "DELETE FROM ")
+}
+
+/// `<head> [ONLY] root WHERE key = $1::<key type>`.
+fn root_rows(plan: &Plan, head: &'static str) -> Statement {
     let mut b = SqlBuilder::new();
-    b.sql("DELETE FROM ")
+    b.sql(head)
         .relation(plan.name(plan.root), plan.partitioned(plan.root))
         .sql(" WHERE ")
         .ident(&plan.key_column)

@@ -4,7 +4,7 @@
 use deprov::engine::report::PlanReport;
 use deprov::queue::JobState;
 
-use crate::harness::{config_text, digest, env_with_schema};
+use crate::harness::{config_text, digest, env_with_schema, plan_cli};
 
 /// Requests tenant 1's deletion and asserts the job failed naming `constraint`, saying nothing was
 /// deleted, and changed nothing; returns its error message.
@@ -23,26 +23,6 @@ async fn refused(env: &crate::harness::Env, constraint: &str) -> String {
         "a refused job changes nothing"
     );
     message
-}
-
-/// Runs `deprov plan --tenant <tenant>` (the binary) on the environment's database; returns whether
-/// it exited successfully and what it printed.
-fn plan_cli(env: &crate::harness::Env, tenant: &str) -> (bool, String) {
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(config.path(), config_text("")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
-        .args(["plan", "--tenant", tenant])
-        .env("DEPROV_DATABASE_URL", env.server.url("target"))
-        .env("DEPROV_CONFIG", config.path())
-        .env_remove("DEPROV_TARGET_URL")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 /// Account 1 has a project, a list and a task in both; account 2 the same, unrelated.
@@ -97,7 +77,7 @@ async fn a_restrict_check_fired_before_the_cascade_reaches_its_row_fails_the_job
     assert!(report.cascade.would_fail, "{:?}", report.cascade);
     assert!(report.to_text().contains("tasks_project_id_fkey"));
     // Scripts can rely on the exit status: deprov would refuse this tenant.
-    let (ok, text) = plan_cli(&env, "1");
+    let (ok, text) = plan_cli(&env, "1", &[], &config_text(""));
     assert!(!ok, "plan exits non-zero when deprov would refuse:\n{text}");
     assert!(text.contains("tasks_project_id_fkey"), "{text}");
 }
@@ -117,7 +97,7 @@ async fn the_same_schema_with_the_keys_created_the_other_way_round_completes_lik
         .unwrap();
     assert!(report.cascade.simulated && !report.cascade.would_fail);
     // Tenant 1 is deleted now (`plan` would say there is no such tenant): tenant 2 is planned.
-    let (ok, text) = plan_cli(&env, "2");
+    let (ok, text) = plan_cli(&env, "2", &[], &config_text(""));
     assert!(ok, "{text}");
 }
 

@@ -284,3 +284,24 @@ pub async fn record(
         .unwrap()
         .job_id
 }
+
+/// Runs `deprov plan --tenant <tenant> <args>` (the binary) on the environment's database under
+/// `config` (TOML); returns whether it exited successfully and what it printed.
+pub fn plan_cli(env: &Env, tenant: &str, args: &[&str], config: &str) -> (bool, String) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), config).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
+        .args(["plan", "--tenant", tenant])
+        .args(args)
+        .env("DEPROV_DATABASE_URL", env.server.url("target"))
+        .env("DEPROV_CONFIG", file.path())
+        .env_remove("DEPROV_TARGET_URL")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}

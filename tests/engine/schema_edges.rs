@@ -3,7 +3,7 @@
 
 use deprov::queue::JobState;
 
-use crate::harness::{config_for, config_hard, delete_tenant_1, digest, env_with_schema};
+use crate::harness::{config_for, config_hard, delete_tenant_1, digest, env_with_schema, plan_cli};
 
 /// Tables that `INHERITS` from a table in the tenant: a foreign key covers only its own table, so
 /// the cascade (whose referential triggers query `ONLY`) never deletes an inheriting child's rows,
@@ -124,7 +124,7 @@ async fn a_set_null_that_a_check_a_domain_or_a_unique_constraint_refuses_is_refu
             .await
             .expect_err("the cascade fails");
         assert!(error.to_string().contains(sqlstate) || format!("{error:?}").contains(sqlstate));
-        let (ok, text) = plan_cli(&env, &["--trial"]);
+        let (ok, text) = plan_cli(&env, "1", &["--trial"], &config_for(2, "id", ""));
         assert!(
             !ok && text.contains("trial cascade") && text.contains(sqlstate),
             "{text}"
@@ -197,9 +197,9 @@ INSERT INTO app.items SELECT g, 1 + g % 2 FROM generate_series(1, 10) g;";
         "the cascade deletes nothing"
     );
     // `deprov plan` says so only when asked to run the trial, and changes nothing either way.
-    let (ok, text) = plan_cli(&env, &[]);
+    let (ok, text) = plan_cli(&env, "1", &[], &config_for(2, "id", ""));
     assert!(ok && !text.contains("trial cascade"), "{text}");
-    let (ok, text) = plan_cli(&env, &["--trial"]);
+    let (ok, text) = plan_cli(&env, "1", &["--trial"], &config_for(2, "id", ""));
     assert!(!ok, "{text}");
     assert!(
         text.contains("trial cascade (the cascading DELETE run and rolled back): deletes nothing; deprov will refuse")
@@ -208,27 +208,6 @@ INSERT INTO app.items SELECT g, 1 + g % 2 FROM generate_series(1, 10) g;";
     );
     assert_eq!(digest(&expected).await, digest(&env.db).await);
     refused(&env, &["deletes nothing"]).await;
-}
-
-/// Runs `deprov plan --tenant 1 <extra>` (the binary) on the environment's database; returns
-/// whether it exited successfully and what it printed.
-fn plan_cli(env: &crate::harness::Env, extra: &[&str]) -> (bool, String) {
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(config.path(), config_for(2, "id", "")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
-        .args(["plan", "--tenant", "1"])
-        .args(extra)
-        .env("DEPROV_DATABASE_URL", env.server.url("target"))
-        .env("DEPROV_CONFIG", config.path())
-        .env_remove("DEPROV_TARGET_URL")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 /// Forced row-level security hides a row that references the tenant (RESTRICT) from deprov's role,
