@@ -37,8 +37,9 @@ pub enum Trial {
     DeletesNothing,
     /// The cascade failed: the server's error (message, detail, SQLSTATE; [`db::errors::error_text`]).
     Fails(String),
-    /// Not decided within the bounds: a statement or lock timeout, a deadlock or a serialization
-    /// failure (SQLSTATE 57014, 55P03, 40P01, 40001), as the server reported it.
+    /// Not decided: a statement or lock timeout (SQLSTATE 57014, 55P03), a deadlock or
+    /// serialization failure (class 40), or the server short of resources or past a limit (classes
+    /// 53, 54, 58, e.g. out of memory, stack depth), as the server reported it.
     Undecided(String),
 }
 
@@ -121,19 +122,62 @@ pub async fn trial_cascade(
     match outcome {
         Ok(trial) => Ok(trial),
         Err(e @ sqlx::Error::Database(_)) => {
-            let text = db::errors::error_text(&e);
             let code = e
                 .as_database_error()
                 .and_then(|d| d.code())
+                .map(|c| c.into_owned())
                 .unwrap_or_default();
-            if matches!(code.as_ref(), "57014" | "55P03" | "40P01" | "40001") {
-                Ok(Trial::Undecided(text))
-            } else if super::is_retryable(&e) {
-                Err(EngineError::Db(e))
-            } else {
-                Ok(Trial::Fails(text))
+            match answer_of(&code) {
+                Answer::Retry => Err(EngineError::Db(e)),
+                Answer::Undecided => Ok(Trial::Undecided(db::errors::error_text(&e))),
+                Answer::Fails => Ok(Trial::Fails(db::errors::error_text(&e))),
             }
         }
         Err(e) => Err(EngineError::Db(e)),
+    }
+}
+
+/// What an error inside the trial means, by its SQLSTATE (PostgreSQL docs, Appendix A).
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// The connection or the server went away (class 08, 57P01–57P03, 53300): the job is retried.
+    Retry,
+    /// Not an answer about the data: the trial's own bounds (57014, 55P03), a deadlock or
+    /// serialization failure (class 40), or the server's resources and limits (classes 53, 54, 58).
+    Undecided,
+    /// Anything else — constraint violations (class 23), a trigger's `RAISE` (P0001), a rule the
+    /// cascade cannot run through, an internal error of a referential query — is the cascade failing.
+    Fails,
+}
+
+fn answer_of(code: &str) -> Answer {
+    match code {
+        "57P01" | "57P02" | "57P03" | "53300" => Answer::Retry,
+        _ if code.starts_with("08") => Answer::Retry,
+        "57014" | "55P03" => Answer::Undecided,
+        _ if ["40", "53", "54", "58"].iter().any(|c| code.starts_with(c)) => Answer::Undecided,
+        _ => Answer::Fails,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_answers_about_the_data_refuse_a_tenant() {
+        for code in [
+            "23503", "23514", "23502", "23505", "P0001", "0A000", "XX000", "42501",
+        ] {
+            assert_eq!(answer_of(code), Answer::Fails, "{code}");
+        }
+        for code in [
+            "57014", "55P03", "40P01", "40001", "53200", "53100", "54001", "58030",
+        ] {
+            assert_eq!(answer_of(code), Answer::Undecided, "{code}");
+        }
+        for code in ["57P01", "57P03", "08006", "53300"] {
+            assert_eq!(answer_of(code), Answer::Retry, "{code}");
+        }
     }
 }
