@@ -261,6 +261,12 @@ async fn plan_command(
     } else {
         print!("{}", report.to_text());
     }
+    if report.refused_for_triggers {
+        anyhow::bail!(
+            "deprov would refuse to delete tenant {tenant}: its tables have user triggers on DELETE \
+             ([hard_delete] user_triggers = \"refuse\")"
+        );
+    }
     if let Some(why) = &report.trial_refusal {
         anyhow::bail!(
             "deprov would refuse to delete tenant {tenant}: {why} (PostgreSQL's answer to the trial)"

@@ -185,6 +185,22 @@ pub struct HardDeleteConfig {
     /// it fails or deletes nothing ([`crate::engine::trial`]; default true). `false` for schemas
     /// whose delete triggers do something outside the database that must not happen twice.
     pub trial_cascade: bool,
+    /// What to do when the tenant's tables have user triggers on `DELETE`
+    /// ([`crate::engine::trial::delete_triggers`]): `refuse` the job before anything is deleted
+    /// (default), or `allow` them when they do not depend on the order rows go in.
+    pub user_triggers: UserTriggers,
+}
+
+/// `[hard_delete] user_triggers`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UserTriggers {
+    /// Refuse a tenant whose tables have user `DELETE` triggers: deprov's leaves-first order is not
+    /// the cascade's, and a trigger may see the difference.
+    #[default]
+    Refuse,
+    /// Delete anyway: the operator vouches that the triggers do not depend on that order.
+    Allow,
 }
 
 impl HardDeleteConfig {
@@ -208,6 +224,7 @@ impl Default for HardDeleteConfig {
             max_simulated_rows: 5_000_000,
             checkpoint_interval: Duration::from_secs(1),
             trial_cascade: true,
+            user_triggers: UserTriggers::Refuse,
         }
     }
 }

@@ -121,6 +121,12 @@ pub struct PlanReport {
     pub side_effects: Vec<String>,
     /// Foreign keys into the tenant's tables whose referencing columns lack an index.
     pub unindexed_foreign_keys: Vec<String>,
+    /// User triggers on `DELETE` on the tenant's tables (`table: trigger`,
+    /// [`super::trial::delete_triggers`]); with `[hard_delete] user_triggers = "refuse"` any of
+    /// them makes deprov refuse the tenant.
+    pub user_triggers: Vec<String>,
+    /// Whether deprov refuses the tenant for them (`user_triggers = "refuse"` and some found).
+    pub refused_for_triggers: bool,
     /// With `deprov plan --trial`: the trial cascade's verdict ([`super::trial::Trial::label`]);
     /// none when it was not asked for.
     pub trial: Option<String>,
@@ -156,6 +162,15 @@ impl PlanReport {
             .clone()
             .absorb(f64::from(config.hard_delete.cascade_rows));
         let mut report = Self::from_parts(&plan, tenant, &counts, blockers, cascade);
+        report.user_triggers = super::trial::delete_triggers(
+            target,
+            &plan,
+            limits.lock_timeout,
+            limits.statement_timeout,
+        )
+        .await?;
+        report.refused_for_triggers = !report.user_triggers.is_empty()
+            && config.hard_delete.user_triggers == crate::config::UserTriggers::Refuse;
         // `tables` follows `counts`, one entry per table.
         for (t, &(oid, _)) in report.tables.iter_mut().zip(&counts) {
             if absorbing.absorbed.contains(&oid) {
@@ -247,6 +262,8 @@ impl PlanReport {
             cascade,
             side_effects: plan.side_effects.iter().map(|&i| fk_text(i)).collect(),
             unindexed_foreign_keys: plan.unindexed.iter().map(|&i| fk_text(i)).collect(),
+            user_triggers: Vec::new(),
+            refused_for_triggers: false,
             trial: None,
             trial_refusal: None,
         }
@@ -293,6 +310,18 @@ impl PlanReport {
             }
         }
         let _ = writeln!(out, "{}", self.cascade.to_text());
+        if !self.user_triggers.is_empty() {
+            let _ = writeln!(
+                out,
+                "user triggers on DELETE (they see rows go leaves first, not in the cascade's order){}: {}",
+                if self.refused_for_triggers {
+                    "; deprov will refuse ([hard_delete] user_triggers = \"refuse\")"
+                } else {
+                    ""
+                },
+                self.user_triggers.join(", ")
+            );
+        }
         if let Some(trial) = &self.trial {
             let _ = writeln!(
                 out,

@@ -81,6 +81,44 @@ pub fn budget(hd: &crate::config::HardDeleteConfig) -> Duration {
         .min((hd.max_batch_duration * 4 / 5).max(hd.lock_timeout + Duration::from_millis(1)))
 }
 
+/// The user triggers that fire on `DELETE` on the tenant's tables (the closure, partitions
+/// included; `pg_trigger.tgisinternal` false, `tgtype` bit 3 = DELETE, PostgreSQL's
+/// `pg_trigger.h`), as `table: trigger` — sorted, one entry per trigger name and table.
+///
+/// deprov deletes leaves first; the cascade deletes from the root down. A trigger that looks at
+/// other rows of the tenant (a parent that must keep an owner, an audit row naming the parent)
+/// sees them in another state under deprov, and the trial, which runs in the cascade's order,
+/// cannot tell: its verdict holds for the cascade, not for deprov's batches. A statement trigger
+/// fires once per batch. So `[hard_delete] user_triggers = "refuse"` (the default) refuses a
+/// tenant whose tables have any.
+///
+/// # Errors
+/// Database errors.
+pub async fn delete_triggers(
+    target: &PgPool,
+    plan: &Plan,
+    lock_timeout: Duration,
+    statement_timeout: Duration,
+) -> Result<Vec<String>, EngineError> {
+    let oids: Vec<i64> = plan.closure.iter().map(|&o| i64::from(o)).collect();
+    let mut tx = db::begin(target, Bounds::new(lock_timeout, statement_timeout)).await?;
+    let found: Vec<(i64, String)> = db::query_as(
+        "SELECT DISTINCT r.o, t.tgname::text \
+         FROM unnest($1::int8[]) r(o) CROSS JOIN LATERAL \
+           (SELECT r.o::oid AS relid UNION SELECT relid FROM pg_partition_tree(r.o::oid)) p \
+         JOIN pg_trigger t ON t.tgrelid = p.relid \
+         WHERE NOT t.tgisinternal AND (t.tgtype::int & 8) <> 0 ORDER BY 1, 2",
+    )
+    .bind(oids)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(found
+        .into_iter()
+        .map(|(oid, name)| format!("{}: {name}", plan.name(oid as u32)))
+        .collect())
+}
+
 /// Runs the trial cascade of `tenant` on `target`: each statement bounded by `statement_timeout`
 /// and `lock_timeout` on the server; always rolled back.
 ///
@@ -94,6 +132,7 @@ pub async fn trial_cascade(
     lock_timeout: Duration,
     statement_timeout: Duration,
 ) -> Result<Trial, EngineError> {
+    let started = std::time::Instant::now();
     let mut tx = db::begin(target, Bounds::new(lock_timeout, statement_timeout)).await?;
     let outcome = async {
         let present: i64 = db::query_scalar(queries::count_root(plan).as_query())
@@ -111,6 +150,18 @@ pub async fn trial_cascade(
         if deleted == 0 {
             return Ok(Trial::DeletesNothing);
         }
+        // The deferred checks get what is left of the budget, so the whole trial holds its locks
+        // for about `statement_timeout`, not twice that.
+        let left = statement_timeout.saturating_sub(started.elapsed());
+        if left < Duration::from_millis(1) {
+            return Ok(Trial::Undecided(
+                "the DELETE used the whole statement_timeout; deferred checks not run".into(),
+            ));
+        }
+        db::query("SELECT set_config('statement_timeout', $1, true)")
+            .bind(format!("{}ms", left.as_millis()))
+            .execute(&mut *tx)
+            .await?;
         db::query("SET CONSTRAINTS ALL IMMEDIATE")
             .execute(&mut *tx)
             .await?;

@@ -57,6 +57,7 @@ max_batch_rows = 50
 cascade_rows = 0
 checkpoint_interval = "1s"
 statement_timeout = "2s"
+user_triggers = "allow"
 [pacing]
 rate_limit = 300
 [worker]

@@ -47,7 +47,9 @@ pub fn config_for(batch_rows: u32, lookup_column: &str, extra: &str) -> String {
     )
 }
 
-/// [`config_for`] with the given `[hard_delete]` keys (besides `statement_timeout = "900ms"`).
+/// [`config_for`] with the given `[hard_delete]` keys (besides `statement_timeout = "900ms"` and
+/// `user_triggers = "allow"`: tests watch deletions with triggers; `schema_edges` checks the
+/// default, which refuses them).
 pub fn config_hard(hard_delete: &str, lookup_column: &str, extra: &str) -> String {
     format!(
         r#"
@@ -61,6 +63,7 @@ statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $1 AND dele
 [hard_delete]
 {hard_delete}
 statement_timeout = "900ms"
+user_triggers = "allow"
 [worker]
 lease = "1s"
 poll_interval = "20ms"

@@ -339,3 +339,103 @@ INSERT INTO app.pin VALUES (1, 'ab', 2), (2, 'ab ', 1), (3, 'cd', 3);";
         Some("succeeds")
     );
 }
+
+/// A delete trigger that looks at the parent row: the cascade (root first) deletes members while
+/// their account is gone, so the trigger lets the owner go; deprov (leaves first) deleted the
+/// notes, then met the owner with its account still there, and failed part-way (review). The trial
+/// runs in the cascade's order and cannot see it. By default (`user_triggers = "refuse"`) such a
+/// tenant is refused before anything is deleted, naming the trigger.
+#[tokio::test]
+async fn user_delete_triggers_are_refused_by_default_naming_them() {
+    let schema = "CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.members (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE, role text);
+CREATE INDEX ON app.members (account_id);
+CREATE TABLE app.notes (id bigint PRIMARY KEY,
+    member_id bigint NOT NULL REFERENCES app.members ON DELETE CASCADE);
+CREATE INDEX ON app.notes (member_id);
+CREATE FUNCTION app.keep_owner() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF OLD.role = 'owner' AND EXISTS (SELECT 1 FROM app.accounts WHERE id = OLD.account_id)
+     AND NOT EXISTS (SELECT 1 FROM app.members WHERE account_id = OLD.account_id AND role = 'owner' AND id <> OLD.id) THEN
+    RAISE EXCEPTION 'account % must keep an owner', OLD.account_id;
+  END IF;
+  RETURN OLD;
+END $$;
+CREATE TRIGGER keep_owner BEFORE DELETE ON app.members FOR EACH ROW EXECUTE FUNCTION app.keep_owner();
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.members SELECT g, 1 + g % 2, CASE WHEN g <= 2 THEN 'owner' ELSE 'member' END
+    FROM generate_series(1, 20) g;
+INSERT INTO app.notes SELECT g, 1 + g % 20 FROM generate_series(1, 60) g;";
+    let default = config_for(2, "id", "").replace("user_triggers = \"allow\"\n", "");
+    assert!(!default.contains("user_triggers"));
+    let env = env_with_schema(&default, schema).await;
+    env.cascade_copy(1).await;
+    let (ok, text) = plan_cli(&env, "1", &[], &default);
+    assert!(
+        !ok && text.contains("app\".\"members\": keep_owner"),
+        "{text}"
+    );
+    refused(
+        &env,
+        &["user triggers on DELETE", "\"app\".\"members\": keep_owner"],
+    )
+    .await;
+}
+
+/// A blocker written during the grace period, after a trial that succeeded before the soft
+/// delete: the trial is run again when the hard delete starts (and an earlier run's trial no
+/// longer overrules the simulation), so the tenant is refused with nothing hard-deleted. The
+/// review saw an earlier build delete 50 rows and then fail.
+#[tokio::test]
+async fn a_blocker_written_during_the_grace_period_is_found_before_the_hard_delete() {
+    let schema = "CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.projects (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE INDEX ON app.projects (account_id);
+CREATE TABLE app.tasks (id bigint PRIMARY KEY,
+    project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
+CREATE INDEX ON app.tasks (project_id);
+CREATE TABLE app.links (id bigint PRIMARY KEY,
+    project_id bigint REFERENCES app.projects ON DELETE RESTRICT);
+CREATE INDEX ON app.links (project_id);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.projects SELECT g, 1 + g % 2 FROM generate_series(1, 10) g;
+INSERT INTO app.tasks SELECT g, 1 + g % 10 FROM generate_series(1, 100) g;
+INSERT INTO app.links VALUES (1, 1);";
+    let config = config_for(2, "id", "").replace(
+        "[hard_delete]\n",
+        "[hard_delete]\ngrace_period = \"200ms\"\n",
+    );
+    let env = env_with_schema(&config, schema).await;
+    let id = env.request("1").await;
+    let worker = env.worker("w1");
+    worker.step().await.unwrap();
+    let job = env.job(id).await;
+    let progress = deprov::worker::Progress::from_json(&job.progress);
+    assert!(progress.soft_deleted_at.is_some() && progress.trial.as_deref() == Some("succeeds"));
+    // Project 4 is tenant 1's.
+    sqlx::query("INSERT INTO app.links VALUES (2, 4)")
+        .execute(&env.db)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !matches!(
+        env.job(id).await.state(),
+        JobState::Completed | JobState::Failed | JobState::Cancelled
+    ) {
+        assert!(std::time::Instant::now() < deadline, "the job never ended");
+        worker.step().await.unwrap();
+    }
+    let job = env.job(id).await;
+    let message = job.last_error.clone().unwrap_or_default();
+    assert_eq!(job.state(), JobState::Failed, "{job:?}");
+    assert!(message.contains("links_project_id_fkey"), "{message}");
+    let tasks: i64 = sqlx::query_scalar("SELECT count(*) FROM app.tasks")
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+    assert_eq!(tasks, 100, "nothing hard-deleted: {message}");
+}

@@ -213,9 +213,13 @@ impl JobRun {
         // Keyed now by the tenant as the key column reads it: a tenant switch on that key holds
         // the job before the pre-check, which would otherwise fail it for a held tenant.
         drop(self.may_destroy().await?);
-        if let Some(refusal) = self.trial(&plan, &tenant).await? {
+        if let Some(refusal) = self.refuse_user_triggers(&plan).await? {
             return Ok(Outcome::Failed(refusal));
         }
+        let tried = match self.trial(&plan, &tenant).await? {
+            Ok(succeeded) => succeeded,
+            Err(refusal) => return Ok(Outcome::Failed(refusal)),
+        };
         // Whether the cascading DELETE would fail: decided by simulating PostgreSQL's referential
         // triggers over the rows (engine::simulate). Only needed when a non-CASCADE key references
         // the closure; every blocker is one. find_blockers, a per-table count of referencing rows
@@ -248,10 +252,10 @@ impl JobRun {
                 Err(SimError::Db(e)) => return Err(EngineError::Db(e).into()),
                 Err(e) => Some(e.to_string()),
             };
-            // PostgreSQL's own trial of the cascade (before the soft delete, kept in progress
-            // across runs) outranks the simulation, which compares keys by their text (`char(n)`
-            // padding, `numeric` scale) — except where the presets need the simulation's rows.
-            let tried = self.progress.trial.as_deref() == Some(engine::trial::SUCCEEDS);
+            // PostgreSQL's own trial of the cascade, run in this very run on the data as it is
+            // now, outranks the simulation, which compares keys by their text (`char(n)` padding,
+            // `numeric` scale) — except where the presets need the simulation's rows. A trial of an
+            // earlier run does not: rows may have been written since.
             if let Some(why) = why.as_ref()
                 && tried
                 && !order_dependent
@@ -315,15 +319,52 @@ impl JobRun {
     }
 
     /// What a refusal leaves behind: "nothing was deleted", or how far an earlier run got.
-    /// Before anything of the tenant is destroyed (the soft delete not yet run), asks PostgreSQL
-    /// whether the cascading DELETE succeeds: the trial cascade ([`engine::trial`]), bounded like
-    /// a cascading batch and always rolled back. Returns the job's refusal when the cascade fails or
-    /// deletes nothing; records the verdict in `progress.trial` either way.
-    async fn trial(&mut self, plan: &engine::Plan, tenant: &str) -> Result<Option<String>, Stop> {
+    /// Whether no hard-delete statement has run for this job yet.
+    fn before_hard_delete(&self) -> bool {
+        self.progress.hard_delete_started_at.is_none()
+    }
+
+    /// With `[hard_delete] user_triggers = "refuse"`, before the hard delete starts: the job's
+    /// refusal when the tenant's tables have user `DELETE` triggers
+    /// ([`engine::trial::delete_triggers`]).
+    async fn refuse_user_triggers(&self, plan: &engine::Plan) -> Result<Option<String>, Stop> {
         let hd = &self.worker.config.hard_delete;
-        let before_any = self.job.step == "soft_delete" || self.job.step == "resolve";
-        if !hd.trial_cascade || !before_any {
+        if hd.user_triggers == crate::config::UserTriggers::Allow || !self.before_hard_delete() {
             return Ok(None);
+        }
+        let found = engine::trial::delete_triggers(
+            &self.worker.pools.target,
+            plan,
+            hd.lock_timeout,
+            hd.statement_timeout,
+        )
+        .await?;
+        if found.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "refused: the tenant's tables have user triggers on DELETE ({}); deprov deletes leaves \
+             first, not in the cascade's order, so a trigger that looks at other rows can act \
+             differently (or fail part-way); set [hard_delete] user_triggers = \"allow\" if they \
+             do not depend on that order; {}",
+            found.join(", "),
+            self.done_so_far()
+        )))
+    }
+
+    /// Before any hard-delete statement of the job (before the soft delete, and again when the hard
+    /// delete starts after a grace period), asks PostgreSQL whether the cascading DELETE succeeds
+    /// on the data as it is: the trial cascade ([`engine::trial`]), bounded like a cascading batch
+    /// and always rolled back. `Ok(true)` when it succeeded in this run; `Err(refusal)` when the
+    /// cascade fails or deletes nothing. Records the verdict in `progress.trial`.
+    async fn trial(
+        &mut self,
+        plan: &engine::Plan,
+        tenant: &str,
+    ) -> Result<Result<bool, String>, Stop> {
+        let hd = &self.worker.config.hard_delete;
+        if !hd.trial_cascade || !self.before_hard_delete() {
+            return Ok(Ok(false));
         }
         let started = std::time::Instant::now();
         let verdict = engine::trial::trial_cascade(
@@ -338,12 +379,11 @@ impl JobRun {
         self.progress.trial_ms = ms;
         self.progress.longest_rolled_back_ms = self.progress.longest_rolled_back_ms.max(ms);
         self.progress.trial = Some(verdict.label());
-        let refusal = verdict.refusal();
-        let Some(why) = refusal else {
-            return Ok(None);
+        let Some(why) = verdict.refusal() else {
+            return Ok(Ok(verdict == engine::trial::Trial::Succeeds));
         };
         let listed = self.blockers_listed(plan, tenant).await?;
-        Ok(Some(format!(
+        Ok(Err(format!(
             "refused: {why} (PostgreSQL's answer to a trial of it, rolled back); {}{listed}",
             self.done_so_far()
         )))
