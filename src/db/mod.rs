@@ -400,6 +400,24 @@ pub fn connect_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
     PgConnectOptions::from_str(url)
 }
 
+/// Sets `statement_timeout` for the rest of the current transaction to `left` (whole ms, at least
+/// 1): `set_config('statement_timeout', $1, true)`, the function form of `SET LOCAL`, the value
+/// bound as a parameter. For a transaction whose statements share one budget (the trial cascade,
+/// `crate::engine::trial`); like every bound, it ends with the transaction.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_local_statement_timeout(
+    conn: &mut PgConnection,
+    left: Duration,
+) -> Result<(), sqlx::Error> {
+    query("SELECT set_config('statement_timeout', $1, true)")
+        .bind(format!("{}ms", left.as_millis().max(1)))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
 /// Builds a lazily connecting pool: start-up never fails because the database is down; the first
 /// acquire fails fast after `acquire_timeout` instead. Every new TCP connection gets
 /// [`keepalive::Keepalive::DEFAULT`] in `after_connect`, and each new connection increments

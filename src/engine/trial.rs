@@ -158,10 +158,7 @@ pub async fn trial_cascade(
                 "the DELETE used the whole statement_timeout; deferred checks not run".into(),
             ));
         }
-        db::query("SELECT set_config('statement_timeout', $1, true)")
-            .bind(format!("{}ms", left.as_millis()))
-            .execute(&mut *tx)
-            .await?;
+        db::set_local_statement_timeout(&mut tx, left).await?;
         db::query("SET CONSTRAINTS ALL IMMEDIATE")
             .execute(&mut *tx)
             .await?;
