@@ -17,13 +17,24 @@ fn cols(b: &mut SqlBuilder, t: &Table, idx: &[usize]) {
     });
 }
 
+/// The table that `INHERITS` from `tables[i]`, when it has one: about one in five non-root,
+/// non-partitioned tables (chosen from the seed, so the generator's random stream and every
+/// earlier seed's case stay as they were). It holds a copy of all its parent's rows, the victim's
+/// included, and no constraint refers to it: a foreign key covers only its own table, so the
+/// cascade leaves every row of it (deprov once deleted them).
+pub fn inheriting_child(case: &Case, i: usize) -> Option<QualifiedName> {
+    let t = &case.tables[i];
+    (i > 0 && t.partition.is_none() && (case.seed as usize + i).is_multiple_of(5))
+        .then(|| QualifiedName::new(case.schema.clone(), format!("{}_kid", t.name)))
+}
+
 /// `CREATE SCHEMA`, `CREATE TABLE`s and partitions.
 pub fn tables(case: &Case) -> Vec<Statement> {
     let mut out = Vec::new();
     let mut b = SqlBuilder::new();
     b.sql("CREATE SCHEMA IF NOT EXISTS ").ident(&case.schema);
     out.push(b.build());
-    for t in &case.tables {
+    for (i, t) in case.tables.iter().enumerate() {
         let mut b = SqlBuilder::new();
         b.sql("CREATE TABLE ").table(&name(case, t)).sql(" (");
         b.join(&t.columns, ", ", |b, _, c| {
@@ -59,6 +70,15 @@ pub fn tables(case: &Case) -> Vec<Statement> {
         }
         out.push(b.build());
         out.extend(partitions(case, t));
+        if let Some(kid) = inheriting_child(case, i) {
+            let mut b = SqlBuilder::new();
+            b.sql("CREATE TABLE ")
+                .table(&kid)
+                .sql(" () INHERITS (")
+                .table(&name(case, t))
+                .sql(")");
+            out.push(b.build());
+        }
     }
     out
 }
@@ -198,6 +218,16 @@ pub async fn load(db: &PgPool, case: &Case) -> Result<(), String> {
         q.execute(db)
             .await
             .map_err(|e| format!("{e} in: {}", s.text()))?;
+    }
+    for (i, t) in case.tables.iter().enumerate() {
+        if let Some(kid) = inheriting_child(case, i) {
+            let mut b = SqlBuilder::new();
+            b.sql("INSERT INTO ")
+                .table(&kid)
+                .sql(" SELECT * FROM ONLY ")
+                .table(&name(case, t));
+            run(b.build()).await?;
+        }
     }
     for s in constraints(case) {
         run(s).await?;
