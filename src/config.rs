@@ -209,6 +209,13 @@ impl HardDeleteConfig {
     pub fn checkpoint_every(&self, lease: Duration) -> Duration {
         self.checkpoint_interval.min(lease / 3)
     }
+
+    /// The `statement_timeout` bound of a transaction that lets PostgreSQL cascade (a batch over
+    /// absorbed tables, the trial cascade): ⅘ of `max_batch_duration`, at least `lock_timeout` +
+    /// 1 ms, so that a cascade larger than estimated is cut short within the batch's time.
+    pub fn cascading_timeout(&self) -> Duration {
+        (self.max_batch_duration * 4 / 5).max(self.lock_timeout + Duration::from_millis(1))
+    }
 }
 
 impl Default for HardDeleteConfig {

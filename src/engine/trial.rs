@@ -43,15 +43,12 @@ pub enum Trial {
     Undecided(String),
 }
 
-/// [`Trial::label`] of [`Trial::Succeeds`].
-pub const SUCCEEDS: &str = "succeeds";
-
 impl Trial {
     /// The verdict in a word or a sentence, as `progress.trial` and `deprov plan --trial` show it:
     /// `succeeds`, `no tenant`, `deletes nothing`, `fails: …`, `undecided: …`.
     pub fn label(&self) -> String {
         match self {
-            Self::Succeeds => SUCCEEDS.into(),
+            Self::Succeeds => "succeeds".into(),
             Self::NoTenant => "no tenant".into(),
             Self::DeletesNothing => "deletes nothing".into(),
             Self::Fails(e) => format!("fails: {e}"),
@@ -75,10 +72,9 @@ impl Trial {
 }
 
 /// The trial's `statement_timeout` under `[hard_delete]`: that of a batch that lets PostgreSQL
-/// cascade, ⅘ of `max_batch_duration` (at least `lock_timeout` + 1 ms), at most `statement_timeout`.
+/// cascade ([`crate::config::HardDeleteConfig::cascading_timeout`]), at most `statement_timeout`.
 pub fn budget(hd: &crate::config::HardDeleteConfig) -> Duration {
-    hd.statement_timeout
-        .min((hd.max_batch_duration * 4 / 5).max(hd.lock_timeout + Duration::from_millis(1)))
+    hd.statement_timeout.min(hd.cascading_timeout())
 }
 
 /// The user triggers that fire on `DELETE` on the tenant's tables (the closure, partitions

@@ -181,10 +181,7 @@ impl JobRun {
                 // A batch that lets PostgreSQL cascade is cut short early when a parent row has far
                 // more descendants than estimated: then the plan falls back to leaves first.
                 statement_timeout: if cascades {
-                    self.limits.statement_timeout.min(
-                        (hd.max_batch_duration * 4 / 5)
-                            .max(hd.lock_timeout + Duration::from_millis(1)),
-                    )
+                    self.limits.statement_timeout.min(hd.cascading_timeout())
                 } else {
                     self.limits.statement_timeout
                 },
