@@ -71,9 +71,39 @@ pub struct BenchArgs {
     /// The server's `max_wal_size`.
     #[arg(long, default_value = "4GB")]
     pub max_wal_size: String,
+    /// More server settings, `name=value` (repeatable; passed as `postgres -c name=value`), for
+    /// measuring what a setting does: `--server-setting autovacuum=off`,
+    /// `--server-setting wal_compression=lz4`.
+    #[arg(long = "server-setting", value_name = "NAME=VALUE", value_parser = parse_setting)]
+    pub server_settings: Vec<(String, String)>,
     /// Print the report as one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `name=value` of `--server-setting`: a name of letters, digits, `_` and `.`, then `=` and a value
+/// without whitespace or quotes (the server's options are one `pg_ctl -o` string).
+fn parse_setting(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=VALUE, got {s:?}"))?;
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+    {
+        return Err(format!("not a setting name: {name:?}"));
+    }
+    if value.is_empty()
+        || value
+            .chars()
+            .any(|c| c.is_whitespace() || "'\"\\".contains(c))
+    {
+        return Err(format!(
+            "a value without spaces or quotes is needed (it goes to `pg_ctl -o`), got {value:?}"
+        ));
+    }
+    Ok((name.to_owned(), value.to_owned()))
 }
 
 /// Figures of one deletion (the cascade's or deprov's).
@@ -220,7 +250,10 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         settings: vec![
             ("shared_buffers".into(), args.shared_buffers.clone()),
             ("max_wal_size".into(), args.max_wal_size.clone()),
-        ],
+        ]
+        .into_iter()
+        .chain(args.server_settings.iter().cloned())
+        .collect(),
     })?;
     let admin = connect(&server.url("postgres"), 2).await?;
     for db in ["saas", "deprov"] {
@@ -503,4 +536,31 @@ async fn warm(pool: &PgPool, tables: &[QualifiedName]) -> Result<(), sqlx::Error
 async fn checkpoint(admin: &PgPool) -> Result<(), sqlx::Error> {
     sqlx::query("CHECKPOINT").execute(admin).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_setting;
+
+    #[test]
+    fn server_settings_are_name_equals_a_value_pg_ctl_keeps_whole() {
+        assert_eq!(
+            parse_setting("autovacuum=off"),
+            Ok(("autovacuum".into(), "off".into()))
+        );
+        assert_eq!(
+            parse_setting("auto_explain.log_min_duration=10ms"),
+            Ok(("auto_explain.log_min_duration".into(), "10ms".into()))
+        );
+        for bad in [
+            "autovacuum",
+            "=off",
+            "a b=1",
+            "x=",
+            "x=1 -c fsync=off",
+            "x='1'",
+        ] {
+            assert!(parse_setting(bad).is_err(), "{bad:?} was taken");
+        }
+    }
 }
