@@ -77,9 +77,12 @@ impl BenchReport {
             ));
         }
         out.push_str(&format!(
-            "\nforeground baseline ({} ops): p99 {base:.2} ms, p50 {:.2} ms, writes p99 {:.2} ms, \
-             reads p99 {:.2} ms; deprov batches that hit a timeout: {}; deprov's read-only index passes: {}\n",
+            "\nforeground baseline ({} ops, before and after the deletions): p99 {base:.2} ms (before \
+             {:.2}, after {:.2}), p50 {:.2} ms, writes p99 {:.2} ms, reads p99 {:.2} ms; deprov batches \
+             that hit a timeout: {}; deprov's read-only index passes: {}\n",
             self.foreground_baseline_ops,
+            self.foreground_baseline_before_p99_ms,
+            self.foreground_baseline_after_p99_ms,
             self.foreground_baseline_p50_ms,
             self.foreground_baseline_write_p99_ms,
             self.foreground_baseline_read_p99_ms,

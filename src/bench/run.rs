@@ -5,15 +5,20 @@
 //!    `--rows` rows and `--small-tenants` others; `ANALYZE`d.
 //! 2. A copy (`CREATE DATABASE … TEMPLATE`). Both copies are read once (every table scanned) and a
 //!    `CHECKPOINT` runs before each measured phase, so neither side starts colder than the other.
-//! 3. Baseline: the foreground workload ([`super::workload`]) for `--baseline-secs`, with the tenant
-//!    writer running too (the same traffic as in the measured phases, minus the deletion).
+//! 3. Baseline, first half: the foreground workload ([`super::workload`]) for `--baseline-secs`, with
+//!    the tenant writer running too (the same traffic as in the measured phases, minus the deletion).
 //! 4. Cascade: `DELETE FROM app.accounts WHERE id = $1` on the copy, one transaction, with the
 //!    foreground and the tenant writer running.
 //! 5. deprov: a deletion request recorded as intake records it, and a worker (the service's own
 //!    [`crate::worker::Worker`], configured as `deploy/example.toml` plus `--batch-rows` and
 //!    `--rate-limit`) running the job to `completed`, with the same foreground and tenant writer.
 //!    Timed from the request to the job's end (soft delete, blocker checks and checkpoints included).
-//! 6. The two databases are compared table by table (row count and an order-independent md5).
+//! 6. Baseline, second half: both databases `VACUUM`ed (so autovacuum's clean-up of the deleted rows,
+//!    a cost of the deletions, does not run in it) and checkpointed, then the same traffic for
+//!    `--baseline-secs` again (the tenant writer's statements now find no rows). The foreground's baseline is both halves pooled, an
+//!    A-B-A design: a machine whose latency drifts during the run (disk, a neighbour) moves both halves,
+//!    and the report prints each half's p99 so a drift shows.
+//! 7. The two databases are compared table by table (row count and an order-independent md5).
 
 use std::time::{Duration, Instant};
 
@@ -62,7 +67,8 @@ pub struct BenchArgs {
     /// the foreground makes 800 operations/s, so a phase of 1.5 s rests its p99 on ~1,200 samples.
     #[arg(long, default_value_t = 200)]
     pub rate: u32,
-    /// Seconds of foreground (and tenant writer) with no deletion, for the foreground's baseline p99.
+    /// Seconds of foreground (and tenant writer) with no deletion, before the deletions and again
+    /// after them; the foreground's baseline p99 pools both.
     #[arg(long, default_value_t = 5)]
     pub baseline_secs: u64,
     /// The server's `shared_buffers`.
@@ -147,7 +153,7 @@ pub struct BenchReport {
     pub cascade: Side,
     /// deprov's job.
     pub deprov: Side,
-    /// Foreground p99 latency with no deletion running, in ms.
+    /// Foreground p99 latency with no deletion running (both halves of the baseline pooled), in ms.
     pub foreground_baseline_p99_ms: f64,
     /// Foreground median latency with no deletion running, in ms.
     pub foreground_baseline_p50_ms: f64,
@@ -157,6 +163,10 @@ pub struct BenchReport {
     pub foreground_baseline_read_p99_ms: f64,
     /// Foreground operations timed for the baseline.
     pub foreground_baseline_ops: usize,
+    /// Foreground p99 of the baseline's first half (before the deletions), in ms.
+    pub foreground_baseline_before_p99_ms: f64,
+    /// Foreground p99 of the baseline's second half (after deprov's job), in ms.
+    pub foreground_baseline_after_p99_ms: f64,
     /// deprov rows/s ÷ cascade rows/s (issue 3's target: ≥ 0.6).
     pub ratio: f64,
     /// Whether the database deprov worked on equals the cascade's copy, table by table.
@@ -299,11 +309,13 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         "baseline: foreground and tenant writer, no deletion",
     );
     let (saas_url, copy_url) = (server.url("saas"), server.url("saas_cascade"));
+    checkpoint(&admin).await?;
     let running = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
     let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
     tokio::time::sleep(Duration::from_secs(args.baseline_secs)).await;
-    let baseline = running.stop().await;
+    let mut baseline = running.stop().await;
     writer.stop().await;
+    let before_p99 = baseline.quantile_ms(0.99);
 
     say(args.json, "cascade: one DELETE on the copy");
     checkpoint(&admin).await?;
@@ -325,6 +337,24 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
     let (deprov_side, progress) = run_deprov(args, &server, &keys, tenants.large).await?;
     let deprov_time = TimeSplit::from_progress(&progress, deprov_side.elapsed_s);
 
+    say(
+        args.json,
+        "baseline, second half: foreground and tenant writer, no deletion",
+    );
+    // Both databases now hold a tenant's worth of dead rows: vacuumed first, so autovacuum's clean-up
+    // of them (the deletions' cost) does not run during, and count as, the baseline.
+    for pool in [&saas, &copy] {
+        sqlx::query("VACUUM").execute(pool).await?;
+    }
+    checkpoint(&admin).await?;
+    let running = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
+    let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
+    tokio::time::sleep(Duration::from_secs(args.baseline_secs)).await;
+    let after = running.stop().await;
+    writer.stop().await;
+    let after_p99 = after.quantile_ms(0.99);
+    baseline.merge(after);
+
     let equals_cascade =
         database_digest(&saas, "app").await? == database_digest(&copy, "app").await?;
     Ok(BenchReport {
@@ -341,6 +371,8 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         foreground_baseline_write_p99_ms: baseline.write_quantile_ms(0.99),
         foreground_baseline_read_p99_ms: baseline.read_quantile_ms(0.99),
         foreground_baseline_ops: baseline.latencies.len(),
+        foreground_baseline_before_p99_ms: before_p99,
+        foreground_baseline_after_p99_ms: after_p99,
         equals_cascade,
         deprov_timeouts: progress["timeouts"].as_i64().unwrap_or(0),
         deprov_index_passes: progress["index_passes"].as_i64().unwrap_or(0),

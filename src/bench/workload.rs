@@ -48,7 +48,8 @@ impl Samples {
             .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
     }
 
-    fn merge(&mut self, other: Samples) {
+    /// Adds `other`'s samples to these.
+    pub fn merge(&mut self, other: Samples) {
         self.latencies.extend(other.latencies);
         self.writes.extend(other.writes);
         self.reads.extend(other.reads);
