@@ -134,7 +134,8 @@ impl CatalogExpr {
 }
 
 /// The opening of a bounded transaction (see `crate::db::begin`): `BEGIN; SET LOCAL lock_timeout =
-/// '<n>ms'; SET LOCAL statement_timeout = '<m>ms'`, plus `SET LOCAL synchronous_commit = on` or
+/// '<n>ms'; SET LOCAL statement_timeout = '<m>ms'; SET LOCAL idle_in_transaction_session_timeout =
+/// '<i>ms'` (`crate::db::idle_in_transaction_timeout` of the statement timeout), plus `SET LOCAL synchronous_commit = on` or
 /// `off` for [`crate::db::Commit::Durable`] or [`crate::db::Commit::Deferred`], and the planner settings of `crate::db::Bounds::plain_index_scans` when
 /// `plain_index_scans`. Sent as one simple-protocol query. Durations are whole milliseconds, at least 1 (0 would
 /// mean "no limit" to PostgreSQL).
@@ -146,9 +147,11 @@ pub fn begin_bounded(
 ) -> sqlx::AssertSqlSafe<String> {
     let ms = |d: std::time::Duration| d.as_millis().max(1);
     let mut sql = format!(
-        "BEGIN; SET LOCAL lock_timeout = '{}ms'; SET LOCAL statement_timeout = '{}ms'",
+        "BEGIN; SET LOCAL lock_timeout = '{}ms'; SET LOCAL statement_timeout = '{}ms'; \
+         SET LOCAL idle_in_transaction_session_timeout = '{}ms'",
         ms(lock),
-        ms(statement)
+        ms(statement),
+        ms(crate::db::idle_in_transaction_timeout(statement))
     );
     match commit {
         crate::db::Commit::Default => {}

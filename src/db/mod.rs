@@ -16,6 +16,12 @@
 //! the connection survives and goes back to its pool. `SET LOCAL` lasts until the transaction ends, so
 //! no setting outlives it on a pooled server connection.
 //!
+//! The same opening sets `idle_in_transaction_session_timeout` ([`idle_in_transaction_timeout`]):
+//! a transaction whose client stops sending (a frozen or partitioned worker) is ended by the server,
+//! which closes that one session (FATAL 25P03) and rolls it back, instead of holding its row locks
+//! until the client wakes up and possibly committing a batch after a kill switch was acknowledged.
+//! deprov itself never idles in a transaction: each one is a few statements sent back to back.
+//!
 //! deprov never puts a client-side deadline around a statement. sqlx sends no cancel when a query
 //! future is dropped: the statement runs on to completion (a write still commits) while the pool waits
 //! for the connection, and closing the connection to cancel instead is the reconnect churn that took a
@@ -183,6 +189,16 @@ impl Bounds {
             ..self
         }
     }
+}
+
+/// The `idle_in_transaction_session_timeout` of a transaction whose statements are bounded by
+/// `statement_timeout`: the same, but at least 1 s, so a worker slowed by a busy machine (a few
+/// milliseconds between statements) is never cut off. With the defaults (`[hard_delete]
+/// statement_timeout` 5 s, `[worker] stale_after` 10 s) a frozen worker's batch is rolled back by
+/// the server before `deprov kill-switch on --wait` stops waiting for that worker. PostgreSQL docs
+/// §20.11.1.
+pub fn idle_in_transaction_timeout(statement_timeout: Duration) -> Duration {
+    statement_timeout.max(Duration::from_secs(1))
 }
 
 /// How a bounded transaction commits (`SET LOCAL synchronous_commit`, PostgreSQL docs §20.5.1 and

@@ -20,5 +20,6 @@ mod operator_jobs;
 mod plan_report;
 mod reconcile;
 mod schema_edges;
+mod stalled;
 mod tenant_keys;
 mod worker_jobs;
