@@ -241,6 +241,39 @@ pub async fn acquire(pool: &PgPool) -> Result<PoolConnection<Postgres>, sqlx::Er
     result
 }
 
+/// Whether `e` says the connection it came from is gone: an I/O, TLS or protocol error (the peer
+/// closed the socket: "expected to read 5 bytes, got 0 bytes at EOF"), SQLSTATE class 08
+/// (connection exception), 57P01–57P03 (the server is shutting down, crashed or is starting) or
+/// 25P03 (the server ended an idle transaction's session). PostgreSQL docs, Appendix A.
+pub fn connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| {
+            c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03" | "25P03")
+        }),
+        _ => false,
+    }
+}
+
+/// Closes the connections idle in `pool` and returns how many it closed. Called once a connection
+/// was found gone ([`connection_lost`]): after PgBouncer or PostgreSQL restarted, every connection
+/// idle in the pool is almost always gone too, and through a transaction pooler none is pinged before
+/// use ([`pool`]), so each would fail one more statement — for the worker, one more job run and one
+/// more attempt per dead connection. The pool opens new ones when next asked (counted in
+/// `deprov_db_connections_opened_total`); a connection in use is left to its holder.
+pub fn discard_idle(pool: &PgPool) -> usize {
+    let mut closed = 0;
+    for _ in 0..pool.options().get_max_connections() {
+        let Some(mut conn) = pool.try_acquire() else {
+            break;
+        };
+        conn.close_on_drop();
+        drop(conn);
+        closed += 1;
+    }
+    closed
+}
+
 /// [`acquire`]s a connection from `pool` and opens a bounded transaction on it (one round trip,
 /// simple protocol; see the module docs). Commit it; dropping it rolls back. The acquire wait is
 /// recorded by [`acquire`]; the `BEGIN` round trip is not part of it.

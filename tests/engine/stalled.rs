@@ -1,6 +1,8 @@
-//! A worker that stops sending in the middle of a batch (frozen, partitioned) must not keep the
-//! batch's row locks, nor commit the batch when it wakes up: the server ends the transaction after
-//! `idle_in_transaction_session_timeout` (set by every bounded transaction's opening).
+//! Connections that stop working: a worker that stops sending in the middle of a batch (frozen,
+//! partitioned) must not keep the batch's row locks, nor commit the batch when it wakes up (the server
+//! ends the transaction after `idle_in_transaction_session_timeout`, set by every bounded
+//! transaction's opening); and a pool whose connections all died (a restart) hands out new ones after
+//! the first is found dead.
 
 use std::time::Duration;
 
@@ -55,4 +57,54 @@ async fn a_batch_whose_worker_stops_sending_is_rolled_back_by_the_server() {
         .await
         .unwrap();
     assert_eq!(still, 1);
+}
+
+/// After PgBouncer or PostgreSQL restarted, every connection idle in a pool is dead; through a
+/// transaction pooler none is pinged before use. The first statement to find one dead has the pool's
+/// idle connections closed (`db::discard_idle`, as the worker does), so the next statements get new
+/// connections instead of failing once per dead one (one job attempt each, in a reviewer's run).
+#[tokio::test]
+async fn after_one_lost_connection_the_dead_idle_ones_are_closed_not_handed_out() {
+    use sqlx::postgres::PgPoolOptions;
+    let env = env("").await;
+    let options = db::connect_options(&env.server.url("target"))
+        .unwrap()
+        .application_name("lost-connections");
+    let pool = PgPoolOptions::new()
+        .max_connections(3)
+        .test_before_acquire(false)
+        .connect_lazy_with(options);
+    let held: Vec<_> = futures::future::join_all((0..3).map(|_| db::acquire(&pool)))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    for mut conn in held {
+        conn.return_to_pool().await;
+    }
+    assert_eq!(pool.num_idle(), 3);
+    let terminated: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity \
+         WHERE application_name = 'lost-connections'",
+    )
+    .fetch_all(&env.db)
+    .await
+    .unwrap();
+    assert_eq!(terminated, vec![true; 3]);
+
+    let select_1 = |pool: &sqlx::PgPool| {
+        let pool = pool.clone();
+        async move {
+            let mut tx = db::begin(&pool, Bounds::STATE).await?;
+            let one: i32 = db::query_scalar("SELECT 1").fetch_one(&mut *tx).await?;
+            tx.commit().await?;
+            Ok::<i32, sqlx::Error>(one)
+        }
+    };
+    let lost = select_1(&pool).await.expect_err("a terminated connection");
+    assert!(db::connection_lost(&lost), "{lost:?}");
+    assert_eq!(db::discard_idle(&pool), 2);
+    for answer in futures::future::join_all((0..3).map(|_| select_1(&pool))).await {
+        assert_eq!(answer.expect("a new connection"), 1);
+    }
 }

@@ -81,7 +81,18 @@ impl JobRun {
             Ok(outcome) => Some(outcome),
             Err(Stop::Outcome(outcome)) => Some(outcome),
             Err(Stop::LeaseLost) => None,
-            Err(Stop::Error(e)) => Some(self.classify(&e)),
+            Err(Stop::Error(e)) => {
+                if let EngineError::Db(db) = &e
+                    && db::connection_lost(db)
+                {
+                    // The pooler or a server restarted: the other idle connections are gone too.
+                    // Closed now, the retry opens fresh ones instead of failing once per dead one.
+                    let pools = &self.worker.pools;
+                    let closed = db::discard_idle(&pools.target) + db::discard_idle(&pools.queue);
+                    tracing::warn!(job = %self.job.id, closed, "a database connection was lost: closed the idle ones too");
+                }
+                Some(self.classify(&e))
+            }
         };
         (outcome, self.progress)
     }
