@@ -161,6 +161,29 @@ impl JobRun {
             .map(|k| format!("tenant:{k}"))
     }
 
+    /// Awaits `work` (a read-only check before the soft delete: the simulation, the blocker
+    /// counts), renewing the lease every third of `[worker] lease` meanwhile, so a check that takes
+    /// longer than the lease on a large tenant never lets another worker take over a live run.
+    ///
+    /// # Errors
+    /// [`Stop::LeaseLost`] when a renewal finds the lease taken; the state database's errors.
+    async fn keeping_lease<T>(
+        &self,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, Stop> {
+        let step = self.job.step.clone();
+        let stored = Checkpoint::from_json(self.job.checkpoint.as_ref());
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return Ok(out),
+                () = tokio::time::sleep(self.worker.config.worker.lease / 3) => {
+                    self.heartbeat(&step, stored.as_ref()).await?;
+                }
+            }
+        }
+    }
+
     async fn heartbeat(&self, step: &str, checkpoint: Option<&Checkpoint>) -> Result<(), Stop> {
         let cp = checkpoint.map(Checkpoint::to_json);
         let w = &self.worker;
@@ -238,14 +261,15 @@ impl JobRun {
         // outside the tenant, only names them in the message: its tenant test follows simple table
         // paths, so it can count a row the cascade reaches deeper in a tree (a false blocker).
         if simulate::needs_simulation(&plan) {
-            let verdict = simulate::simulate(
-                &w.pools.target,
-                &plan,
-                &tenant,
-                &self.limits,
-                config.hard_delete.max_simulated_rows,
-            )
-            .await;
+            let verdict = self
+                .keeping_lease(simulate::simulate(
+                    &w.pools.target,
+                    &plan,
+                    &tenant,
+                    &self.limits,
+                    config.hard_delete.max_simulated_rows,
+                ))
+                .await?;
             // A cascade that fails in one row order and not the other is refused even when the
             // trial (one order) succeeded.
             let order_dependent = matches!(verdict, Ok(Verdict::OrderDependent(_)));
@@ -278,7 +302,9 @@ impl JobRun {
                     "the simulation said: {why}; PostgreSQL's trial of the cascade succeeded and decides"
                 ));
             } else if let Some(why) = why {
-                let listed = self.blockers_listed(&plan, &tenant).await?;
+                let listed = self
+                    .keeping_lease(self.blockers_listed(&plan, &tenant))
+                    .await??;
                 return Ok(Outcome::Failed(format!(
                     "refused: {why}; {}{listed}",
                     self.done_so_far()
