@@ -88,7 +88,8 @@ pub struct BenchArgs {
 }
 
 /// `name=value` of `--server-setting`: a name of letters, digits, `_` and `.`, then `=` and a value
-/// without whitespace or quotes (the server's options are one `pg_ctl -o` string).
+/// of letters, digits and `_ . , : / + - % @` (the server's options are one `pg_ctl -o` string,
+/// which a shell splits: a `|` or `;` would be the shell's).
 fn parse_setting(s: &str) -> Result<(String, String), String> {
     let (name, value) = s
         .split_once('=')
@@ -100,13 +101,15 @@ fn parse_setting(s: &str) -> Result<(String, String), String> {
     {
         return Err(format!("not a setting name: {name:?}"));
     }
+    // `pg_ctl -o` hands the options to a shell: only characters no shell gives a meaning to.
     if value.is_empty()
-        || value
+        || !value
             .chars()
-            .any(|c| c.is_whitespace() || "'\"\\".contains(c))
+            .all(|c| c.is_ascii_alphanumeric() || "_.,:/+-%@".contains(c))
     {
         return Err(format!(
-            "a value without spaces or quotes is needed (it goes to `pg_ctl -o`), got {value:?}"
+            "a value of letters, digits and _ . , : / + - % @ is needed (it goes to `pg_ctl -o` \
+             through a shell), got {value:?}"
         ));
     }
     Ok((name.to_owned(), value.to_owned()))
@@ -597,6 +600,9 @@ mod tests {
             "x=",
             "x=1 -c fsync=off",
             "x='1'",
+            "log_line_prefix=%m|%a",
+            "x=1;touch",
+            "x=$(id)",
         ] {
             assert!(parse_setting(bad).is_err(), "{bad:?} was taken");
         }
