@@ -1,8 +1,8 @@
 //! Connections that stop working: a worker that stops sending in the middle of a batch (frozen,
 //! partitioned) must not keep the batch's row locks, nor commit the batch when it wakes up (the server
 //! ends the transaction after `idle_in_transaction_session_timeout`, set by every bounded
-//! transaction's opening); and a pool whose connections all died (a restart) hands out new ones after
-//! the first is found dead.
+//! transaction's opening); a pool whose connections all died (a restart) hands out new ones after
+//! the first is found dead; and a worker whose check before the soft delete waits keeps its lease.
 
 use std::time::Duration;
 
@@ -107,4 +107,63 @@ async fn after_one_lost_connection_the_dead_idle_ones_are_closed_not_handed_out(
     for answer in futures::future::join_all((0..3).map(|_| select_1(&pool))).await {
         assert_eq!(answer.expect("a new connection"), 1);
     }
+}
+
+/// A check before the soft delete that takes longer than a third of the lease (here: the simulation
+/// waiting for a lock an application holds on a table it reads) renews the lease while it runs, so a
+/// live worker's job is never left to expire and be taken over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_is_renewed_while_a_check_before_the_soft_delete_waits() {
+    let config = crate::harness::config_hard(
+        "batch_rows = 7\nmax_batch_rows = 7\nmax_batch_duration = \"850ms\"\n\
+         lock_timeout = \"800ms\"\ncascade_rows = 0\ntrial_cascade = false",
+        "installation",
+        "",
+    );
+    let env = crate::harness::env_with_config(&config).await;
+    // The application holds a lock on the table the simulation must read (the RESTRICT reference).
+    let mut app = env.db.begin().await.unwrap();
+    sqlx::query("LOCK TABLE app.invoices IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *app)
+        .await
+        .unwrap();
+    let job = env.request("1").await;
+    let worker = env.worker("w1");
+    let run = tokio::spawn(async move { worker.step().await.unwrap() });
+
+    let waiting = || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE application_name = 'deprov-target' AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+        n > 0
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !waiting().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the check never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let leased = env.job(job).await.lease_expires_at.expect("a lease");
+    // Renewed (every third of the 1 s lease) before the check's own 800 ms lock_timeout ends it.
+    let renewed = loop {
+        let now = env.job(job).await.lease_expires_at.expect("a lease");
+        if now > leased {
+            break true;
+        }
+        if !waiting().await {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    app.rollback().await.unwrap();
+    assert!(renewed, "the lease was not renewed while the check waited");
+    run.await.unwrap();
+    let done = env.job(job).await;
+    assert_eq!((done.state.as_str(), done.attempts), ("completed", 1));
 }
