@@ -166,7 +166,8 @@ impl JobRun {
     /// longer than the lease on a large tenant never lets another worker take over a live run.
     ///
     /// # Errors
-    /// [`Stop::LeaseLost`] when a renewal finds the lease taken; the state database's errors.
+    /// [`Stop::LeaseLost`] when a renewal found the lease taken, or the state database's error of a
+    /// renewal; either only once `work` has finished.
     async fn keeping_lease<T>(
         &self,
         work: impl std::future::Future<Output = T>,
@@ -174,11 +175,17 @@ impl JobRun {
         let step = self.job.step.clone();
         let stored = Checkpoint::from_json(self.job.checkpoint.as_ref());
         tokio::pin!(work);
+        // A failed renewal does not drop `work`: that would abandon its statement mid-flight on its
+        // connection (crate::db). The check finishes, bounded by its own timeouts, and then the run
+        // stops.
+        let mut failed = None;
         loop {
             tokio::select! {
-                out = &mut work => return Ok(out),
-                () = tokio::time::sleep(self.worker.config.worker.lease / 3) => {
-                    self.heartbeat(&step, stored.as_ref()).await?;
+                out = &mut work => return failed.map_or(Ok(out), Err),
+                () = tokio::time::sleep(self.worker.config.worker.lease / 3), if failed.is_none() => {
+                    if let Err(stop) = self.heartbeat(&step, stored.as_ref()).await {
+                        failed = Some(stop);
+                    }
                 }
             }
         }
