@@ -65,6 +65,7 @@ impl EngineError {
     /// Whether retrying later may succeed: lock timeout (55P03), statement timeout (57014),
     /// serialization failure (40001), deadlock (40P01), too many connections (53300), the
     /// connection-exception class (08xxx, also PgBouncer's 08P01), admin shutdown (57P01..57P03),
+    /// a session the server ended for idling in a transaction (25P03: a worker that froze mid-batch),
     /// I/O errors, pool acquire timeouts, and [`EngineError::TargetRestarted`].
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -86,21 +87,17 @@ impl EngineError {
     }
 }
 
-/// See [`EngineError::is_retryable`].
+/// See [`EngineError::is_retryable`]: a lost connection ([`crate::db::connection_lost`]), a pool
+/// acquire timeout, or one of the transient SQLSTATEs.
 pub fn is_retryable(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(d) => d.code().is_some_and(|c| {
-            matches!(
-                c.as_ref(),
-                "55P03" | "57014" | "40001" | "40P01" | "53300" | "57P01" | "57P02" | "57P03"
-            ) || c.starts_with("08")
-        }),
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::Tls(_) => true,
-        _ => false,
-    }
+    crate::db::connection_lost(e)
+        || match e {
+            sqlx::Error::Database(d) => d.code().is_some_and(|c| {
+                matches!(c.as_ref(), "55P03" | "57014" | "40001" | "40P01" | "53300")
+            }),
+            sqlx::Error::PoolTimedOut => true,
+            _ => false,
+        }
 }
 
 /// Timeouts and size of one batch.

@@ -49,8 +49,16 @@ async fn a_batch_whose_worker_stops_sending_is_rolled_back_by_the_server() {
     other.commit().await.unwrap();
     assert_eq!(touched, 1, "the frozen batch's DELETE was rolled back");
 
-    // Woken up, the worker cannot commit what it deleted.
-    assert!(frozen.commit().await.is_err());
+    // Woken up, the worker cannot commit what it deleted, and its run is retried (a lost
+    // connection), not failed.
+    let woken = frozen
+        .commit()
+        .await
+        .expect_err("the server ended the batch");
+    assert!(
+        db::connection_lost(&woken) && deprov::engine::is_retryable(&woken),
+        "{woken:?}"
+    );
     let still: i64 = sqlx::query_scalar("SELECT count(*) FROM app.projects WHERE id = $1")
         .bind(project)
         .fetch_one(&env.db)
