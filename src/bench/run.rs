@@ -313,11 +313,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
     );
     let (saas_url, copy_url) = (server.url("saas"), server.url("saas_cascade"));
     checkpoint(&admin).await?;
-    let running = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
-    let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
-    tokio::time::sleep(Duration::from_secs(args.baseline_secs)).await;
-    let mut baseline = running.stop().await;
-    writer.stop().await;
+    let mut baseline = baseline_window(args, &saas_url, &keys).await;
     let before_p99 = baseline.quantile_ms(0.99);
 
     say(args.json, "cascade: one DELETE on the copy");
@@ -350,11 +346,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         sqlx::query("VACUUM").execute(pool).await?;
     }
     checkpoint(&admin).await?;
-    let running = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
-    let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
-    tokio::time::sleep(Duration::from_secs(args.baseline_secs)).await;
-    let after = running.stop().await;
-    writer.stop().await;
+    let after = baseline_window(args, &saas_url, &keys).await;
     let after_p99 = after.quantile_ms(0.99);
     baseline.merge(after);
 
@@ -572,6 +564,17 @@ async fn warm(pool: &PgPool, tables: &[QualifiedName]) -> Result<(), sqlx::Error
         sqlx::query(b.build().as_query()).execute(pool).await?;
     }
     Ok(())
+}
+
+/// One window of the baseline: the foreground and the tenant writer on `url` for
+/// `--baseline-secs`, no deletion; the foreground's samples.
+async fn baseline_window(args: &BenchArgs, url: &str, keys: &Keys) -> Samples {
+    let running = workload::start(url, args.clients, args.rate, keys.foreground.clone());
+    let writer = workload::start(url, 1, args.rate, keys.tenant.clone());
+    tokio::time::sleep(Duration::from_secs(args.baseline_secs)).await;
+    let samples = running.stop().await;
+    writer.stop().await;
+    samples
 }
 
 async fn checkpoint(admin: &PgPool) -> Result<(), sqlx::Error> {
