@@ -90,7 +90,7 @@ pub struct BenchArgs {
 /// `name=value` of `--server-setting`: a name of letters, digits, `_` and `.`, then `=` and a value
 /// of letters, digits and `_ . , : / + - % @` (the server's options are one `pg_ctl -o` string,
 /// which a shell splits: a `|` or `;` would be the shell's).
-fn parse_setting(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_setting(s: &str) -> Result<(String, String), String> {
     let (name, value) = s
         .split_once('=')
         .ok_or_else(|| format!("expected NAME=VALUE, got {s:?}"))?;

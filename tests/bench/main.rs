@@ -107,6 +107,7 @@ async fn intake_figures_are_consistent() {
         pool_size: 4,
         direct: false,
         group_writers: Some(3),
+        server_settings: vec![("deadlock_timeout".into(), "2s".into())],
         json: true,
     };
     let r = intake::run(&args).await.expect("bench runs");
@@ -130,5 +131,22 @@ async fn intake_figures_are_consistent() {
         assert_eq!(phase.accepted + phase.errors, phase.sent);
         assert!(phase.p50_ms <= phase.p99_ms);
     }
+    // ≤ 100 requests per condition: a p99 is the slowest, so the pooled p99 is the rounds' highest
+    // and nothing in the idle segments is slower than it.
+    assert_eq!(r.rounds_p99_ms.len(), 2, "{r:#?}");
+    for (i, phase) in [&r.baseline, &r.locked].into_iter().enumerate() {
+        let highest = r
+            .rounds_p99_ms
+            .iter()
+            .map(|round| round[i])
+            .fold(0.0, f64::max);
+        assert_eq!(highest, phase.p99_ms, "{r:#?}");
+        assert_eq!(
+            r.slow_by_offset[i].len(),
+            2,
+            "half seconds of a 1 s segment"
+        );
+    }
+    assert_eq!(r.slow_by_offset[0].iter().sum::<usize>(), 0, "{r:#?}");
     assert_eq!(r.goals.len(), 3);
 }

@@ -155,7 +155,7 @@ pub async fn run(args: &CascadeArgs) -> Result<CascadeReport, ReplayError> {
         ..BouncerOptions::default()
     };
     say("loading the demo schema, copying it, starting PgBouncer");
-    let stage = Stage::start(&size, &["saas_cascade"], &bouncer).await?;
+    let stage = Stage::start(&size, &["saas_cascade"], &bouncer, &[]).await?;
     let tenant = stage.tenants.large;
     let saas_direct = connect(&stage.pg.url("saas"), 2).await?;
     let keys = Keys::sample(&saas_direct, tenant, &stage.tenants.small).await?;

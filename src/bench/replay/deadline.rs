@@ -161,7 +161,7 @@ pub async fn run(args: &DeadlineArgs) -> Result<DeadlineReport, ReplayError> {
         small_tenants: 20,
         large_tenant_rows: 5_000,
     };
-    let stage = Stage::start(&size, &[], &bouncer).await?;
+    let stage = Stage::start(&size, &[], &bouncer, &[]).await?;
     let service = Duration::from_millis(args.service_ms);
     let base_rate = args
         .base_rate

@@ -18,6 +18,11 @@
 //!    app.accounts IN ACCESS EXCLUSIVE MODE` and `--lock-waiters` sessions wait on it. Each
 //!    condition's p99 is over all its segments, so drift during the run (the state tables grow,
 //!    autovacuum, a WAL checkpoint) falls on both alike instead of on whichever phase came second.
+//!    Each round starts with a `CHECKPOINT` (and the server keeps `min_wal_size = 1GB` of recycled
+//!    WAL): on a fresh server every new 16 MB WAL segment is zero-filled while commits wait, and
+//!    the kernel writes dirty data back in bursts of 20–80 MB; either stalled intake for 100–240 ms
+//!    in whichever segment it fell, the target idle or not (`--lock-waiters 0` showed it too).
+//!    Each round's p99 is printed, and where in their segments the slow requests fell.
 //!    Goal: the saturated p99 ≤ 1.5× the baseline.
 
 use std::sync::Arc;
@@ -70,6 +75,10 @@ pub struct IntakeArgs {
     /// deprov's `[intake] group_writers` for this run (default: the configuration's, 2).
     #[arg(long)]
     pub group_writers: Option<usize>,
+    /// Server settings, `name=value` (repeatable; `postgres -c name=value`), to measure what one
+    /// does: `--server-setting deadlock_timeout=1h`.
+    #[arg(long = "server-setting", value_name = "NAME=VALUE", value_parser = crate::bench::run::parse_setting)]
+    pub server_settings: Vec<(String, String)>,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -127,6 +136,13 @@ pub struct IntakeReport {
     pub baseline: LatencyPhase,
     /// Latency with the target saturated with lock waits.
     pub locked: LatencyPhase,
+    /// Each round's p99 in ms: `[target idle, target saturated]`, in the order run, to tell a
+    /// steady difference from one stall that lands in one segment.
+    pub rounds_p99_ms: Vec<[f64; 2]>,
+    /// Requests slower than the idle p99, counted by the half second of their segment they were
+    /// scheduled in: `[target idle, target saturated]`. Slow requests bunched at one offset of
+    /// every saturated segment point at something the saturation does at that time.
+    pub slow_by_offset: [Vec<usize>; 2],
     /// Sessions waiting on a lock in the target, lowest of the two readings (start and end).
     pub lock_waiters_seen: i64,
     /// The goals.
@@ -152,7 +168,11 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
         small_tenants: 20,
         large_tenant_rows: 5_000,
     };
-    let stage = Stage::start(&size, &[], &bouncer).await?;
+    let settings: Vec<(String, String)> = [("min_wal_size".to_owned(), "1GB".to_owned())]
+        .into_iter()
+        .chain(args.server_settings.iter().cloned())
+        .collect();
+    let stage = Stage::start(&size, &[], &bouncer, &settings).await?;
     let state = connect(&stage.pg.url("deprov"), 2).await?;
     pgbench::prepare(&state).await?;
     let (config, group_writers) = config(args.group_writers)?;
@@ -192,17 +212,31 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
     say("latency at a fixed rate: rounds of the target idle, then saturated with lock waits");
     let (mut idle, mut saturated) = (Vec::new(), Vec::new());
     let mut lock_waiters_seen = i64::MAX;
+    let mut rounds_p99_ms = Vec::new();
     for _ in 0..args.latency_rounds.max(1) {
-        idle.extend(fixed_rate(&client, &deprov.base, &next, rate, args.latency_secs).await);
+        // Between segments, not in one: the WAL written so far becomes recycled segments (kept up
+        // to `min_wal_size`) and the dirty data is written now, not in a kernel writeback burst.
+        checkpoint(&stage).await?;
+        let quiet = fixed_rate(&client, &deprov.base, &next, rate, args.latency_secs).await;
         let saturation = Saturation::start(&stage, args.lock_waiters).await?;
         let at_start = saturation.waiters(&stage).await?;
-        saturated.extend(fixed_rate(&client, &deprov.base, &next, rate, args.latency_secs).await);
+        let locked = fixed_rate(&client, &deprov.base, &next, rate, args.latency_secs).await;
         let at_end = saturation.waiters(&stage).await?;
         saturation.release().await?;
         lock_waiters_seen = lock_waiters_seen.min(at_start).min(at_end);
+        rounds_p99_ms.push([
+            load::quantile_ms(&quiet, 0.99),
+            load::quantile_ms(&locked, 0.99),
+        ]);
+        idle.extend(quiet);
+        saturated.extend(locked);
     }
     deprov.stop().await;
     let (baseline, locked) = (LatencyPhase::of(&idle), LatencyPhase::of(&saturated));
+    let slow_by_offset = [
+        slow_by_offset(&idle, baseline.p99_ms, args.latency_secs),
+        slow_by_offset(&saturated, baseline.p99_ms, args.latency_secs),
+    ];
 
     let ratio = super::ratio(intake_per_s, pgbench.tps);
     let goals = vec![
@@ -248,6 +282,8 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
         latency_secs: args.latency_secs,
         baseline,
         locked,
+        rounds_p99_ms,
+        slow_by_offset,
         lock_waiters_seen,
         goals,
     })
@@ -278,6 +314,28 @@ fn config(writers: Option<usize>) -> Result<(String, usize), ReplayError> {
             "the bench configuration has no `group_writers = N` line".into(),
         )),
     }
+}
+
+/// `CHECKPOINT` (PostgreSQL docs, SQL Commands → CHECKPOINT): waits until every dirty buffer is
+/// written and synced, and lets the server recycle the WAL segments before it (`min_wal_size`,
+/// §30.5) instead of creating and zero-filling new ones (`wal_init_zero`) under load.
+async fn checkpoint(stage: &Stage) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql("CHECKPOINT").execute(&stage.direct).await?;
+    Ok(())
+}
+
+/// How many of `shots` (each counted from its own segment's start) took longer than `over_ms`,
+/// by half second of the segment (`secs` long).
+fn slow_by_offset(shots: &[Shot], over_ms: f64, secs: u64) -> Vec<usize> {
+    let buckets = usize::try_from(secs * 2).unwrap_or(0).max(1);
+    let mut counts = vec![0; buckets];
+    for shot in shots {
+        if shot.outcome == Outcome::Ok && shot.latency.as_secs_f64() * 1000.0 > over_ms {
+            let half = (shot.at.as_secs_f64() * 2.0) as usize;
+            counts[half.min(buckets - 1)] += 1;
+        }
+    }
+    counts
 }
 
 /// Rows in `deprov.deletion_requests`.
@@ -480,6 +538,19 @@ impl IntakeReport {
         };
         phase("intake, target idle", &self.baseline);
         phase("intake, target saturated with lock waits", &self.locked);
+        let rounds: Vec<String> = self
+            .rounds_p99_ms
+            .iter()
+            .map(|[idle, locked]| format!("{idle:.1}/{locked:.1}"))
+            .collect();
+        out.push_str(&format!(
+            "  p99 by round, idle/saturated (ms): {}\n",
+            rounds.join("  ")
+        ));
+        let [quiet, locked] = &self.slow_by_offset;
+        out.push_str(&format!(
+            "  requests over the idle p99 by 0.5 s of their segment: idle {quiet:?}, saturated {locked:?}\n"
+        ));
         out.push_str(&format!(
             "{:<60} {:>16}\n",
             "  sessions waiting on a lock in the target (lowest reading)", self.lock_waiters_seen

@@ -54,8 +54,13 @@ impl Stage {
         size: &DemoSize,
         copies: &[&str],
         bouncer: &BouncerOptions,
+        settings: &[(String, String)],
     ) -> Result<Self, ReplayError> {
-        let pg = tokio::task::spawn_blocking(|| Throwaway::start(&ThrowawayOptions::default()))
+        let options = ThrowawayOptions {
+            settings: settings.to_vec(),
+            ..ThrowawayOptions::default()
+        };
+        let pg = tokio::task::spawn_blocking(move || Throwaway::start(&options))
             .await
             .map_err(|e| ReplayError::Run(e.to_string()))??;
         let direct = connect(&pg.url("postgres"), 4).await?;
