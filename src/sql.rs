@@ -134,10 +134,10 @@ impl CatalogExpr {
 }
 
 /// The opening of a bounded transaction (see `crate::db::begin`): `BEGIN; SET LOCAL lock_timeout =
-/// '<n>ms'; SET LOCAL statement_timeout = '<m>ms'; SET LOCAL idle_in_transaction_session_timeout =
-/// '<i>ms'` (`crate::db::idle_in_transaction_timeout` of the statement timeout), plus `SET LOCAL synchronous_commit = on` or
+/// '<n>ms'; SET LOCAL idle_in_transaction_session_timeout = '<i>ms'`
+/// (`crate::db::idle_in_transaction_timeout` of the statement timeout), plus `SET LOCAL synchronous_commit = on` or
 /// `off` for [`crate::db::Commit::Durable`] or [`crate::db::Commit::Deferred`], and the planner settings of `crate::db::Bounds::plain_index_scans` when
-/// `plain_index_scans`. Sent as one simple-protocol query. Durations are whole milliseconds, at least 1 (0 would
+/// `plain_index_scans`, and last `SET LOCAL statement_timeout = '<m>ms'`. Sent as one simple-protocol query. Durations are whole milliseconds, at least 1 (0 would
 /// mean "no limit" to PostgreSQL).
 pub fn begin_bounded(
     lock: std::time::Duration,
@@ -147,10 +147,8 @@ pub fn begin_bounded(
 ) -> sqlx::AssertSqlSafe<String> {
     let ms = |d: std::time::Duration| d.as_millis().max(1);
     let mut sql = format!(
-        "BEGIN; SET LOCAL lock_timeout = '{}ms'; SET LOCAL statement_timeout = '{}ms'; \
-         SET LOCAL idle_in_transaction_session_timeout = '{}ms'",
+        "BEGIN; SET LOCAL lock_timeout = '{}ms'; SET LOCAL idle_in_transaction_session_timeout = '{}ms'",
         ms(lock),
-        ms(statement),
         ms(crate::db::idle_in_transaction_timeout(statement))
     );
     match commit {
@@ -164,6 +162,15 @@ pub fn begin_bounded(
              SET LOCAL enable_indexonlyscan = off",
         );
     }
+    // statement_timeout last: it bounds the statements after it, and no statement of the opening
+    // may fail after BEGIN. sqlx (0.9) counts the transaction, and so rolls it back on drop, only
+    // once the whole message succeeded: an opening that failed after BEGIN would go back to the
+    // pool inside an aborted transaction (25P02 for the connection's next user). Seen once: a job
+    // failed with 25P02 when a trial build gave every batch a 16 ms bound on a busy machine.
+    sql.push_str(&format!(
+        "; SET LOCAL statement_timeout = '{}ms'",
+        ms(statement)
+    ));
     sqlx::AssertSqlSafe(sql)
 }
 
@@ -289,6 +296,28 @@ impl SqlBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_opening_sets_statement_timeout_last() {
+        for (commit, plain) in [
+            (crate::db::Commit::Default, false),
+            (crate::db::Commit::Deferred, true),
+        ] {
+            let sql = begin_bounded(
+                std::time::Duration::from_millis(5),
+                std::time::Duration::from_millis(16),
+                commit,
+                plain,
+            )
+            .0;
+            assert!(sql.starts_with("BEGIN; "), "{sql}");
+            assert!(
+                sql.ends_with("; SET LOCAL statement_timeout = '16ms'"),
+                "nothing may follow it: {sql}"
+            );
+            assert_eq!(sql.matches("statement_timeout").count(), 1, "{sql}");
+        }
+    }
 
     #[test]
     fn quotes_every_identifier() {
