@@ -573,18 +573,18 @@ impl Config {
                 "must be between 1 and 100000000",
             ));
         }
+        if hd.statement_timeout.is_zero() || hd.statement_timeout > Duration::from_secs(600) {
+            return Err(invalid(
+                "hard_delete.statement_timeout",
+                "must be between 1ms and 10m",
+            ));
+        }
         if hd.max_batch_duration < Duration::from_millis(1)
             || hd.max_batch_duration >= hd.statement_timeout
         {
             return Err(invalid(
                 "hard_delete.max_batch_duration",
                 "must be at least 1ms and below hard_delete.statement_timeout",
-            ));
-        }
-        if hd.statement_timeout.is_zero() || hd.statement_timeout > Duration::from_secs(600) {
-            return Err(invalid(
-                "hard_delete.statement_timeout",
-                "must be between 1ms and 10m",
             ));
         }
         if hd.lock_timeout.is_zero() || hd.lock_timeout >= hd.statement_timeout {
@@ -838,6 +838,11 @@ mod tests {
                 "hard_delete.lock_timeout",
             ),
             ("[hard_delete]\nbatch_rows = 0", "hard_delete.batch_rows"),
+            // Named as itself, not as the max_batch_duration it must exceed.
+            (
+                "[hard_delete]\nstatement_timeout = \"0s\"",
+                "hard_delete.statement_timeout",
+            ),
             (
                 "[hard_delete]\nmax_simulated_rows = 0",
                 "hard_delete.max_simulated_rows",
