@@ -217,6 +217,10 @@ pub fn report_text(r: &Report) -> String {
     section("held jobs", r.held.iter().map(job_line).collect());
     section("failed jobs", r.failed.iter().map(job_line).collect());
     section(
+        "running jobs whose worker stopped (lease expired; the next worker to look for work takes each over from its checkpoint)",
+        r.stalled.iter().map(job_line).collect(),
+    );
+    section(
         "jobs waiting in grace",
         r.in_grace.iter().map(job_line).collect(),
     );

@@ -490,3 +490,37 @@ async fn deprov_reconcile_is_a_dry_run_until_apply_and_then_retries_at_the_given
     );
     let _ = std::fs::remove_file(&path);
 }
+
+#[tokio::test]
+async fn a_running_job_whose_worker_stopped_is_listed_until_a_worker_takes_it_over() {
+    let env = env_with_config(&grace_config("0s")).await;
+    // Tenant 3's worker is alive (lease 1 h). Tenant 1's worker stopped: its lease (0 ms) expired.
+    let alive = send(&env, "billing", "3", None).await.job_id;
+    let claimed =
+        deprov::queue::jobs::claim(&env.db, "w-alive", std::time::Duration::from_secs(3600))
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(claimed.id, alive);
+    let gone = send(&env, "billing", "1", None).await.job_id;
+    let claimed = deprov::queue::jobs::claim(&env.db, "w-gone", std::time::Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.id, gone);
+
+    let r = report(&env, &Filter::default(), None).await;
+    let stalled: Vec<_> = r
+        .stalled
+        .iter()
+        .map(|j| (j.job_id, j.state.as_str()))
+        .collect();
+    assert_eq!(stalled, [(gone, "running")], "{r:#?}");
+    assert!(r.held.is_empty() && r.failed.is_empty(), "{r:#?}");
+
+    // A worker looking for work takes it over and completes it; then nothing is stalled.
+    env.drain(&env.worker("w1")).await;
+    assert_eq!(env.job(gone).await.state(), JobState::Completed);
+    let r = report(&env, &Filter::default(), None).await;
+    assert!(r.stalled.is_empty(), "{r:#?}");
+}

@@ -4,6 +4,8 @@
 //! - requests received while a kill switch held their job (`received_while_held`);
 //! - jobs `held`, `failed`, and waiting in the grace period (`queued` / `held` with
 //!   `progress.grace_until` in the future and no hard delete started);
+//! - jobs `running` whose lease expired (`stalled`): their worker stopped and no worker has looked
+//!   for work since (the next one takes each over from its checkpoint);
 //! - collapsed duplicates: requests attached to a job another (earlier) request created;
 //! - orphans: tenants the target shows soft-deleted (`[soft_delete] orphans`) with no job
 //!   `queued`, `held`, `running`, `completed` or `failed` (a failed job is listed as failed and
@@ -189,6 +191,11 @@ pub struct Report {
     pub held: Vec<JobRow>,
     /// Jobs `failed`, oldest first.
     pub failed: Vec<JobRow>,
+    /// Jobs `running` whose lease has expired, oldest first: their worker stopped (crashed, killed,
+    /// cut off) and no worker has looked for work since. The next worker that does takes each over
+    /// from its checkpoint (an attempt); until one runs, nothing happens to them. `--cancel`
+    /// cancels them at once.
+    pub stalled: Vec<JobRow>,
     /// Jobs waiting in their grace period, oldest first.
     pub in_grace: Vec<JobRow>,
     /// Requests attached to a job another request created, oldest first.
@@ -240,6 +247,13 @@ async fn jobs_where(
             job_filter!(),
             " ORDER BY j.created_at, j.id"
         )),
+        Which::Stalled => crate::db::query_as(concat!(
+            "SELECT j.id AS job_id, j.tenant_id, j.subject, j.state, j.step, j.attempts, j.last_error, \
+               deprov.job_blocked_by(j.id) AS blocked_by, j.progress->>'grace_until' AS grace_until, j.created_at \
+             FROM deprov.jobs j WHERE j.state = 'running' AND j.lease_expires_at < now() AND ",
+            job_filter!(),
+            " ORDER BY j.created_at, j.id"
+        )),
         Which::InGrace => crate::db::query_as(concat!(
             "SELECT j.id AS job_id, j.tenant_id, j.subject, j.state, j.step, j.attempts, j.last_error, \
                deprov.job_blocked_by(j.id) AS blocked_by, j.progress->>'grace_until' AS grace_until, j.created_at \
@@ -256,6 +270,7 @@ async fn jobs_where(
 enum Which {
     Held,
     Failed,
+    Stalled,
     InGrace,
 }
 
@@ -355,6 +370,7 @@ pub async fn report(
         received_while_held: requests_where(conn, filter, false).await?,
         held: jobs_where(conn, filter, Which::Held).await?,
         failed: jobs_where(conn, filter, Which::Failed).await?,
+        stalled: jobs_where(conn, filter, Which::Stalled).await?,
         in_grace: jobs_where(conn, filter, Which::InGrace).await?,
         collapsed: requests_where(conn, filter, true).await?,
         orphans: orphans(conn, target, orphans_sql, limits, filter).await?,
