@@ -227,40 +227,36 @@ impl From<intake::IntakeError> for ReconcileError {
     }
 }
 
+/// The [`JobRow`] query for jobs matching `$cond` (a string literal) and the filter
+/// (`job_filter!`), oldest first.
+macro_rules! job_rows {
+    ($cond:literal) => {
+        concat!(
+            "SELECT j.id AS job_id, j.tenant_id, j.subject, j.state, j.step, j.attempts, j.last_error, \
+               deprov.job_blocked_by(j.id) AS blocked_by, j.progress->>'grace_until' AS grace_until, j.created_at \
+             FROM deprov.jobs j WHERE ",
+            $cond,
+            " AND ",
+            job_filter!(),
+            " ORDER BY j.created_at, j.id"
+        )
+    };
+}
+
 async fn jobs_where(
     conn: &mut PgConnection,
     filter: &Filter,
     which: Which,
 ) -> Result<Vec<JobRow>, sqlx::Error> {
     let q = match which {
-        Which::Held => crate::db::query_as(concat!(
-            "SELECT j.id AS job_id, j.tenant_id, j.subject, j.state, j.step, j.attempts, j.last_error, \
-               deprov.job_blocked_by(j.id) AS blocked_by, j.progress->>'grace_until' AS grace_until, j.created_at \
-             FROM deprov.jobs j WHERE j.state = 'held' AND ",
-            job_filter!(),
-            " ORDER BY j.created_at, j.id"
+        Which::Held => crate::db::query_as(job_rows!("j.state = 'held'")),
+        Which::Failed => crate::db::query_as(job_rows!("j.state = 'failed'")),
+        Which::Stalled => crate::db::query_as(job_rows!(
+            "j.state = 'running' AND j.lease_expires_at < now()"
         )),
-        Which::Failed => crate::db::query_as(concat!(
-            "SELECT j.id AS job_id, j.tenant_id, j.subject, j.state, j.step, j.attempts, j.last_error, \
-               deprov.job_blocked_by(j.id) AS blocked_by, j.progress->>'grace_until' AS grace_until, j.created_at \
-             FROM deprov.jobs j WHERE j.state = 'failed' AND ",
-            job_filter!(),
-            " ORDER BY j.created_at, j.id"
-        )),
-        Which::Stalled => crate::db::query_as(concat!(
-            "SELECT j.id AS job_id, j.tenant_id, j.subject, j.state, j.step, j.attempts, j.last_error, \
-               deprov.job_blocked_by(j.id) AS blocked_by, j.progress->>'grace_until' AS grace_until, j.created_at \
-             FROM deprov.jobs j WHERE j.state = 'running' AND j.lease_expires_at < now() AND ",
-            job_filter!(),
-            " ORDER BY j.created_at, j.id"
-        )),
-        Which::InGrace => crate::db::query_as(concat!(
-            "SELECT j.id AS job_id, j.tenant_id, j.subject, j.state, j.step, j.attempts, j.last_error, \
-               deprov.job_blocked_by(j.id) AS blocked_by, j.progress->>'grace_until' AS grace_until, j.created_at \
-             FROM deprov.jobs j WHERE j.state IN ('queued', 'held') AND j.hard_delete_started_at IS NULL \
-               AND (j.progress->>'grace_until')::timestamptz > now() AND ",
-            job_filter!(),
-            " ORDER BY j.created_at, j.id"
+        Which::InGrace => crate::db::query_as(job_rows!(
+            "j.state IN ('queued', 'held') AND j.hard_delete_started_at IS NULL \
+             AND (j.progress->>'grace_until')::timestamptz > now()"
         )),
     };
     bind_filter!(q, filter).fetch_all(&mut *conn).await
