@@ -223,7 +223,7 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
     for _ in 0..args.latency_rounds.max(1) {
         // Between segments, not in one: the WAL written so far becomes recycled segments (kept up
         // to `min_wal_size`) and the dirty data is written now, not in a kernel writeback burst.
-        checkpoint(&stage).await?;
+        crate::bench::run::checkpoint(&stage.direct).await?;
         let quiet = fixed_rate(&client, &deprov.base, &next, rate, args.latency_secs).await;
         let saturation = Saturation::start(&stage, args.lock_waiters).await?;
         let at_start = saturation.waiters(&stage).await?;
@@ -321,14 +321,6 @@ fn config(writers: Option<usize>) -> Result<(String, usize), ReplayError> {
             "the bench configuration has no `group_writers = N` line".into(),
         )),
     }
-}
-
-/// `CHECKPOINT` (PostgreSQL docs, SQL Commands → CHECKPOINT): waits until every dirty buffer is
-/// written and synced, and lets the server recycle the WAL segments before it (`min_wal_size`,
-/// §30.5) instead of creating and zero-filling new ones (`wal_init_zero`) under load.
-async fn checkpoint(stage: &Stage) -> Result<(), sqlx::Error> {
-    sqlx::raw_sql("CHECKPOINT").execute(&stage.direct).await?;
-    Ok(())
 }
 
 /// How many of `shots` (each counted from its own segment's start) took longer than `over_ms`,
