@@ -210,10 +210,13 @@ impl HardDeleteConfig {
         self.checkpoint_interval.min(lease / 3)
     }
 
-    /// The `statement_timeout` bound of a transaction that lets PostgreSQL cascade (a batch over
-    /// absorbed tables, the trial cascade): ⅘ of `max_batch_duration`, at least `lock_timeout` +
-    /// 1 ms, so that a cascade larger than estimated is cut short within the batch's time.
-    pub fn cascading_timeout(&self) -> Duration {
+    /// The `statement_timeout` bound of a batch transaction and of the trial cascade: ⅘ of
+    /// `max_batch_duration`, at least `lock_timeout` + 1 ms, so that a batch slower than the
+    /// sizing controller expected (a cascade larger than estimated, a stall) is cut short and
+    /// retried smaller within the batch's time instead of holding its locks for longer. A step
+    /// whose single row cannot be deleted within it gets the full `statement_timeout`
+    /// (`worker::run::hard_delete`).
+    pub fn batch_timeout(&self) -> Duration {
         (self.max_batch_duration * 4 / 5).max(self.lock_timeout + Duration::from_millis(1))
     }
 }

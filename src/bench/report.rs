@@ -91,9 +91,15 @@ impl BenchReport {
         ));
         let t = &self.deprov_time;
         out.push_str(&format!(
-            "deprov's time (ms): batches {:.0}, index passes {:.0}, state database {:.0}, pacing {:.0}, \
-             other {:.0}\n",
-            t.batches, t.index_passes, t.bookkeeping, t.pacing, t.other
+            "deprov's time (ms): batches {:.0}, index passes {:.0}, state database {:.0}, trial cascade \
+             {:.0}, rolled-back batches {:.0}, pacing {:.0}, other {:.0}\n",
+            t.batches,
+            t.index_passes,
+            t.bookkeeping,
+            t.trial,
+            t.rolled_back,
+            t.pacing,
+            t.other
         ));
         out.push_str(&format!(
             "ratio deprov ÷ cascade rows/s: {:.2} (target ≥ 0.6: {})\n",

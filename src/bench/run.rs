@@ -185,7 +185,8 @@ pub struct BenchReport {
 }
 
 /// deprov's elapsed time by activity, in ms (from the job's progress; `other` is the rest: the job's
-/// claim, its soft delete, the plan and blocker checks, and deprov's own work between statements).
+/// claim, its soft delete, the plan, blocker and simulation checks, and deprov's own work between
+/// statements).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct TimeSplit {
     /// Batch transactions, committed and rolled back (`progress.tables[].batch_ms`).
@@ -194,6 +195,10 @@ pub struct TimeSplit {
     pub index_passes: f64,
     /// Kill-switch checks and checkpoints on the state database (`progress.bookkeeping_ms`).
     pub bookkeeping: f64,
+    /// The trial cascade, rolled back (`progress.trial_ms`).
+    pub trial: f64,
+    /// Batch transactions that rolled back on a timeout (`progress.rolled_back_ms`).
+    pub rolled_back: f64,
     /// Pacing: rate-limit waits and pauses (`progress.rate_limited_ms` + `paused_ms`).
     pub pacing: f64,
     /// The rest of the elapsed time.
@@ -211,12 +216,21 @@ impl TimeSplit {
             .sum::<f64>();
         let (index_passes, bookkeeping) = (f("index_pass_ms"), f("bookkeeping_ms"));
         let pacing = f("rate_limited_ms") + f("paused_ms");
+        let (trial, rolled_back) = (f("trial_ms"), f("rolled_back_ms"));
         Self {
             batches,
             index_passes,
             bookkeeping,
+            trial,
+            rolled_back,
             pacing,
-            other: elapsed_s * 1000.0 - batches - index_passes - bookkeeping - pacing,
+            other: elapsed_s * 1000.0
+                - batches
+                - index_passes
+                - bookkeeping
+                - trial
+                - rolled_back
+                - pacing,
         }
     }
 }

@@ -240,6 +240,10 @@ pub struct BatchStart<'c> {
     /// batch first checks it ([`check_unchanged`]) and fails with
     /// [`EngineError::TargetRestarted`] if the target restarted since. `None`: no check.
     pub unchanged: Option<&'c Incarnation>,
+    /// Set to when the batch's transaction began (after the wait for a connection, which holds no
+    /// lock), so that the caller can time a batch that failed and rolled back from its `BEGIN`, as
+    /// [`BatchResult::elapsed`] times one that committed. Left unset when no connection came.
+    pub began: &'c std::sync::OnceLock<Instant>,
 }
 
 /// Runs one batch from `at`, in its own transaction: at most `limits.rows` child rows of at most
@@ -260,12 +264,14 @@ pub async fn run_batch(
         parents,
         large_parent,
         unchanged,
+        began,
     } = at;
     if let Cursor::Within(parent, last) = cursor
         && large_parent
         && plan.range_step(&plan.steps[step])
     {
-        return range::run_range(target, plan, step, (parent, last), unchanged, limits).await;
+        return range::run_range(target, plan, step, (parent, last), unchanged, began, limits)
+            .await;
     }
     let stmt = queries::batch(plan, &plan.steps[step], cursor);
     let position: Vec<String> = match cursor {
@@ -275,7 +281,7 @@ pub async fn run_batch(
     };
     // Timed from BEGIN: the wait for a connection holds no lock.
     let conn = crate::db::acquire(target).await?;
-    let started = Instant::now();
+    let started = *began.get_or_init(Instant::now);
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
     check_unchanged(&mut tx, unchanged).await?;
     // Tables PostgreSQL's cascade may delete rows of under the statement: the absorbed ones below

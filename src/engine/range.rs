@@ -21,7 +21,7 @@ use super::{
 };
 
 /// A batch continuing inside `parent` after child key `last`, as a key range (after
-/// [`super::check_unchanged`] with `unchanged`)
+/// [`super::check_unchanged`] with `unchanged`; `began` set as [`super::BatchStart::began`] says)
 /// ([`queries::range_bound`], then [`queries::range_delete`]), in one transaction like
 /// [`run_batch`]. The next cursor stays inside the parent while a full batch was found, else moves
 /// after it.
@@ -31,13 +31,14 @@ pub(super) async fn run_range(
     step: usize,
     (parent, last): (&[String], &[String]),
     unchanged: Option<&super::Incarnation>,
+    began: &std::sync::OnceLock<Instant>,
     limits: &BatchLimits,
 ) -> Result<BatchResult, EngineError> {
     let s = &plan.steps[step];
     let position: Vec<String> = parent.iter().chain(last).cloned().collect();
     // Timed from BEGIN: the wait for a connection holds no lock.
     let conn = crate::db::acquire(target).await?;
-    let started = Instant::now();
+    let started = *began.get_or_init(Instant::now);
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
     super::check_unchanged(&mut tx, unchanged).await?;
     let before = if plan.absorbs_below(s.table) {

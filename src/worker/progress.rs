@@ -39,6 +39,10 @@ pub struct Progress {
     pub longest_batch_ms: f64,
     /// Batches that hit `statement_timeout` or `lock_timeout`, rolled back and were retried smaller.
     pub timeouts: i64,
+    /// Steps whose batches ran under the full `[hard_delete] statement_timeout` instead of the
+    /// batch bound (⅘ of `max_batch_duration`), because a batch of one row, or the step's batches
+    /// again and again, could not finish within the bound (`worker::run::hard_delete`).
+    pub unbounded_steps: i64,
     /// Times the job re-planned with a lower `cascade_rows` because one parent row's cascade
     /// outlasted its batch (see `engine::absorb`).
     pub replans: i64,
@@ -65,6 +69,9 @@ pub struct Progress {
     /// Longest of those rolled-back batch transactions, in milliseconds (locks were held this long);
     /// the trial cascade's transaction counts too.
     pub longest_rolled_back_ms: f64,
+    /// All the time of batch transactions that rolled back on a timeout (the trial's not
+    /// included), in milliseconds: work the retries smaller redid.
+    pub rolled_back_ms: f64,
     /// The trial cascade's verdict (`engine::trial`): `succeeds`, `no tenant`, `deletes nothing`,
     /// `fails: …` or `undecided: …` (the simulation decided); none when it did not run.
     pub trial: Option<String>,

@@ -57,12 +57,14 @@ async fn a_batch_on_a_restarted_target_deletes_nothing() {
     let batch = |cursor: Cursor, large_parent: bool, unchanged: Incarnation| {
         let (db, plan) = (env.db.clone(), plan.clone());
         async move {
+            let began = std::sync::OnceLock::new();
             let at = BatchStart {
                 step,
                 cursor: &cursor,
                 parents: 1,
                 large_parent,
                 unchanged: Some(&unchanged),
+                began: &began,
             };
             engine::run_batch(&db, &plan, at, "1", &limits).await
         }

@@ -147,6 +147,9 @@ impl JobRun {
             hd.max_batch_duration,
         );
         let mut large_parent = false;
+        // The step whose batches run under the full `statement_timeout`: its single row could not
+        // be deleted within the batch bound (see below). Any other batch is cut at the bound.
+        let mut unbounded_step: Option<usize> = None;
         // With a checkpoint interval, batches commit deferred (synchronous_commit = off); `pending`
         // says some have since the last checkpoint, which are flushed before the next one, and
         // the target's incarnation says whether it restarted in between.
@@ -178,17 +181,19 @@ impl JobRun {
             let cascades = plan.absorbs_below(step.table);
             let limits = BatchLimits {
                 rows: cp.rows,
-                // A batch that lets PostgreSQL cascade is cut short early when a parent row has far
-                // more descendants than estimated: then the plan falls back to leaves first.
-                statement_timeout: if cascades {
-                    self.limits.statement_timeout.min(hd.cascading_timeout())
-                } else {
+                // Every batch is cut short at ⅘ of max_batch_duration when it runs longer than the
+                // sizing expected, and retried smaller: a batch that lets PostgreSQL cascade when a
+                // parent row has far more descendants than estimated (then the plan falls back to
+                // leaves first), any batch on a stall.
+                statement_timeout: if unbounded_step == Some(cp.step) {
                     self.limits.statement_timeout
+                } else {
+                    self.limits.statement_timeout.min(hd.batch_timeout())
                 },
                 deferred: !every.is_zero(),
                 ..self.limits
             };
-            let started = std::time::Instant::now();
+            let began = std::sync::OnceLock::new();
             let result = engine::run_batch(
                 &w.pools.target,
                 &plan,
@@ -198,6 +203,7 @@ impl JobRun {
                     parents: cp.parents,
                     large_parent,
                     unchanged: deferred.unchanged(),
+                    began: &began,
                 },
                 tenant,
                 &limits,
@@ -213,7 +219,7 @@ impl JobRun {
                     // than estimated. Re-plan with an eighth of the cascade allowance (at the end,
                     // leaves first: every row by its own batch) and start the steps over; what is
                     // deleted stays deleted.
-                    self.note_rollback(started);
+                    self.note_rollback(began.get().copied());
                     cascade_rows = if cascade_rows >= 64 {
                         cascade_rows / 8
                     } else {
@@ -227,7 +233,34 @@ impl JobRun {
                     self.progress.cascade_rows = Some(cascade_rows);
                     plan = leaves_first.clone().absorb(f64::from(cascade_rows));
                     cp = fresh(&plan, cascade_rows);
+                    unbounded_step = None;
                     self.progress.plan_hash = Some(plan.hash());
+                    continue;
+                }
+                Err(e)
+                    if e.sqlstate().as_deref() == Some("57014")
+                        && limits.statement_timeout < self.limits.statement_timeout =>
+                {
+                    // The batch bound, not the server's own statement_timeout, cut the batch
+                    // short: the batch was slower than the sizing expected. Retry smaller (a
+                    // bound cut is not a failure: it does not count towards the run's timeouts,
+                    // and the size reaches one row within a few cuts). When one row alone does
+                    // not fit the bound (a SET NULL fan-out to many rows, a slow trigger), the
+                    // step's batches get the full statement_timeout instead; the longest
+                    // transaction then shows it.
+                    self.note_rollback(began.get().copied());
+                    drop(gate);
+                    if cp.rows <= 1 {
+                        unbounded_step = Some(cp.step);
+                        self.progress.unbounded_steps += 1;
+                        self.progress.note = Some(format!(
+                            "a single row of {table} could not be deleted within {} ms; the step runs under the full statement_timeout",
+                            limits.statement_timeout.as_millis()
+                        ));
+                    } else {
+                        cp.rows = self.sizing.after_timeout(cp.rows);
+                        cp.parents = cp.parents.min(cp.rows);
+                    }
                     continue;
                 }
                 Err(e)
@@ -236,7 +269,7 @@ impl JobRun {
                 {
                     // The batch hit statement_timeout or lock_timeout and rolled back: retry
                     // smaller; after a lock timeout first give the lock holder a moment.
-                    self.note_rollback(started);
+                    self.note_rollback(began.get().copied());
                     drop(gate);
                     timeouts += 1;
                     cp.rows = self.sizing.after_timeout(cp.rows);
@@ -443,10 +476,12 @@ impl JobRun {
         }
     }
 
-    /// Records a batch transaction that rolled back on a timeout after running since `started`.
-    fn note_rollback(&mut self, started: std::time::Instant) {
+    /// Records a batch transaction that rolled back on a timeout after running since `began` (its
+    /// `BEGIN`; the wait for a connection before it holds no lock).
+    fn note_rollback(&mut self, began: Option<std::time::Instant>) {
         self.progress.timeouts += 1;
-        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        let ms = began.map_or(0.0, |b| b.elapsed().as_secs_f64() * 1000.0);
+        self.progress.rolled_back_ms += ms;
         self.progress.longest_rolled_back_ms = self.progress.longest_rolled_back_ms.max(ms);
     }
 

@@ -1,0 +1,69 @@
+//! The batch bound: every batch transaction runs under `statement_timeout` = ⅘ of
+//! `[hard_delete] max_batch_duration`, so a batch slower than the sizing expected is cut short and
+//! retried smaller; a step whose single row cannot fit the bound runs under the full
+//! `statement_timeout` instead of failing the job.
+
+use crate::harness::{config_hard, delete_tenant_1};
+
+/// A root with one leaf table; `extra` SQL runs after the data is loaded.
+fn schema(items: u32, extra: &str) -> String {
+    format!(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.accounts (id bigint PRIMARY KEY, installation text UNIQUE, deleted_at timestamptz);
+         CREATE TABLE app.items (id bigint PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE, body text);
+         CREATE INDEX ON app.items (account_id);
+         INSERT INTO app.accounts VALUES (1, 'icfg_1', NULL), (2, 'icfg_2', NULL);
+         INSERT INTO app.items SELECT g, 1, 'item ' || g FROM generate_series(1, {items}) g;
+         INSERT INTO app.items SELECT 1000000 + g, 2, 'other' FROM generate_series(1, 100) g;
+         {extra}"
+    )
+}
+
+/// Batches may run for max(⅘ × 20 ms, 5 ms + 1 ms) = 16 ms; the server's own bound stays 900 ms.
+fn config(batch_rows: u32) -> String {
+    config_hard(
+        &format!(
+            "batch_rows = {batch_rows}\nmax_batch_rows = 100000\nmax_batch_duration = \"20ms\"\n\
+             lock_timeout = \"5ms\"\ncascade_rows = 0"
+        ),
+        "installation",
+        "[pacing]\nbackoff = \"1ms\"\nbackoff_max = \"1ms\"",
+    )
+}
+
+#[tokio::test]
+async fn a_leaf_batch_far_larger_than_the_bound_allows_is_cut_short_and_retried_smaller() {
+    // The first batch asks for all 60,000 rows at once: no server deletes them in 16 ms.
+    let progress = delete_tenant_1(&schema(60_000, ""), &config(60_000)).await;
+    assert!(progress.timeouts >= 1, "{progress:?}");
+    assert_eq!(progress.unbounded_steps, 0, "{progress:?}");
+    assert!(
+        progress.longest_rolled_back_ms < 900.0,
+        "cut by the batch bound, not the 900 ms statement_timeout: {progress:?}"
+    );
+    let items = progress
+        .tables
+        .iter()
+        .find(|t| t.table == "\"app\".\"items\"")
+        .unwrap();
+    assert_eq!(items.rows_deleted, 60_000, "{progress:?}");
+    assert!(items.batches > 1, "{progress:?}");
+}
+
+#[tokio::test]
+async fn a_row_whose_delete_alone_outlasts_the_bound_gets_the_full_statement_timeout() {
+    // Item 1's delete sets 20,000 other rows' reference to NULL: far more than 16 ms of work, and
+    // no smaller batch exists. The job must complete, not spend its attempts on timeouts.
+    let mentions = "CREATE TABLE app.mentions (id bigint PRIMARY KEY,
+             item_id bigint REFERENCES app.items ON DELETE SET NULL);
+         CREATE INDEX ON app.mentions (item_id);
+         INSERT INTO app.mentions SELECT g, 1 FROM generate_series(1, 20000) g;";
+    let progress = delete_tenant_1(&schema(10, mentions), &config(7)).await;
+    assert_eq!(progress.unbounded_steps, 1, "{progress:?}");
+    assert!(progress.timeouts >= 2, "{progress:?}");
+    assert!(
+        progress.longest_batch_ms > 16.0,
+        "item 1's batch ran past the bound: {progress:?}"
+    );
+}
