@@ -95,6 +95,8 @@ pub struct LatencyPhase {
     pub accepted: usize,
     /// Not 202 (or a transport error).
     pub errors: usize,
+    /// Those errors by kind (`HTTP 503`, a transport error's message) → count.
+    pub error_kinds: std::collections::BTreeMap<String, usize>,
     /// p99 of the accepted, from their scheduled start, in ms.
     pub p99_ms: f64,
     /// p50, in ms.
@@ -116,6 +118,8 @@ pub struct IntakeReport {
     pub accepted: usize,
     /// Requests not answered 202 there.
     pub errors: usize,
+    /// Those errors by kind → count.
+    pub error_kinds: std::collections::BTreeMap<String, usize>,
     /// Rows added to `deprov.deletion_requests` by the throughput phase.
     pub durable: i64,
     /// Accepted and durable requests per second.
@@ -278,6 +282,7 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
         secs: args.secs,
         accepted,
         errors,
+        error_kinds: load::error_kinds(&shots),
         durable,
         intake_per_s,
         saturated_p99_ms: load::quantile_ms(&shots, 0.99),
@@ -415,6 +420,7 @@ impl LatencyPhase {
             sent: shots.len(),
             accepted,
             errors,
+            error_kinds: load::error_kinds(shots),
             p99_ms: load::quantile_ms(shots, 0.99),
             p50_ms: load::quantile_ms(shots, 0.5),
         }
@@ -495,6 +501,9 @@ impl IntakeReport {
             ),
             format!("{} ({})", self.accepted, self.errors),
         );
+        for (what, count) in &self.error_kinds {
+            line(&format!("    {what}"), count.to_string());
+        }
         line(
             "  rows stored in deprov.deletion_requests",
             self.durable.to_string(),
@@ -534,6 +543,9 @@ impl IntakeReport {
                 "  sent (accepted, errors)",
                 format!("{} ({}, {})", p.sent, p.accepted, p.errors)
             ));
+            for (what, count) in &p.error_kinds {
+                out.push_str(&format!("{:<60} {count:>16}\n", format!("    {what}")));
+            }
         };
         phase("intake, target idle", &self.baseline);
         phase("intake, target saturated with lock waits", &self.locked);
