@@ -249,6 +249,12 @@ impl Default for HardDeleteConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PacingConfig {
+    /// The largest share of wall time the hard delete may work (default 1 = no rest; 0.0001..=1):
+    /// after each batch the worker rests `work × (1 − duty_cycle) / duty_cycle`, the work being
+    /// everything since its last rest (batches, checkpoints). The same idea as gh-ost's
+    /// `--nice-ratio` (`duty_cycle = 1 / (1 + nice_ratio)`). Unlike `rate_limit` it bounds the
+    /// target's time spent on the deletion whatever a row costs.
+    pub duty_cycle: f64,
     /// Most rows deleted per second, over all batches of a job (default 0 = unlimited). Enforced
     /// by a GCRA limiter (governor) with one second of burst.
     pub rate_limit: u32,
@@ -272,6 +278,7 @@ pub struct PacingConfig {
 impl Default for PacingConfig {
     fn default() -> Self {
         Self {
+            duty_cycle: 1.0,
             rate_limit: 0,
             max_lock_waiters: 10,
             max_replication_lag: Duration::from_secs(10),
@@ -597,6 +604,12 @@ impl Config {
             ));
         }
         let p = &self.pacing;
+        if !(0.0001..=1.0).contains(&p.duty_cycle) {
+            return Err(invalid(
+                "pacing.duty_cycle",
+                "must be from 0.0001 to 1 (the share of wall time the hard delete may work)",
+            ));
+        }
         if p.check_interval.is_zero() {
             return Err(invalid("pacing.check_interval", "must be above 0"));
         }
@@ -851,6 +864,9 @@ mod tests {
                 "hard_delete.max_simulated_rows",
             ),
             ("[pacing]\nbackoff = \"0s\"", "pacing.backoff"),
+            ("[pacing]\nduty_cycle = 0", "pacing.duty_cycle"),
+            ("[pacing]\nduty_cycle = 1.5", "pacing.duty_cycle"),
+            ("[pacing]\nduty_cycle = nan", "pacing.duty_cycle"),
             (
                 "[pacing]\nbackoff = \"1s\"\nbackoff_max = \"100ms\"",
                 "pacing.backoff_max",

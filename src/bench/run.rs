@@ -13,6 +13,9 @@
 //!    [`crate::worker::Worker`], configured as `deploy/example.toml` plus `--batch-rows` and
 //!    `--rate-limit`) running the job to `completed`, with the same foreground and tenant writer.
 //!    Timed from the request to the job's end (soft delete, blocker checks and checkpoints included).
+//! 5b. Paced window (`--paced-secs` > 0): deprov again, on a third copy made with the second, with
+//!    `[pacing] duty_cycle` = `--paced-duty-cycle`, under the same foreground and tenant writer,
+//!    its worker stopped (as SIGTERM stops it) after `--paced-secs`; the copy is dropped after.
 //! 6. Baseline, second half: both databases `VACUUM`ed (so autovacuum's clean-up of the deleted rows,
 //!    a cost of the deletions, does not run in it) and checkpointed, then the same traffic for
 //!    `--baseline-secs` again (the tenant writer's statements now find no rows). The foreground's baseline is both halves pooled, an
@@ -60,6 +63,17 @@ pub struct BenchArgs {
     /// `[pacing] rate_limit` in rows/s (0 = unlimited, the "unthrottled" figures).
     #[arg(long, default_value_t = 0)]
     pub rate_limit: u32,
+    /// `[pacing] duty_cycle` of deprov's job (1 = no rest, the "unthrottled" figures).
+    #[arg(long, default_value_t = 1.0)]
+    pub duty_cycle: f64,
+    /// Seconds of the paced window: deprov on a third copy of the database with `[pacing]
+    /// duty_cycle` = `--paced-duty-cycle`, under the same foreground and tenant writer, stopped
+    /// after this long (it does not finish the tenant); 0 = no paced window.
+    #[arg(long, default_value_t = 30)]
+    pub paced_secs: u64,
+    /// `[pacing] duty_cycle` of the paced window.
+    #[arg(long, default_value_t = 0.0025)]
+    pub paced_duty_cycle: f64,
     /// Foreground clients (each its own connection).
     #[arg(long, default_value_t = 4)]
     pub clients: usize,
@@ -147,6 +161,19 @@ pub struct Side {
     pub foreground_errors: u64,
 }
 
+/// The paced window: deprov with a low `[pacing] duty_cycle`, stopped after `--paced-secs`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Paced {
+    /// Its `[pacing] duty_cycle`.
+    pub duty_cycle: f64,
+    /// Its figures: `rows` are those deleted in the window (as of the checkpoint the stopped
+    /// worker wrote), `elapsed_s` the window.
+    pub side: Side,
+    /// Share of the window deprov worked (batches, index passes, the state database, its checks
+    /// before the soft delete): 1 − rests ÷ window.
+    pub worked_share: f64,
+}
+
 /// Everything the benchmark prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
@@ -156,6 +183,8 @@ pub struct BenchReport {
     pub cascade: Side,
     /// deprov's job.
     pub deprov: Side,
+    /// The paced window (absent with `--paced-secs 0`).
+    pub paced: Option<Paced>,
     /// Foreground p99 latency with no deletion running (both halves of the baseline pooled), in ms.
     pub foreground_baseline_p99_ms: f64,
     /// Foreground median latency with no deletion running, in ms.
@@ -199,7 +228,8 @@ pub struct TimeSplit {
     pub trial: f64,
     /// Batch transactions that rolled back on a timeout (`progress.rolled_back_ms`).
     pub rolled_back: f64,
-    /// Pacing: rate-limit waits and pauses (`progress.rate_limited_ms` + `paused_ms`).
+    /// Pacing: duty-cycle rests, rate-limit waits and pauses (`progress.duty_cycle_ms` +
+    /// `rate_limited_ms` + `paused_ms`).
     pub pacing: f64,
     /// The rest of the elapsed time.
     pub other: f64,
@@ -215,7 +245,7 @@ impl TimeSplit {
             .map(|t| t["batch_ms"].as_f64().unwrap_or(0.0))
             .sum::<f64>();
         let (index_passes, bookkeeping) = (f("index_pass_ms"), f("bookkeeping_ms"));
-        let pacing = f("rate_limited_ms") + f("paused_ms");
+        let pacing = f("duty_cycle_ms") + f("rate_limited_ms") + f("paused_ms");
         let (trial, rolled_back) = (f("trial_ms"), f("rolled_back_ms"));
         Self {
             batches,
@@ -283,7 +313,13 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         .collect(),
     })?;
     let admin = connect(&server.url("postgres"), 2).await?;
-    for db in ["saas", "deprov"] {
+    let paced_window = (args.paced_secs > 0).then(|| Duration::from_secs(args.paced_secs));
+    let state_dbs: &[&str] = if paced_window.is_some() {
+        &["deprov", "deprov_paced"]
+    } else {
+        &["deprov"]
+    };
+    for db in std::iter::once(&"saas").chain(state_dbs) {
         let mut create = SqlBuilder::new();
         create.sql("CREATE DATABASE ").ident(db);
         sqlx::query(create.build().as_query())
@@ -315,6 +351,12 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
     let keys = Keys::sample(&saas, tenants.large, &tenants.small).await?;
     saas.close().await;
     clone_database(&admin, "saas", "saas_cascade").await?;
+    if paced_window.is_some() {
+        clone_database(&admin, "saas", "saas_paced").await?;
+        let paced = connect(&server.url("saas_paced"), 8).await?;
+        warm(&paced, &tables).await?;
+        paced.close().await;
+    }
     let saas = connect(&server.url("saas"), 8).await?;
     let copy = connect(&server.url("saas_cascade"), 8).await?;
     for pool in [&saas, &copy] {
@@ -347,8 +389,46 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
 
     say(args.json, "deprov: a deletion request and a worker");
     checkpoint(&admin).await?;
-    let (deprov_side, progress) = run_deprov(args, &server, &keys, tenants.large).await?;
+    let unthrottled = DeprovRun {
+        target_db: "saas",
+        state_db: "deprov",
+        duty_cycle: args.duty_cycle,
+        window: None,
+    };
+    let (deprov_side, progress) =
+        run_deprov(args, &server, &keys, tenants.large, &unthrottled).await?;
     let deprov_time = TimeSplit::from_progress(&progress, deprov_side.elapsed_s);
+
+    let paced = match paced_window {
+        None => None,
+        Some(window) => {
+            say(
+                args.json,
+                &format!(
+                    "deprov paced: duty_cycle {} on a third copy, stopped after {} s",
+                    args.paced_duty_cycle, args.paced_secs
+                ),
+            );
+            checkpoint(&admin).await?;
+            let run = DeprovRun {
+                target_db: "saas_paced",
+                state_db: "deprov_paced",
+                duty_cycle: args.paced_duty_cycle,
+                window: Some(window),
+            };
+            let (side, progress) = run_deprov(args, &server, &keys, tenants.large, &run).await?;
+            let rests = progress["duty_cycle_ms"].as_f64().unwrap_or(0.0)
+                + progress["rate_limited_ms"].as_f64().unwrap_or(0.0)
+                + progress["paused_ms"].as_f64().unwrap_or(0.0);
+            // Its dead rows are no part of the second baseline (nor is autovacuum's clean-up).
+            crate::demo::drop_database(&admin, "saas_paced").await?;
+            Some(Paced {
+                duty_cycle: args.paced_duty_cycle,
+                worked_share: (1.0 - rests / (side.elapsed_s * 1000.0)).clamp(0.0, 1.0),
+                side,
+            })
+        }
+    };
 
     say(
         args.json,
@@ -375,6 +455,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         },
         cascade: cascade_side,
         deprov: deprov_side,
+        paced,
         foreground_baseline_p99_ms: baseline.quantile_ms(0.99),
         foreground_baseline_p50_ms: baseline.quantile_ms(0.5),
         foreground_baseline_write_p99_ms: baseline.write_quantile_ms(0.99),
@@ -390,11 +471,24 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
     })
 }
 
+/// One run of deprov's worker in [`run_deprov`].
+struct DeprovRun<'a> {
+    /// The database the tenant is deleted from.
+    target_db: &'a str,
+    /// deprov's state database (migrated here).
+    state_db: &'a str,
+    /// `[pacing] duty_cycle`.
+    duty_cycle: f64,
+    /// Stop the worker after this long instead of waiting for the job to end.
+    window: Option<Duration>,
+}
+
 async fn run_deprov(
     args: &BenchArgs,
     server: &Throwaway,
     keys: &Keys,
     tenant: i64,
+    run: &DeprovRun<'_>,
 ) -> Result<(Side, serde_json::Value), BenchError> {
     let text = crate::demo::run::config_toml("bench-vercel-token-0000000000", args.batch_rows)
         .replace(
@@ -412,12 +506,17 @@ async fn run_deprov(
             "rate_limit = 0 ",
             &format!("rate_limit = {} ", args.rate_limit),
         )
+        .replace(
+            "duty_cycle = 1 ",
+            &format!("duty_cycle = {:?} ", run.duty_cycle),
+        )
         .replace("poll_interval = \"500ms\"", "poll_interval = \"10ms\"");
     let config = std::sync::Arc::new(
         Config::from_toml(&text).map_err(|e| BenchError::Config(e.to_string()))?,
     );
-    let state = server.url("deprov");
-    let pools = Pools::new(&state, &server.url("saas"), &config.pools)?;
+    let state = server.url(run.state_db);
+    let saas_url = server.url(run.target_db);
+    let pools = Pools::new(&state, &saas_url, &config.pools)?;
     crate::db::migrate(&pools.queue)
         .await
         .map_err(|e| BenchError::Config(e.to_string()))?;
@@ -431,7 +530,6 @@ async fn run_deprov(
         reason: Some("deprov bench delete".into()),
     };
 
-    let saas_url = server.url("saas");
     let fg = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
     let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
     let started = Instant::now();
@@ -445,29 +543,52 @@ async fn run_deprov(
         let cancel = cancel.clone();
         async move { worker.run(cancel).await }
     });
+    let ended = |state: &str| matches!(state, "completed" | "failed");
     let job = loop {
         let job = jobs::get(&pools.queue, job_id).await?;
-        if let Some(job) = job.filter(|j| matches!(j.state.as_str(), "completed" | "failed")) {
-            break job;
+        if let Some(job) = job.filter(|j| ended(&j.state)) {
+            break Some(job);
+        }
+        if run.window.is_some_and(|w| started.elapsed() >= w) {
+            break None;
         }
         // Polled slowly, so the polling is no load beside the deletion: the time comes from the
         // job's own timestamps.
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    // From the intake transaction to the one that ended the job, both on the server's clock.
-    let elapsed = job
-        .finished_at
-        .map(|end| (end - job.created_at).unsigned_abs())
-        .unwrap_or_else(|| started.elapsed());
+    // A window that ran out: the worker is stopped like a SIGTERM stops it (its current batch
+    // ends, its checkpoint and progress are written, the job goes back to the queue).
+    let window_end = started.elapsed();
     cancel.cancel();
     let _ = running.await;
     let (writer, fg) = (writer.stop().await, fg.stop().await);
-    if job.state != "completed" {
+    let (job, elapsed) = match job {
+        Some(job) => {
+            // From the intake transaction to the one that ended the job, both on the server's
+            // clock.
+            let elapsed = job
+                .finished_at
+                .map(|end| (end - job.created_at).unsigned_abs())
+                .unwrap_or(window_end);
+            (job, elapsed)
+        }
+        None => match jobs::get(&pools.queue, job_id).await? {
+            Some(job) => (job, window_end),
+            None => {
+                return Err(BenchError::Job {
+                    state: "missing".into(),
+                    error: "the job's row is gone".into(),
+                });
+            }
+        },
+    };
+    if (run.window.is_none() && job.state != "completed") || job.state == "failed" {
         return Err(BenchError::Job {
             state: job.state,
             error: job.last_error.unwrap_or_default(),
         });
     }
+    pools.close().await;
     let p = &job.progress;
     let mut side = side(
         p["rows_deleted"].as_i64().unwrap_or(0),

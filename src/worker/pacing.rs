@@ -1,5 +1,5 @@
-//! Pacing of the hard delete (`[pacing]`, see [`crate::config::PacingConfig`]): a rows/s limit and
-//! pauses while the target shows distress.
+//! Pacing of the hard delete (`[pacing]`, see [`crate::config::PacingConfig`]): a duty cycle, a
+//! rows/s limit, and pauses while the target shows distress.
 
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
@@ -52,11 +52,23 @@ pub async fn read_target_load(conn: &mut sqlx::PgConnection) -> Result<TargetLoa
     })
 }
 
+/// What [`Pacer::admit`] waited for, each in turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Waited {
+    /// The `[pacing] duty_cycle`'s rest after the work since the last wait.
+    pub duty_cycle: Duration,
+    /// The `[pacing] rate_limit`.
+    pub rate_limit: Duration,
+}
+
 /// The pacer of one job run.
 #[derive(Debug)]
 pub struct Pacer {
     config: PacingConfig,
     limiter: Option<DefaultDirectRateLimiter>,
+    /// When the work since the last rest began (the run's start, or the end of the last wait or
+    /// pause).
+    working_since: tokio::time::Instant,
     burst: u32,
     max_pause: Duration,
     max_batch: Duration,
@@ -73,6 +85,7 @@ impl Pacer {
         Self {
             config: config.clone(),
             limiter,
+            working_since: tokio::time::Instant::now(),
             burst: config.rate_limit.max(1),
             max_pause: (lease / 3).min(config.backoff_max),
             max_batch,
@@ -81,26 +94,56 @@ impl Pacer {
         }
     }
 
-    /// Waits until `rows` more rows are within the rate limit (at once when unlimited), or until
-    /// `stop` fires. Returns the time waited.
-    pub async fn admit(&self, rows: i64, stop: &tokio_util::sync::CancellationToken) -> Duration {
-        let Some(limiter) = &self.limiter else {
+    /// The rest the duty cycle asks for after `worked` of work: `worked × (1 − d) / d` for
+    /// `[pacing] duty_cycle = d`, so that work is at most `d` of the wall time; zero at `d = 1`.
+    pub fn rest_after(&self, worked: Duration) -> Duration {
+        let d = self.config.duty_cycle;
+        if d >= 1.0 || d <= 0.0 {
             return Duration::ZERO;
-        };
-        let started = Instant::now();
-        let mut left = u32::try_from(rows.max(0)).unwrap_or(u32::MAX);
-        while left > 0 && !stop.is_cancelled() {
-            let n = left.min(self.burst);
-            if let Some(n) = NonZeroU32::new(n) {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    // Cannot fail: n ≤ burst.
-                    _ = limiter.until_n_ready(n) => {}
-                }
-            }
-            left -= n;
         }
-        started.elapsed()
+        worked.mul_f64((1.0 - d) / d)
+    }
+
+    /// Between two batches: first rests as the duty cycle asks for the work since the last wait
+    /// or pause ([`Self::rest_after`]: the batches, the checkpoints, everything the run did on the
+    /// target and the state database meanwhile), then waits until `rows` more rows are within
+    /// the rate limit (at once when unlimited). `stop` ends either wait at once. Returns what it
+    /// waited for.
+    pub async fn admit(&mut self, rows: i64, stop: &tokio_util::sync::CancellationToken) -> Waited {
+        let mut waited = Waited::default();
+        let rest = self.rest_after(self.working_since.elapsed());
+        if !rest.is_zero() {
+            let started = tokio::time::Instant::now();
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = tokio::time::sleep(rest) => {}
+            }
+            waited.duty_cycle = started.elapsed();
+        }
+        if let Some(limiter) = &self.limiter {
+            let started = Instant::now();
+            let mut left = u32::try_from(rows.max(0)).unwrap_or(u32::MAX);
+            while left > 0 && !stop.is_cancelled() {
+                let n = left.min(self.burst);
+                if let Some(n) = NonZeroU32::new(n) {
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        // Cannot fail: n ≤ burst.
+                        _ = limiter.until_n_ready(n) => {}
+                    }
+                }
+                left -= n;
+            }
+            waited.rate_limit = started.elapsed();
+        }
+        self.rested();
+        waited
+    }
+
+    /// The run rested until now (a pause for distress or after a lock timeout): the duty cycle's
+    /// next rest counts only the work after it.
+    pub fn rested(&mut self) {
+        self.working_since = tokio::time::Instant::now();
     }
 
     /// How long to pause before the next batch, given the last batch's duration: zero unless the
@@ -199,7 +242,7 @@ mod tests {
 
     #[tokio::test]
     async fn limiter_admits_one_second_of_burst_then_holds() {
-        let p = Pacer::new(
+        let mut p = Pacer::new(
             &PacingConfig {
                 rate_limit: 1000,
                 ..PacingConfig::default()
@@ -214,9 +257,58 @@ mod tests {
         let n = NonZeroU32::new(500).unwrap();
         assert!(matches!(limiter.check_n(n), Ok(Err(_))));
         // Unlimited admits anything at once; a stop ends a wait at once.
-        assert_eq!(pacer().admit(i64::MAX, &stop).await, Duration::ZERO);
+        assert_eq!(pacer().admit(i64::MAX, &stop).await, Waited::default());
         stop.cancel();
-        let waited = p.admit(1_000_000, &stop).await;
+        let waited = p.admit(1_000_000, &stop).await.rate_limit;
         assert!(waited < Duration::from_millis(100), "{waited:?}");
+    }
+
+    fn duty(d: f64) -> Pacer {
+        Pacer::new(
+            &PacingConfig {
+                duty_cycle: d,
+                ..PacingConfig::default()
+            },
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+        )
+    }
+
+    #[test]
+    fn duty_cycle_rest_keeps_work_to_its_share_of_the_wall_time() {
+        let ms = Duration::from_millis;
+        assert_eq!(duty(1.0).rest_after(ms(80)), Duration::ZERO);
+        assert_eq!(duty(0.5).rest_after(ms(80)), ms(80));
+        assert_eq!(duty(0.2).rest_after(ms(80)), ms(320));
+        // 0.5 %: 80 ms of work, then 15.92 s of rest.
+        let rest = duty(0.005).rest_after(ms(80));
+        assert!((rest.as_secs_f64() - 15.92).abs() < 1e-6, "{rest:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn admit_rests_for_the_work_since_the_last_rest_only() {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let mut p = duty(0.25);
+        // 100 ms of work (the clock is tokio's, paused: it moves only when everything waits).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let waited = p.admit(1_000, &stop).await;
+        assert_eq!(waited.rate_limit, Duration::ZERO);
+        assert!(
+            (waited.duty_cycle.as_secs_f64() - 0.3).abs() < 0.002,
+            "{waited:?}"
+        );
+        // A pause for distress is rest too: only the 40 ms after it count.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        p.rested();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let waited = p.admit(1_000, &stop).await;
+        assert!(
+            (waited.duty_cycle.as_secs_f64() - 0.12).abs() < 0.002,
+            "{waited:?}"
+        );
+        // A stop ends the rest at once.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        stop.cancel();
+        assert_eq!(p.admit(1_000, &stop).await.duty_cycle, Duration::ZERO);
     }
 }

@@ -83,6 +83,8 @@ pub struct Progress {
     pub paused_ms: f64,
     /// Time spent waiting for the `[pacing] rate_limit`, in milliseconds (not counted in `pauses`).
     pub rate_limited_ms: f64,
+    /// Time spent resting for the `[pacing] duty_cycle`, in milliseconds (not counted in `pauses`).
+    pub duty_cycle_ms: f64,
     /// Why the last pause was taken.
     pub last_pause_reason: Option<String>,
     /// Rows the soft-delete statements affected.

@@ -1,4 +1,4 @@
-//! Smoke tests of `deprov bench cascade-incident`, `deadline-incident` and `intake` at tiny sizes:
+//! Smoke tests of `deprov bench delete`, `cascade-incident`, `deadline-incident` and `intake` at tiny sizes:
 //! each runs the real procedure (PostgreSQL, PgBouncer 1.18, deprov in-process, pgbench) and checks
 //! that the figures are produced and agree with each other and with the database, so the benches
 //! cannot silently rot. They do not assert the goals: those are figures of a full-size run.
@@ -6,6 +6,7 @@
 use deprov::bench::replay::cascade::{self, CascadeArgs};
 use deprov::bench::replay::deadline::{self, DeadlineArgs, ServicePer};
 use deprov::bench::replay::intake::{self, IntakeArgs};
+use deprov::bench::run::{self as delete, BenchArgs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cascade_incident_figures_are_consistent() {
@@ -149,4 +150,60 @@ async fn intake_figures_are_consistent() {
     }
     assert_eq!(r.slow_by_offset[0].iter().sum::<usize>(), 0, "{r:#?}");
     assert_eq!(r.goals.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delete_figures_are_consistent() {
+    let args = BenchArgs {
+        rows: 20_000,
+        small_tenants: 3,
+        batch_rows: 50,
+        max_batch_ms: 100,
+        checkpoint_interval_ms: 1000,
+        rate_limit: 0,
+        duty_cycle: 1.0,
+        paced_secs: 2,
+        paced_duty_cycle: 0.01,
+        clients: 2,
+        rate: 50,
+        baseline_secs: 1,
+        shared_buffers: "128MB".into(),
+        max_wal_size: "1GB".into(),
+        server_settings: vec![],
+        json: true,
+    };
+    let r = delete::run(&args).await.expect("bench runs");
+    assert!(r.equals_cascade, "{r:#?}");
+    assert_eq!(
+        r.cascade.rows, r.deprov.rows,
+        "both deleted the whole tenant"
+    );
+    assert!(r.cascade.rows >= 20_000, "{r:#?}");
+    assert_eq!(r.cascade.transactions, 1);
+    assert!(r.deprov.transactions > 1, "{r:#?}");
+    assert!((r.ratio - r.deprov.rows_per_s / r.cascade.rows_per_s).abs() < 1e-9);
+    // The unthrottled job never rested; the paced window did, for most of its time, and was
+    // stopped before the end of the tenant.
+    assert_eq!(r.deprov_time.pacing, 0.0, "{r:#?}");
+    let paced = r.paced.as_ref().expect("a paced window");
+    assert!(
+        (2.0..4.0).contains(&paced.side.elapsed_s),
+        "stopped after its window: {paced:#?}"
+    );
+    assert!(paced.side.rows < r.deprov.rows, "{paced:#?}");
+    assert!(
+        paced.worked_share > 0.0 && paced.worked_share < 0.5,
+        "{paced:#?}"
+    );
+    for side in [&r.cascade, &r.deprov, &paced.side] {
+        assert!(side.foreground_ops > 0, "{side:#?}");
+        assert!(
+            side.foreground_p50_ms <= side.foreground_p99_ms,
+            "{side:#?}"
+        );
+    }
+    assert!(r.foreground_baseline_ops > 0);
+    let text = r.to_text();
+    assert_eq!(text.matches("(target").count(), 4, "{text}");
+    assert!(text.contains("paced 0.01"), "{text}");
 }

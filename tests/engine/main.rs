@@ -9,6 +9,7 @@ mod deferred_commit;
 mod deferred_stop;
 mod demo_env;
 mod demo_equivalence;
+mod duty_cycle;
 mod grace;
 mod harness;
 mod held_chains;

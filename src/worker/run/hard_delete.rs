@@ -283,6 +283,7 @@ impl JobRun {
                         );
                         self.pause(pause, "lock_timeout: another session holds a lock".into())
                             .await?;
+                        pacer.rested();
                     }
                     continue;
                 }
@@ -398,9 +399,10 @@ impl JobRun {
                 self.checkpoint(deferred, &cp).await?;
                 checkpointed = std::time::Instant::now();
             }
-            // The rate limit's wait can be long (a batch that cascaded to many rows at a low
-            // rate): the lease is renewed through it every third of the lease, so a live worker
-            // never looks gone (a lease that ran out lets another worker take the job over).
+            // The duty cycle's rest and the rate limit's wait can be long (a low duty cycle, a
+            // batch that cascaded to many rows at a low rate): the lease is renewed through them
+            // every third of the lease, so a live worker never looks gone (a lease that ran out
+            // lets another worker take the job over).
             let waited = {
                 let admit = pacer.admit(batch.deleted + cascaded, &w.stop);
                 tokio::pin!(admit);
@@ -414,10 +416,12 @@ impl JobRun {
                     }
                 }
             };
-            self.progress.rate_limited_ms += waited.as_secs_f64() * 1000.0;
+            self.progress.duty_cycle_ms += waited.duty_cycle.as_secs_f64() * 1000.0;
+            self.progress.rate_limited_ms += waited.rate_limit.as_secs_f64() * 1000.0;
             if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {
                 self.settle(deferred, &cp).await;
                 self.pause(pause, reason).await?;
+                pacer.rested();
             }
         }
         if deferred.pending {
