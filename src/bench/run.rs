@@ -10,18 +10,18 @@
 //! 4. Cascade: `DELETE FROM app.accounts WHERE id = $1` on the copy, one transaction, with the
 //!    foreground and the tenant writer running.
 //! 5. deprov: a deletion request recorded as intake records it, and a worker (the service's own
-//!    [`crate::worker::Worker`], configured as `deploy/example.toml` plus `--batch-rows` and
-//!    `--rate-limit`) running the job to `completed`, with the same foreground and tenant writer.
+//!    [`crate::worker::Worker`], configured as `deploy/example.toml` plus `--batch-rows`,
+//!    `--rate-limit` and `--duty-cycle`) running the job to `completed`, with the same foreground and tenant writer.
 //!    Timed from the request to the job's end (soft delete, blocker checks and checkpoints included).
-//! 5b. Paced window (`--paced-secs` > 0): deprov again, on a third copy made with the second, with
+//! 6. Paced window (`--paced-secs` > 0): deprov again, on a third copy made with the second, with
 //!    `[pacing] duty_cycle` = `--paced-duty-cycle`, under the same foreground and tenant writer,
 //!    its worker stopped (as SIGTERM stops it) after `--paced-secs`; the copy is dropped after.
-//! 6. Baseline, second half: both databases `VACUUM`ed (so autovacuum's clean-up of the deleted rows,
+//! 7. Baseline, second half: both databases `VACUUM`ed (so autovacuum's clean-up of the deleted rows,
 //!    a cost of the deletions, does not run in it) and checkpointed, then the same traffic for
 //!    `--baseline-secs` again (the tenant writer's statements now find no rows). The foreground's baseline is both halves pooled, an
 //!    A-B-A design: a machine whose latency drifts during the run (disk, a neighbour) moves both halves,
 //!    and the report prints each half's p99 so a drift shows.
-//! 7. The two databases are compared table by table (row count and an order-independent md5).
+//! 8. The two databases are compared table by table (row count and an order-independent md5).
 
 use std::time::{Duration, Instant};
 

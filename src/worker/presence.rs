@@ -49,6 +49,8 @@ pub struct Presence {
     listening: Arc<AtomicBool>,
     /// Heartbeat now (the listener's state changed), not at the next interval.
     beat: Arc<Notify>,
+    /// Notified when a newer version is recorded ([`Self::changed`]).
+    changed: Arc<Notify>,
 }
 
 impl Presence {
@@ -83,9 +85,19 @@ impl Presence {
 
     /// Remembers that `recorded` ([`Self::record`]'s answer) is recorded, after the commit.
     pub fn note(&self, recorded: Option<i64>) {
-        if let Some(version) = recorded {
-            self.acked.fetch_max(version, Ordering::AcqRel);
+        if let Some(version) = recorded
+            && self.acked.fetch_max(version, Ordering::AcqRel) < version
+        {
+            self.changed.notify_waiters();
         }
+    }
+
+    /// Completes when this process next records a newer kill switch version (the acknowledger, on
+    /// a `NOTIFY` or a heartbeat, or a job run's own reading): a job resting between batches
+    /// ([`crate::worker::pacing`]) reads its switches then instead of when the rest ends. Created
+    /// before the change to be woken by it (tokio's `notify_waiters` wakes the futures that exist).
+    pub fn changed(&self) -> tokio::sync::futures::OwnedNotified {
+        self.changed.clone().notified_owned()
     }
 
     /// Reads the latest version under the gate and records it.

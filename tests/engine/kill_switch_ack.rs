@@ -512,3 +512,51 @@ fn the_test_configuration_parses() {
     let c = Config::from_toml(&config("100ms", "1s", 0)).unwrap();
     assert_eq!(c.worker.heartbeat_interval, Duration::from_millis(100));
 }
+
+#[tokio::test]
+async fn a_job_resting_for_its_duty_cycle_is_held_as_soon_as_the_switch_is_engaged() {
+    // At a duty cycle of 0.0002 a batch of a few ms earns a rest of tens of seconds.
+    let text = config("200ms", "2s", 0).replace(
+        "[pacing]\nrate_limit = 0\n",
+        "[pacing]\nrate_limit = 0\nduty_cycle = 0.0002\n",
+    );
+    assert!(text.contains("duty_cycle = 0.0002"));
+    let env = env_with_config(&text).await;
+    sqlx::raw_sql(BIG_TENANTS).execute(&env.db).await.unwrap();
+    let id = env.request("11").await;
+    let workers = start_workers(&env, 1, true);
+    let progress =
+        || async { Progress::from_json(&jobs::get(&env.db, id).await.unwrap().unwrap().progress) };
+    until(
+        30,
+        "the first batch checkpointed: the rest begins",
+        || async { progress().await.batches >= 1 },
+    )
+    .await;
+    let deleted = progress().await.rows_deleted;
+    let engaged = tokio::time::Instant::now();
+    cli(
+        &env,
+        &["on", "--reason", "drill", "--wait", "--timeout", "5s"],
+    )
+    .await
+    .expect("the resting worker acknowledges");
+    until(5, "the job held", || async {
+        jobs::get(&env.db, id).await.unwrap().unwrap().state() == JobState::Held
+    })
+    .await;
+    let held_after = engaged.elapsed();
+    let p = progress().await;
+    workers.stop().await;
+    assert!(
+        held_after < Duration::from_secs(5),
+        "held {held_after:?} after the engage"
+    );
+    // The rest was cut short: nothing near the tens of seconds it was owed, no batch after it.
+    assert!(p.duty_cycle_ms < 5_000.0, "{p:?}");
+    assert_eq!(
+        p.rows_deleted, deleted,
+        "no batch ran during the rest: {p:?}"
+    );
+    assert_eq!(p.batches, 1, "{p:?}");
+}

@@ -402,16 +402,30 @@ impl JobRun {
             // The duty cycle's rest and the rate limit's wait can be long (a low duty cycle, a
             // batch that cascaded to many rows at a low rate): the lease is renewed through them
             // every third of the lease, so a live worker never looks gone (a lease that ran out
-            // lets another worker take the job over).
+            // lets another worker take the job over), and a kill switch engaged meanwhile holds
+            // the job at once.
             let waited = {
                 let admit = pacer.admit(batch.deleted + cascaded, &w.stop);
                 tokio::pin!(admit);
                 loop {
+                    let switched = w.presence.changed();
                     tokio::select! {
                         waited = &mut admit => break waited,
                         () = tokio::time::sleep(w.config.worker.lease / 3) => {
                             self.checkpoint(deferred, &cp).await?;
                             checkpointed = std::time::Instant::now();
+                        }
+                        () = switched => {
+                            // A kill switch changed during the wait: the job is held now, not
+                            // when a rest of many seconds ends; an unrelated change lets the
+                            // wait go on.
+                            match self.may_destroy().await {
+                                Ok(gate) => drop(gate),
+                                Err(stop) => {
+                                    self.settle(deferred, &cp).await;
+                                    return Err(stop);
+                                }
+                            }
                         }
                     }
                 }
