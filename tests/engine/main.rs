@@ -23,5 +23,6 @@ mod plan_report;
 mod reconcile;
 mod schema_edges;
 mod stalled;
+mod sweep_kill;
 mod tenant_keys;
 mod worker_jobs;
