@@ -25,4 +25,5 @@ mod schema_edges;
 mod stalled;
 mod sweep_kill;
 mod tenant_keys;
+mod tree_overrun;
 mod worker_jobs;
