@@ -141,28 +141,34 @@ impl DemoDb {
             .unwrap()
     }
 
-    /// Waits until no connection of a deprov worker (queue or target pool) is left on the server:
-    /// after a SIGKILL, the killed process's backends finish whatever they were running first.
+    /// Waits until no connection of a deprov worker is left on the server ([`wait_no_worker_backends`]).
     pub async fn wait_no_worker_backends(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let n: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE datname = current_database() \
-                   AND application_name IN ('deprov-worker', 'deprov-target')",
-            )
-            .fetch_one(&self.db)
-            .await
-            .unwrap();
-            if n == 0 {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{n} worker backends still connected 10 s after the kill"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        wait_no_worker_backends(&self.db).await;
+    }
+}
+
+/// Waits until no connection of a deprov worker (queue or target pool) is left on `db`'s database:
+/// after a SIGKILL, the killed process's backends finish whatever they were running first (at
+/// most 15 s).
+pub async fn wait_no_worker_backends(db: &PgPool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() \
+               AND application_name IN ('deprov-worker', 'deprov-target')",
+        )
+        .fetch_one(db)
+        .await
+        .unwrap();
+        if n == 0 {
+            return;
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{n} worker backends still connected 15 s after the kill"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use deprov::queue::JobState;
 use deprov::worker::{Progress, StepOutcome};
 
-use crate::demo_env::WorkerProcess;
+use crate::demo_env::{WorkerProcess, wait_no_worker_backends};
 use crate::harness::{config_for, digest, env_with_schema};
 
 /// Tenant 1's 1,500 folders form one ring through a NO ACTION self-reference (`parent = id + 1`,
@@ -87,21 +87,7 @@ async fn a_worker_killed_inside_its_sweep_leaves_the_rows_and_the_takeover_sweep
     proc.child.kill().unwrap(); // SIGKILL
     proc.child.wait().unwrap();
     // The killed process's backend finishes its statement, finds its client gone and aborts.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND application_name IN ('deprov-worker', 'deprov-target')",
-        )
-        .fetch_one(&env.db)
-        .await
-        .unwrap();
-        if n == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{n} worker backends left");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_no_worker_backends(&env.db).await;
     assert_eq!(
         tenant_folders(&env.db).await,
         1500,
