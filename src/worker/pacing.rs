@@ -104,6 +104,11 @@ impl Pacer {
         worked.mul_f64((1.0 - d) / d)
     }
 
+    /// The rest [`Self::admit`] would take now ([`Self::rest_after`] the work since the last rest).
+    pub fn rest_due(&self) -> Duration {
+        self.rest_after(self.working_since.elapsed())
+    }
+
     /// Between two batches: first rests as the duty cycle asks for the work since the last wait
     /// or pause ([`Self::rest_after`]: the batches, the checkpoints, everything the run did on the
     /// target and the state database meanwhile), then waits until `rows` more rows are within
@@ -111,7 +116,7 @@ impl Pacer {
     /// waited for.
     pub async fn admit(&mut self, rows: i64, stop: &tokio_util::sync::CancellationToken) -> Waited {
         let mut waited = Waited::default();
-        let rest = self.rest_after(self.working_since.elapsed());
+        let rest = self.rest_due();
         if !rest.is_zero() {
             let started = tokio::time::Instant::now();
             tokio::select! {

@@ -83,8 +83,12 @@ pub struct Progress {
     pub paused_ms: f64,
     /// Time spent waiting for the `[pacing] rate_limit`, in milliseconds (not counted in `pauses`).
     pub rate_limited_ms: f64,
-    /// Time spent resting for the `[pacing] duty_cycle`, in milliseconds (not counted in `pauses`).
+    /// Time spent resting for the `[pacing] duty_cycle`, in milliseconds (not counted in `pauses`;
+    /// added when a rest ends).
     pub duty_cycle_ms: f64,
+    /// While the job rests for the `[pacing] duty_cycle` for a second or more: when the rest ends
+    /// (RFC 3339, UTC). Written before the rest begins; a past time once the rest is over.
+    pub resting_until: Option<String>,
     /// Why the last pause was taken.
     pub last_pause_reason: Option<String>,
     /// Rows the soft-delete statements affected.

@@ -513,9 +513,10 @@ fn the_test_configuration_parses() {
     assert_eq!(c.worker.heartbeat_interval, Duration::from_millis(100));
 }
 
-#[tokio::test]
-async fn a_job_resting_for_its_duty_cycle_is_held_as_soon_as_the_switch_is_engaged() {
-    // At a duty cycle of 0.0002 a batch of a few ms earns a rest of tens of seconds.
+/// An env whose jobs rest for tens of seconds after their first batch (duty cycle 0.0002), with
+/// tenant 11's job running in one worker loop that has rested since its first batch; returns the
+/// job and the rows deleted when its rest began (its progress shows when the rest ends).
+async fn resting_job() -> (Env, Workers, Uuid, i64) {
     let text = config("200ms", "2s", 0).replace(
         "[pacing]\nrate_limit = 0\n",
         "[pacing]\nrate_limit = 0\nduty_cycle = 0.0002\n",
@@ -527,13 +528,60 @@ async fn a_job_resting_for_its_duty_cycle_is_held_as_soon_as_the_switch_is_engag
     let workers = start_workers(&env, 1, true);
     let progress =
         || async { Progress::from_json(&jobs::get(&env.db, id).await.unwrap().unwrap().progress) };
-    until(
-        30,
-        "the first batch checkpointed: the rest begins",
-        || async { progress().await.batches >= 1 },
-    )
+    until(30, "the rest after the first batch, shown", || async {
+        progress().await.resting_until.is_some()
+    })
     .await;
-    let deleted = progress().await.rows_deleted;
+    let p = progress().await;
+    assert_eq!(p.batches, 1, "{p:?}");
+    let ends = time::OffsetDateTime::parse(
+        p.resting_until.as_deref().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    let left = ends - time::OffsetDateTime::now_utc();
+    assert!(
+        left > time::Duration::seconds(10),
+        "rest ends in {left}: {p:?}"
+    );
+    (env, workers, id, p.rows_deleted)
+}
+
+#[tokio::test]
+async fn a_job_resting_for_its_duty_cycle_is_cancelled_within_a_third_of_its_lease() {
+    let (env, workers, id, deleted) = resting_job().await;
+    let url = env.server.url("target");
+    let cancelled = tokio::time::Instant::now();
+    let id_text = id.to_string();
+    deprov::cli::run(deprov::cli::Cli::parse_from([
+        "deprov",
+        "jobs",
+        "--database-url",
+        &url,
+        "cancel",
+        &id_text,
+        "--reason",
+        "wrong tenant",
+    ]))
+    .await
+    .unwrap();
+    until(5, "the job cancelled", || async {
+        jobs::get(&env.db, id).await.unwrap().unwrap().state() == JobState::Cancelled
+    })
+    .await;
+    let took = cancelled.elapsed();
+    let p = Progress::from_json(&jobs::get(&env.db, id).await.unwrap().unwrap().progress);
+    workers.stop().await;
+    // The harness's lease is 1 s: the rest re-reads the job every third of it.
+    assert!(took < Duration::from_secs(2), "cancelled after {took:?}");
+    assert_eq!(p.rows_deleted, deleted, "{p:?}");
+}
+
+#[tokio::test]
+async fn a_job_resting_for_its_duty_cycle_is_held_as_soon_as_the_switch_is_engaged() {
+    let (env, workers, id, deleted) = resting_job().await;
+    let progress =
+        || async { Progress::from_json(&jobs::get(&env.db, id).await.unwrap().unwrap().progress) };
     let engaged = tokio::time::Instant::now();
     cli(
         &env,

@@ -404,6 +404,13 @@ impl JobRun {
             // every third of the lease, so a live worker never looks gone (a lease that ran out
             // lets another worker take the job over), and a kill switch engaged meanwhile holds
             // the job at once.
+            let rest = pacer.rest_due();
+            if rest >= REST_SHOWN {
+                // Visible in the job's progress while it lasts, not only once it ended.
+                self.progress.resting_until = Some(rfc3339_after(rest));
+                self.checkpoint(deferred, &cp).await?;
+                checkpointed = std::time::Instant::now();
+            }
             let waited = {
                 let admit = pacer.admit(batch.deleted + cascaded, &w.stop);
                 tokio::pin!(admit);
@@ -414,22 +421,20 @@ impl JobRun {
                         () = tokio::time::sleep(w.config.worker.lease / 3) => {
                             self.checkpoint(deferred, &cp).await?;
                             checkpointed = std::time::Instant::now();
+                            // An operator's cancel (or a switch this process missed) ends the
+                            // wait within a third of the lease.
+                            self.recheck(deferred, &cp).await?;
                         }
                         () = switched => {
                             // A kill switch changed during the wait: the job is held now, not
                             // when a rest of many seconds ends; an unrelated change lets the
                             // wait go on.
-                            match self.may_destroy().await {
-                                Ok(gate) => drop(gate),
-                                Err(stop) => {
-                                    self.settle(deferred, &cp).await;
-                                    return Err(stop);
-                                }
-                            }
+                            self.recheck(deferred, &cp).await?;
                         }
                     }
                 }
             };
+            self.progress.resting_until = None;
             self.progress.duty_cycle_ms += waited.duty_cycle.as_secs_f64() * 1000.0;
             self.progress.rate_limited_ms += waited.rate_limit.as_secs_f64() * 1000.0;
             if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {
@@ -480,6 +485,25 @@ impl JobRun {
         Ok(())
     }
 
+    /// During a wait between batches: reads the job's kill switches and cancel request as before a
+    /// batch ([`Self::may_destroy`]) and stops the run (after [`Self::settle`]) when one of them
+    /// would stop the next batch; otherwise the wait goes on.
+    ///
+    /// # Errors
+    /// [`Stop`] as [`Self::may_destroy`] gives it.
+    async fn recheck(&mut self, deferred: &mut Deferred, cp: &Checkpoint) -> Result<(), Stop> {
+        match self.may_destroy().await {
+            Ok(gate) => {
+                drop(gate);
+                Ok(())
+            }
+            Err(stop) => {
+                self.settle(deferred, cp).await;
+                Err(stop)
+            }
+        }
+    }
+
     /// Before a pause or a stop: when batches committed deferred since the last checkpoint
     /// (`deferred.pending`), makes them durable ([`engine::flush`]) and writes the checkpoint `cp`,
     /// so a pause never outlasts the lease and a stopped job resumes where it stopped. Best effort:
@@ -516,6 +540,16 @@ impl JobRun {
         }
         Ok(())
     }
+}
+
+/// Rests at least this long are written to the job's progress (`resting_until`) before they begin.
+const REST_SHOWN: Duration = Duration::from_secs(1);
+
+/// `now + after` as RFC 3339 (UTC).
+fn rfc3339_after(after: Duration) -> String {
+    (time::OffsetDateTime::now_utc() + after)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
 }
 
 /// What of a run's hard delete is durable on the target.
