@@ -63,16 +63,17 @@ pub struct BenchArgs {
     /// `[pacing] rate_limit` in rows/s (0 = unlimited, the "unthrottled" figures).
     #[arg(long, default_value_t = 0)]
     pub rate_limit: u32,
-    /// `[pacing] duty_cycle` of deprov's job (1 = no rest, the "unthrottled" figures).
-    #[arg(long, default_value_t = 1.0)]
+    /// `[pacing] duty_cycle` of deprov's job, 0.0001..=1 (1 = no rest, the "unthrottled"
+    /// figures).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_duty_cycle)]
     pub duty_cycle: f64,
     /// Seconds of the paced window: deprov on a third copy of the database with `[pacing]
     /// duty_cycle` = `--paced-duty-cycle`, under the same foreground and tenant writer, stopped
     /// after this long (it does not finish the tenant); 0 = no paced window.
     #[arg(long, default_value_t = 30)]
     pub paced_secs: u64,
-    /// `[pacing] duty_cycle` of the paced window.
-    #[arg(long, default_value_t = 0.0025)]
+    /// `[pacing] duty_cycle` of the paced window, 0.0001..=1.
+    #[arg(long, default_value_t = 0.0025, value_parser = parse_duty_cycle)]
     pub paced_duty_cycle: f64,
     /// Foreground clients (each its own connection).
     #[arg(long, default_value_t = 4)]
@@ -131,6 +132,17 @@ pub(crate) fn parse_setting(s: &str) -> Result<(String, String), String> {
     Ok((name.to_owned(), value.to_owned()))
 }
 
+/// A `--duty-cycle` / `--paced-duty-cycle` value: a number from 0.0001 to 1, as `[pacing]
+/// duty_cycle` takes it — refused when the command line is read, not after the phases before it ran.
+pub(crate) fn parse_duty_cycle(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(d) if (0.0001..=1.0).contains(&d) => Ok(d),
+        _ => Err(format!(
+            "a share of wall time from 0.0001 to 1 is needed (as [pacing] duty_cycle), got {s:?}"
+        )),
+    }
+}
+
 /// Figures of one deletion (the cascade's or deprov's).
 #[derive(Debug, Clone, Serialize)]
 pub struct Side {
@@ -168,8 +180,13 @@ pub struct Side {
 pub struct Paced {
     /// Its `[pacing] duty_cycle`.
     pub duty_cycle: f64,
+    /// The window asked for (`--paced-secs`), in s.
+    pub window_s: f64,
+    /// Whether the job completed within the window (the tenant is then wholly deleted, and
+    /// `side.elapsed_s` is the job's time, shorter than the window).
+    pub completed: bool,
     /// Its figures: `rows` are those deleted in the window (as of the checkpoint the stopped
-    /// worker wrote), `elapsed_s` the window.
+    /// worker wrote), `elapsed_s` the window (or the job's time, when it completed).
     pub side: Side,
     /// Share of the window deprov worked (batches, index passes, the state database, its checks
     /// before the soft delete): 1 − rests ÷ window.
@@ -397,7 +414,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         duty_cycle: args.duty_cycle,
         window: None,
     };
-    let (deprov_side, progress) =
+    let (deprov_side, progress, _) =
         run_deprov(args, &server, &keys, tenants.large, &unthrottled).await?;
     let deprov_time = TimeSplit::from_progress(&progress, deprov_side.elapsed_s);
 
@@ -407,7 +424,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
             say(
                 args.json,
                 &format!(
-                    "deprov paced: duty_cycle {} on a third copy, stopped after {} s",
+                    "deprov paced: duty_cycle {} on a third copy, stopped after {} s unless done",
                     args.paced_duty_cycle, args.paced_secs
                 ),
             );
@@ -418,7 +435,8 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
                 duty_cycle: args.paced_duty_cycle,
                 window: Some(window),
             };
-            let (side, progress) = run_deprov(args, &server, &keys, tenants.large, &run).await?;
+            let (side, progress, completed) =
+                run_deprov(args, &server, &keys, tenants.large, &run).await?;
             let rests = progress["duty_cycle_ms"].as_f64().unwrap_or(0.0)
                 + progress["rate_limited_ms"].as_f64().unwrap_or(0.0)
                 + progress["paused_ms"].as_f64().unwrap_or(0.0);
@@ -426,6 +444,8 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
             crate::demo::drop_database(&admin, "saas_paced").await?;
             Some(Paced {
                 duty_cycle: args.paced_duty_cycle,
+                window_s: window.as_secs_f64(),
+                completed,
                 worked_share: (1.0 - rests / (side.elapsed_s * 1000.0)).clamp(0.0, 1.0),
                 side,
             })
@@ -491,7 +511,7 @@ async fn run_deprov(
     keys: &Keys,
     tenant: i64,
     run: &DeprovRun<'_>,
-) -> Result<(Side, serde_json::Value), BenchError> {
+) -> Result<(Side, serde_json::Value, bool), BenchError> {
     let text = crate::demo::run::config_toml("bench-vercel-token-0000000000", args.batch_rows)
         .replace(
             "max_batch_duration = \"100ms\"",
@@ -605,7 +625,8 @@ async fn run_deprov(
         fg,
     );
     side.longest_rolled_back_ms = p["longest_rolled_back_ms"].as_f64().unwrap_or(0.0);
-    Ok((side, job.progress))
+    let completed = job.state == "completed";
+    Ok((side, job.progress, completed))
 }
 
 fn side(
@@ -724,7 +745,17 @@ pub(crate) async fn checkpoint(admin: &PgPool) -> Result<(), sqlx::Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_setting;
+    use super::{parse_duty_cycle, parse_setting};
+
+    #[test]
+    fn duty_cycles_are_refused_when_the_command_line_is_read() {
+        assert_eq!(parse_duty_cycle("0.0025"), Ok(0.0025));
+        assert_eq!(parse_duty_cycle("1"), Ok(1.0));
+        assert_eq!(parse_duty_cycle("1e-4"), Ok(0.0001));
+        for bad in ["0", "1.5", "-1", "nan", "inf", "0.00001", "half", ""] {
+            assert!(parse_duty_cycle(bad).is_err(), "{bad:?} was taken");
+        }
+    }
 
     #[test]
     fn server_settings_are_name_equals_a_value_pg_ctl_keeps_whole() {

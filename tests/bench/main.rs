@@ -186,6 +186,7 @@ async fn delete_figures_are_consistent() {
     // stopped before the end of the tenant.
     assert_eq!(r.deprov_time.pacing, 0.0, "{r:#?}");
     let paced = r.paced.as_ref().expect("a paced window");
+    assert!(!paced.completed && paced.window_s == 2.0, "{paced:#?}");
     assert!(
         (2.0..4.0).contains(&paced.side.elapsed_s),
         "stopped after its window: {paced:#?}"
@@ -206,4 +207,5 @@ async fn delete_figures_are_consistent() {
     let text = r.to_text();
     assert_eq!(text.matches("(target").count(), 4, "{text}");
     assert!(text.contains("paced 0.01"), "{text}");
+    assert!(text.contains("stopped after 2."), "{text}");
 }
