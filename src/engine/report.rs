@@ -106,7 +106,8 @@ impl CascadeCheck {
 pub struct PlanReport {
     /// The tenant key.
     pub tenant_id: String,
-    /// Plan identity (checkpoints are tied to it).
+    /// Plan identity: the job's `progress.plan_hash` and its checkpoints' when it runs under the same
+    /// schema and `[hard_delete] cascade_rows`.
     pub plan_hash: String,
     /// The tenant's rows in the root table (`[tenant] root_table`): 0 = no such tenant.
     pub root_rows: i64,
@@ -162,6 +163,9 @@ impl PlanReport {
             .clone()
             .absorb(f64::from(config.hard_delete.cascade_rows));
         let mut report = Self::from_parts(&plan, tenant, &counts, blockers, cascade);
+        // The hash of the plan the worker runs (its checkpoints and `progress.plan_hash`): the
+        // batches with PostgreSQL's cascade let in under `cascade_rows`.
+        report.plan_hash = absorbing.hash();
         report.user_triggers = super::trial::delete_triggers(
             target,
             &plan,

@@ -78,3 +78,29 @@ async fn plan_orders_leaves_first_counts_rows_and_names_blockers_and_unindexed_k
     assert_eq!(blocked.blockers[0].rows, 1);
     assert!(blocked.to_text().contains("BLOCKERS"));
 }
+
+#[tokio::test]
+async fn the_plan_hash_printed_is_the_one_the_job_runs_under() {
+    // The default cascade_rows (2000): the fixture's small tables are deleted by the cascade under
+    // their parents' batches, which changes the plan the worker runs from the leaves-first one.
+    let config = crate::harness::config_hard("batch_rows = 7", "installation", "");
+    let env = crate::harness::env_with_config(&config).await;
+    sqlx::query("ANALYZE").execute(&env.db).await.unwrap();
+    let report = PlanReport::build(&env.pools.target, &env.config, "1")
+        .await
+        .unwrap();
+    assert!(
+        report.tables.iter().any(|t| !t.cascaded_by.is_empty()),
+        "some table is deleted by the cascade: {report:?}"
+    );
+    let id = env.request("1").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(id).await;
+    assert_eq!(job.state(), deprov::queue::JobState::Completed, "{job:?}");
+    let progress = deprov::worker::Progress::from_json(&job.progress);
+    assert_eq!(
+        progress.plan_hash.as_deref(),
+        Some(report.plan_hash.as_str())
+    );
+    assert_eq!(progress.replans, 0, "{progress:?}");
+}
