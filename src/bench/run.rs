@@ -69,7 +69,8 @@ pub struct BenchArgs {
     pub duty_cycle: f64,
     /// Seconds of the paced window: deprov on a third copy of the database with `[pacing]
     /// duty_cycle` = `--paced-duty-cycle`, under the same foreground and tenant writer, stopped
-    /// after this long (it does not finish the tenant); 0 = no paced window.
+    /// after this long unless the job completed first (a 1M-row tenant takes minutes at the default
+    /// duty cycle); 0 = no paced window.
     #[arg(long, default_value_t = 30)]
     pub paced_secs: u64,
     /// `[pacing] duty_cycle` of the paced window, 0.0001..=1.
