@@ -24,17 +24,17 @@ impl BenchReport {
             out.push('\n');
         };
         row("", names);
-        let mut both = |name: &str, f: &dyn Fn(&Side) -> String| {
+        let mut each = |name: &str, f: &dyn Fn(&Side) -> String| {
             row(name, sides.iter().map(|s| f(s)).collect());
         };
-        both("rows deleted", &|s| s.rows.to_string());
-        both("elapsed (s)", &|s| format!("{:.2}", s.elapsed_s));
-        both("rows/s", &|s| format!("{:.0}", s.rows_per_s));
-        both("transactions", &|s| s.transactions.to_string());
-        both("longest transaction (ms)", &|s| {
+        each("rows deleted", &|s| s.rows.to_string());
+        each("elapsed (s)", &|s| format!("{:.2}", s.elapsed_s));
+        each("rows/s", &|s| format!("{:.0}", s.rows_per_s));
+        each("transactions", &|s| s.transactions.to_string());
+        each("longest transaction (ms)", &|s| {
             format!("{:.1}", s.longest_transaction_ms)
         });
-        both("longest rolled-back transaction (ms)", &|s| {
+        each("longest rolled-back transaction (ms)", &|s| {
             // The cascade is one transaction that commits.
             if s.transactions == 1 {
                 "-".into()
@@ -42,25 +42,25 @@ impl BenchReport {
                 format!("{:.1}", s.longest_rolled_back_ms)
             }
         });
-        both("tenant writer: longest wait (ms)", &|s| {
+        each("tenant writer: longest wait (ms)", &|s| {
             format!("{:.1}", s.tenant_writer_longest_wait_ms)
         });
-        both("foreground p99 (ms)", &|s| {
+        each("foreground p99 (ms)", &|s| {
             format!("{:.2}", s.foreground_p99_ms)
         });
-        both("foreground p99 ÷ baseline p99", &|s| {
+        each("foreground p99 ÷ baseline p99", &|s| {
             format!("{:.2}", rel(s.foreground_p99_ms))
         });
-        both("foreground p50 (ms)", &|s| {
+        each("foreground p50 (ms)", &|s| {
             format!("{:.2}", s.foreground_p50_ms)
         });
-        both("foreground writes p99 (ms)", &|s| {
+        each("foreground writes p99 (ms)", &|s| {
             format!("{:.2}", s.foreground_write_p99_ms)
         });
-        both("foreground reads p99 (ms)", &|s| {
+        each("foreground reads p99 (ms)", &|s| {
             format!("{:.2}", s.foreground_read_p99_ms)
         });
-        both("foreground ops (errors)", &|s| {
+        each("foreground ops (errors)", &|s| {
             format!("{} ({})", s.foreground_ops, s.foreground_errors)
         });
         out.push_str(&format!(

@@ -438,9 +438,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
             };
             let (side, progress, completed) =
                 run_deprov(args, &server, &keys, tenants.large, &run).await?;
-            let rests = progress["duty_cycle_ms"].as_f64().unwrap_or(0.0)
-                + progress["rate_limited_ms"].as_f64().unwrap_or(0.0)
-                + progress["paused_ms"].as_f64().unwrap_or(0.0);
+            let rests = TimeSplit::from_progress(&progress, side.elapsed_s).pacing;
             // Its dead rows are no part of the second baseline (nor is autovacuum's clean-up).
             crate::demo::drop_database(&admin, "saas_paced").await?;
             Some(Paced {

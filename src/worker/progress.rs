@@ -87,7 +87,7 @@ pub struct Progress {
     /// added when a rest ends).
     pub duty_cycle_ms: f64,
     /// While the job rests for the `[pacing] duty_cycle` for a second or more: when the rest ends
-    /// (RFC 3339, UTC). Written before the rest begins; a past time once the rest is over.
+    /// (RFC 3339, UTC). Written before the rest begins; cleared by the first checkpoint after it.
     pub resting_until: Option<String>,
     /// Why the last pause was taken.
     pub last_pause_reason: Option<String>,
