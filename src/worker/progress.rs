@@ -87,7 +87,10 @@ pub struct Progress {
     /// added when a rest ends).
     pub duty_cycle_ms: f64,
     /// While the job rests for the `[pacing] duty_cycle` for a second or more: when the rest ends
-    /// (RFC 3339, UTC). Written before the rest begins; cleared by the first checkpoint after it.
+    /// (RFC 3339, UTC). Written before the rest begins; cleared by the first checkpoint after it
+    /// ends. A run stopped during the rest (SIGTERM, a kill switch, a worker that died) leaves it,
+    /// and the job's next run rests until then before its first batch (at most the rest a whole
+    /// `[worker] lease` of work would earn), so restarts do not undo the duty cycle.
     pub resting_until: Option<String>,
     /// Why the last pause was taken.
     pub last_pause_reason: Option<String>,

@@ -41,3 +41,55 @@ async fn the_worker_rests_three_times_its_work_at_a_quarter_duty_cycle() {
     assert_eq!(progress.rate_limited_ms, 0.0, "{progress:?}");
     assert_eq!(progress.rows_deleted, 3001, "{progress:?}");
 }
+
+/// A worker stopped (as SIGTERM stops it) during a rest of tens of seconds: the job goes back to
+/// the queue with the rest's end still in its progress, and the worker that takes it next rests
+/// until then instead of deleting at once — it holds the job, renewing its lease, and runs no
+/// batch. Without this, every restart of a worker would undo the duty cycle.
+#[tokio::test]
+async fn a_rest_cut_short_by_a_stop_is_taken_by_the_next_run() {
+    use deprov::queue::{JobState, jobs};
+    use deprov::worker::Progress;
+    use std::time::Duration;
+
+    let (env, workers, id, deleted) = crate::kill_switch_ack::resting_job().await;
+    let owed = Progress::from_json(&env.job(id).await.progress).resting_until;
+    workers.stop().await;
+    let job = env.job(id).await;
+    assert_eq!(job.state(), JobState::Queued, "{job:?}");
+    let p = Progress::from_json(&job.progress);
+    assert!(owed.is_some());
+    assert_eq!(p.resting_until, owed, "the rest's end kept for the next run: {p:?}");
+    assert_eq!(p.rows_deleted, deleted, "{p:?}");
+
+    let workers = crate::kill_switch_ack::start_workers(&env, 1, true);
+    // The next run claims the job (it was queued above, so a running job is the new run's) and
+    // renews its lease every third of the harness's 1 s lease while it rests: three renewals are
+    // a second of holding the job without a batch.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut leases = Vec::new();
+    let mut job = env.job(id).await;
+    while leases.len() < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "renewals seen: {leases:?}; {job:?}"
+        );
+        job = jobs::get(&env.db, id).await.unwrap().unwrap();
+        if job.state() == JobState::Running
+            && leases.last() != Some(&job.lease_expires_at)
+        {
+            leases.push(job.lease_expires_at);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let job = env.job(id).await;
+    let p = Progress::from_json(&job.progress);
+    workers.stop().await;
+    assert_eq!(p.rows_deleted, deleted, "no batch during the owed rest: {p:?}");
+    assert_eq!(p.batches, 1, "{p:?}");
+    assert_eq!(p.resting_until, owed, "{p:?}");
+    // Stopped again inside the owed rest: still owed.
+    let p = Progress::from_json(&env.job(id).await.progress);
+    assert_eq!(p.resting_until, owed, "{p:?}");
+    assert_eq!(p.rows_deleted, deleted, "{p:?}");
+}

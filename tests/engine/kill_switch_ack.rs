@@ -46,13 +46,13 @@ async fn cli(env: &Env, args: &[&str]) -> anyhow::Result<()> {
     deprov::cli::run(deprov::cli::Cli::parse_from(argv)).await
 }
 
-struct Workers {
+pub(crate) struct Workers {
     cancel: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// Starts `n` worker loops named `w1..wn`, listening on the state database when `listen`.
-fn start_workers(env: &Env, n: usize, listen: bool) -> Workers {
+pub(crate) fn start_workers(env: &Env, n: usize, listen: bool) -> Workers {
     let cancel = CancellationToken::new();
     let tasks = (1..=n)
         .map(|i| {
@@ -67,7 +67,7 @@ fn start_workers(env: &Env, n: usize, listen: bool) -> Workers {
 }
 
 impl Workers {
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.cancel.cancel();
         for t in self.tasks {
             t.await.unwrap();
@@ -516,7 +516,7 @@ fn the_test_configuration_parses() {
 /// An env whose jobs rest for tens of seconds after their first batch (duty cycle 0.0002), with
 /// tenant 11's job running in one worker loop that has rested since its first batch; returns the
 /// job and the rows deleted when its rest began (its progress shows when the rest ends).
-async fn resting_job() -> (Env, Workers, Uuid, i64) {
+pub(crate) async fn resting_job() -> (Env, Workers, Uuid, i64) {
     let text = config("200ms", "2s", 0).replace(
         "[pacing]\nrate_limit = 0\n",
         "[pacing]\nrate_limit = 0\nduty_cycle = 0.0002\n",

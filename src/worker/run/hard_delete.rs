@@ -14,6 +14,9 @@ use crate::worker::pacing::Pacer;
 use crate::worker::progress::Checkpoint;
 use crate::worker::sizing;
 
+mod rest;
+use rest::{REST_SHOWN, rfc3339_after};
+
 impl JobRun {
     /// Deletes the tenant `tenant` by the batches of `leaves_first` (with the cascade allowance of
     /// `[hard_delete] cascade_rows` absorbed into it), from the job's stored checkpoint when it was
@@ -166,6 +169,8 @@ impl JobRun {
             );
         }
         let mut checkpointed = std::time::Instant::now();
+        self.take_owed_rest(&mut pacer, deferred, &cp, &mut checkpointed)
+            .await?;
         while cp.step < plan.steps.len() {
             let checked = std::time::Instant::now();
             let gate = match self.may_destroy().await {
@@ -411,30 +416,14 @@ impl JobRun {
                 self.checkpoint(deferred, &cp).await?;
                 checkpointed = std::time::Instant::now();
             }
-            let waited = {
-                let admit = pacer.admit(batch.deleted + cascaded, &w.stop);
-                tokio::pin!(admit);
-                loop {
-                    let switched = w.presence.changed();
-                    tokio::select! {
-                        waited = &mut admit => break waited,
-                        () = tokio::time::sleep(w.config.worker.lease / 3) => {
-                            self.checkpoint(deferred, &cp).await?;
-                            checkpointed = std::time::Instant::now();
-                            // An operator's cancel (or a switch this process missed) ends the
-                            // wait within a third of the lease.
-                            self.recheck(deferred, &cp).await?;
-                        }
-                        () = switched => {
-                            // A kill switch changed during the wait: the job is held now, not
-                            // when a rest of many seconds ends; an unrelated change lets the
-                            // wait go on.
-                            self.recheck(deferred, &cp).await?;
-                        }
-                    }
-                }
-            };
-            self.progress.resting_until = None;
+            let admit = pacer.admit(batch.deleted + cascaded, &w.stop);
+            let waited = self
+                .wait_through(admit, deferred, &cp, &mut checkpointed)
+                .await?;
+            if !w.stop.is_cancelled() {
+                // Kept when a stop request cut the rest short: the next run takes what is left.
+                self.progress.resting_until = None;
+            }
             self.progress.duty_cycle_ms += waited.duty_cycle.as_secs_f64() * 1000.0;
             self.progress.rate_limited_ms += waited.rate_limit.as_secs_f64() * 1000.0;
             if let Some((pause, reason)) = pacer.pause(&w.pools.target, batch.elapsed).await {
@@ -540,16 +529,6 @@ impl JobRun {
         }
         Ok(())
     }
-}
-
-/// Rests at least this long are written to the job's progress (`resting_until`) before they begin.
-const REST_SHOWN: Duration = Duration::from_secs(1);
-
-/// `now + after` as RFC 3339 (UTC).
-fn rfc3339_after(after: Duration) -> String {
-    (time::OffsetDateTime::now_utc() + after)
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
 }
 
 /// What of a run's hard delete is durable on the target.
