@@ -94,6 +94,14 @@ impl Pacer {
         }
     }
 
+    /// Counts the work since `since` (the job run's start: its claim, plan and checks before the
+    /// hard delete), not since the pacer was made, so the first rest answers for them too.
+    #[must_use]
+    pub fn working_since(mut self, since: tokio::time::Instant) -> Self {
+        self.working_since = since;
+        self
+    }
+
     /// The rest the duty cycle asks for after `worked` of work: `worked × (1 − d) / d` for
     /// `[pacing] duty_cycle = d`, so that work is at most `d` of the wall time; zero at `d = 1`.
     pub fn rest_after(&self, worked: Duration) -> Duration {

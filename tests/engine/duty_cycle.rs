@@ -25,9 +25,10 @@ async fn the_worker_rests_three_times_its_work_at_a_quarter_duty_cycle() {
     let batch_ms: f64 = progress.tables.iter().map(|t| t.batch_ms).sum();
     assert!(progress.batches >= 15, "{progress:?}");
     // The work each rest answers for is every batch and all between them (the kill-switch checks
-    // and checkpoints on the state database, deprov's own time), so the rests come to at least
-    // three times the batches and the state database's time together.
-    let measured = batch_ms + progress.bookkeeping_ms;
+    // and checkpoints on the state database, deprov's own time), and the first rest the run's
+    // work before its first batch too (the trial cascade among it), so the rests come to at least
+    // three times the batches, the state database's time and the trial together.
+    let measured = batch_ms + progress.bookkeeping_ms + progress.trial_ms;
     assert!(
         progress.duty_cycle_ms >= 3.0 * measured * 0.98,
         "rested {} ms after {measured} ms of batches and bookkeeping: {progress:?}",
@@ -40,6 +41,36 @@ async fn the_worker_rests_three_times_its_work_at_a_quarter_duty_cycle() {
     );
     assert_eq!(progress.rate_limited_ms, 0.0, "{progress:?}");
     assert_eq!(progress.rows_deleted, 3001, "{progress:?}");
+}
+
+/// The run's work before its first batch (claim, plan, checks, soft delete) is paced too: here a
+/// soft delete that takes 400 ms (a slow `UPDATE` trigger on the root) earns 1.2 s of rest at a
+/// quarter duty cycle, on top of what the batches earn. Without it a job's checks — the trial
+/// cascade, ~80 ms at 1M rows — and every restarted run's start would be unpaced bursts.
+#[tokio::test]
+async fn the_first_rest_answers_for_the_runs_work_before_its_first_batch() {
+    let schema = format!(
+        "{SCHEMA}
+         CREATE FUNCTION app.slow_soft_delete() RETURNS trigger LANGUAGE plpgsql AS $f$
+         BEGIN PERFORM pg_sleep(0.4); RETURN NEW; END $f$;
+         CREATE TRIGGER slow BEFORE UPDATE ON app.accounts
+             FOR EACH ROW EXECUTE FUNCTION app.slow_soft_delete();"
+    );
+    let config = config_hard(
+        "batch_rows = 20\nmax_batch_rows = 200\ncascade_rows = 0",
+        "installation",
+        "[pacing]\nduty_cycle = 0.25",
+    );
+    let progress = delete_tenant_1(&schema, &config).await;
+    let batch_ms: f64 = progress.tables.iter().map(|t| t.batch_ms).sum();
+    let measured = batch_ms + progress.bookkeeping_ms + progress.trial_ms;
+    assert!(
+        progress.duty_cycle_ms >= 3.0 * (measured + 400.0) * 0.98,
+        "rested {} ms after {measured} ms of batches, bookkeeping and trial and a 400 ms soft \
+         delete: {progress:?}",
+        progress.duty_cycle_ms,
+    );
+    assert_eq!(progress.soft_deleted_rows, Some(1), "{progress:?}");
 }
 
 /// A worker stopped (as SIGTERM stops it) during a rest of tens of seconds: the job goes back to

@@ -144,11 +144,13 @@ impl JobRun {
         deferred.durable = self.progress.clone();
         let mut timeouts = 0;
         let hd = &w.config.hard_delete;
+        // The run's claim, plan and checks before the first batch are work the duty cycle paces.
         let mut pacer = Pacer::new(
             &w.config.pacing,
             w.config.worker.lease,
             hd.max_batch_duration,
-        );
+        )
+        .working_since(self.started);
         let mut large_parent = false;
         // The step whose batches run under the full `statement_timeout`: its single row could not
         // be deleted within the batch bound (see below). Any other batch is cut at the bound.

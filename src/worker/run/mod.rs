@@ -57,6 +57,8 @@ pub(super) struct JobRun {
     progress: Progress,
     /// How the key column reads tenant keys, once the plan is loaded.
     key_form: Option<KeyForm>,
+    /// When the run began (the job's claim): the duty cycle's first rest answers for the work since.
+    started: tokio::time::Instant,
 }
 
 impl JobRun {
@@ -72,6 +74,7 @@ impl JobRun {
             sizing,
             progress,
             key_form: None,
+            started: tokio::time::Instant::now(),
         }
     }
 

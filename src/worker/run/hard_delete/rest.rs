@@ -67,9 +67,10 @@ impl JobRun {
         (!owed.is_zero()).then_some(owed)
     }
 
-    /// Takes the rest [`Self::owed_rest`] gives, through [`Self::wait_through`], before the run's
-    /// first batch; it counts in `progress.duty_cycle_ms`. A stop request ends it at once and
-    /// leaves `resting_until` as it was, for the next run.
+    /// Takes the rest [`Self::owed_rest`] gives, with the rest this run's own work so far earns
+    /// (its claim, plan and checks: [`Pacer::rest_due`]), through [`Self::wait_through`], before
+    /// the run's first batch; it counts in `progress.duty_cycle_ms`. A stop request ends it at once
+    /// and leaves `resting_until` as it was, for the next run.
     ///
     /// # Errors
     /// As [`Self::wait_through`].
@@ -84,6 +85,7 @@ impl JobRun {
             self.progress.resting_until = None;
             return Ok(());
         };
+        let owed = owed + pacer.rest_due();
         tracing::info!(job = %self.job.id, rest_ms = owed.as_millis(), "pacing: resuming the rest the job's last run did not finish");
         let stop = self.worker.stop.clone();
         let started = tokio::time::Instant::now();
