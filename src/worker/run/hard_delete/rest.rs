@@ -86,6 +86,9 @@ impl JobRun {
             return Ok(());
         };
         let owed = owed + pacer.rest_due();
+        // Written with the next checkpoint or the hand-back, so a run stopped in this rest passes
+        // on all of it.
+        self.progress.resting_until = Some(rfc3339_after(owed));
         tracing::info!(job = %self.job.id, rest_ms = owed.as_millis(), "pacing: resuming the rest the job's last run did not finish");
         let stop = self.worker.stop.clone();
         let started = tokio::time::Instant::now();
