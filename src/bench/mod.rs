@@ -4,6 +4,7 @@
 //! See [`run::run`] for the procedure and [`run::BenchReport`] for every printed figure.
 
 pub mod replay;
+mod paced;
 mod report;
 pub mod run;
 pub mod workload;

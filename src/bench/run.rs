@@ -13,15 +13,17 @@
 //!    [`crate::worker::Worker`], configured as `deploy/example.toml` plus `--batch-rows`,
 //!    `--rate-limit` and `--duty-cycle`) running the job to `completed`, with the same foreground and tenant writer.
 //!    Timed from the request to the job's end (soft delete, blocker checks and checkpoints included).
-//! 6. Paced window (`--paced-secs` > 0): deprov again, on a third copy made with the second, with
-//!    `[pacing] duty_cycle` = `--paced-duty-cycle`, under the same foreground and tenant writer,
-//!    its worker stopped (as SIGTERM stops it) after `--paced-secs`; the copy is dropped after.
-//! 7. Baseline, second half: both databases `VACUUM`ed (so autovacuum's clean-up of the deleted rows,
-//!    a cost of the deletions, does not run in it) and checkpointed, then the same traffic for
-//!    `--baseline-secs` again (the tenant writer's statements now find no rows). The foreground's baseline is both halves pooled, an
-//!    A-B-A design: a machine whose latency drifts during the run (disk, a neighbour) moves both halves,
-//!    and the report prints each half's p99 so a drift shows.
-//! 8. The two databases are compared table by table (row count and an order-independent md5).
+//! 6. Both databases `VACUUM (ANALYZE)`d, so autovacuum's clean-up of the deleted rows (a cost of
+//!    the deletions) runs in neither of the next two phases.
+//! 7. Paced window (`--paced-secs` > 0, [`super::paced`]): deprov again, on a third copy made with
+//!    the second, with `[pacing] duty_cycle` = `--paced-duty-cycle`, its worker running in
+//!    segments that alternate with segments of no worker (the interleaved baseline), under the
+//!    same foreground and tenant writer throughout; the copy is dropped after.
+//! 8. Baseline, second half: a checkpoint, then the same traffic for `--baseline-secs` again (the
+//!    tenant writer's statements now find no rows). The foreground's baseline is both halves
+//!    pooled, an A-B-A design: a machine whose latency drifts during the run (disk, a neighbour)
+//!    moves both halves, and the report prints each half's p99 so a drift shows.
+//! 9. The two databases are compared table by table (row count and an order-independent md5).
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +32,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 
+pub use super::paced::Paced;
 use super::workload::{self, Op, Samples};
 use crate::config::Config;
 use crate::db::Pools;
@@ -67,12 +70,16 @@ pub struct BenchArgs {
     /// figures).
     #[arg(long, default_value_t = 1.0, value_parser = parse_duty_cycle)]
     pub duty_cycle: f64,
-    /// Seconds of the paced window: deprov on a third copy of the database with `[pacing]
-    /// duty_cycle` = `--paced-duty-cycle`, under the same foreground and tenant writer, stopped
-    /// after this long unless the job completed first (a 1M-row tenant takes minutes at the default
-    /// duty cycle); 0 = no paced window.
-    #[arg(long, default_value_t = 30)]
+    /// Seconds deprov's worker runs in the paced window: deprov on a third copy of the database
+    /// with `[pacing] duty_cycle` = `--paced-duty-cycle`, under the same foreground and tenant
+    /// writer, in segments of `--paced-segment-secs` each after one with no worker (the
+    /// interleaved baseline), until this long or the job completed (a 1M-row tenant takes minutes
+    /// at the default duty cycle); 0 = no paced window. The window's wall time is about twice it.
+    #[arg(long, default_value_t = 60)]
     pub paced_secs: u64,
+    /// Seconds of each segment of the paced window (at least 1).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub paced_segment_secs: u64,
     /// `[pacing] duty_cycle` of the paced window, 0.0001..=1.
     #[arg(long, default_value_t = 0.0025, value_parser = parse_duty_cycle)]
     pub paced_duty_cycle: f64,
@@ -176,24 +183,6 @@ pub struct Side {
     pub foreground_errors: u64,
 }
 
-/// The paced window: deprov with a low `[pacing] duty_cycle`, stopped after `--paced-secs`.
-#[derive(Debug, Clone, Serialize)]
-pub struct Paced {
-    /// Its `[pacing] duty_cycle`.
-    pub duty_cycle: f64,
-    /// The window asked for (`--paced-secs`), in s.
-    pub window_s: f64,
-    /// Whether the job completed within the window (the tenant is then wholly deleted, and
-    /// `side.elapsed_s` is the job's time, shorter than the window).
-    pub completed: bool,
-    /// Its figures: `rows` are those deleted in the window (as of the checkpoint the stopped
-    /// worker wrote), `elapsed_s` the window (or the job's time, when it completed).
-    pub side: Side,
-    /// Share of the window deprov worked (batches, index passes, the state database, its checks
-    /// before the soft delete): 1 − rests ÷ window.
-    pub worked_share: f64,
-}
-
 /// Everything the benchmark prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
@@ -256,7 +245,7 @@ pub struct TimeSplit {
 }
 
 impl TimeSplit {
-    fn from_progress(p: &serde_json::Value, elapsed_s: f64) -> Self {
+    pub(super) fn from_progress(p: &serde_json::Value, elapsed_s: f64) -> Self {
         let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
         let batches = p["tables"]
             .as_array()
@@ -333,8 +322,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         .collect(),
     })?;
     let admin = connect(&server.url("postgres"), 2).await?;
-    let paced_window = (args.paced_secs > 0).then(|| Duration::from_secs(args.paced_secs));
-    let state_dbs: &[&str] = if paced_window.is_some() {
+    let state_dbs: &[&str] = if args.paced_secs > 0 {
         &["deprov", "deprov_paced"]
     } else {
         &["deprov"]
@@ -371,7 +359,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
     let keys = Keys::sample(&saas, tenants.large, &tenants.small).await?;
     saas.close().await;
     clone_database(&admin, "saas", "saas_cascade").await?;
-    if paced_window.is_some() {
+    if args.paced_secs > 0 {
         clone_database(&admin, "saas", "saas_paced").await?;
         let paced = connect(&server.url("saas_paced"), 8).await?;
         warm(&paced, &tables).await?;
@@ -413,53 +401,44 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         target_db: "saas",
         state_db: "deprov",
         duty_cycle: args.duty_cycle,
-        window: None,
     };
-    let (deprov_side, progress, _) =
+    let (deprov_side, progress) =
         run_deprov(args, &server, &keys, tenants.large, &unthrottled).await?;
     let deprov_time = TimeSplit::from_progress(&progress, deprov_side.elapsed_s);
+    // Both databases now hold a tenant's worth of dead rows: vacuumed (and analysed, as autovacuum
+    // would after so many deletes) now, so autovacuum's clean-up of them — a cost of the
+    // deletions — runs in neither the paced window nor the second baseline.
+    for pool in [&saas, &copy] {
+        sqlx::query("VACUUM (ANALYZE)").execute(pool).await?;
+    }
 
-    let paced = match paced_window {
-        None => None,
-        Some(window) => {
-            say(
-                args.json,
-                &format!(
-                    "deprov paced: duty_cycle {} on a third copy, stopped after {} s unless done",
-                    args.paced_duty_cycle, args.paced_secs
-                ),
-            );
-            checkpoint(&admin).await?;
-            let run = DeprovRun {
-                target_db: "saas_paced",
-                state_db: "deprov_paced",
-                duty_cycle: args.paced_duty_cycle,
-                window: Some(window),
-            };
-            let (side, progress, completed) =
-                run_deprov(args, &server, &keys, tenants.large, &run).await?;
-            let rests = TimeSplit::from_progress(&progress, side.elapsed_s).pacing;
-            // Its dead rows are no part of the second baseline (nor is autovacuum's clean-up).
-            crate::demo::drop_database(&admin, "saas_paced").await?;
-            Some(Paced {
-                duty_cycle: args.paced_duty_cycle,
-                window_s: window.as_secs_f64(),
-                completed,
-                worked_share: (1.0 - rests / (side.elapsed_s * 1000.0)).clamp(0.0, 1.0),
-                side,
-            })
-        }
+    let paced = if args.paced_secs == 0 {
+        None
+    } else {
+        say(
+            args.json,
+            &format!(
+                "deprov paced: duty_cycle {} on a third copy for {} s in {} s segments, each after \
+                 one with no worker",
+                args.paced_duty_cycle, args.paced_secs, args.paced_segment_secs
+            ),
+        );
+        checkpoint(&admin).await?;
+        let run = DeprovRun {
+            target_db: "saas_paced",
+            state_db: "deprov_paced",
+            duty_cycle: args.paced_duty_cycle,
+        };
+        let paced = super::paced::run(args, &server, &keys, tenants.large, &run).await?;
+        // Its dead rows are no part of the second baseline (nor is autovacuum's clean-up).
+        crate::demo::drop_database(&admin, "saas_paced").await?;
+        Some(paced)
     };
 
     say(
         args.json,
         "baseline, second half: foreground and tenant writer, no deletion",
     );
-    // Both databases now hold a tenant's worth of dead rows: vacuumed first, so autovacuum's clean-up
-    // of them (the deletions' cost) does not run during, and count as, the baseline.
-    for pool in [&saas, &copy] {
-        sqlx::query("VACUUM").execute(pool).await?;
-    }
     checkpoint(&admin).await?;
     let after = baseline_window(args, &saas_url, &keys).await;
     let after_p99 = after.quantile_ms(0.99);
@@ -481,7 +460,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         foreground_baseline_p50_ms: baseline.quantile_ms(0.5),
         foreground_baseline_write_p99_ms: baseline.write_quantile_ms(0.99),
         foreground_baseline_read_p99_ms: baseline.read_quantile_ms(0.99),
-        foreground_baseline_ops: baseline.latencies.len(),
+        foreground_baseline_ops: baseline.len(),
         foreground_baseline_before_p99_ms: before_p99,
         foreground_baseline_after_p99_ms: after_p99,
         equals_cascade,
@@ -493,128 +472,127 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
 }
 
 /// One run of deprov's worker in [`run_deprov`].
-struct DeprovRun<'a> {
+pub(super) struct DeprovRun<'a> {
     /// The database the tenant is deleted from.
-    target_db: &'a str,
+    pub(super) target_db: &'a str,
     /// deprov's state database (migrated here).
-    state_db: &'a str,
+    pub(super) state_db: &'a str,
     /// `[pacing] duty_cycle`.
-    duty_cycle: f64,
-    /// Stop the worker after this long instead of waiting for the job to end.
-    window: Option<Duration>,
+    pub(super) duty_cycle: f64,
 }
 
-async fn run_deprov(
-    args: &BenchArgs,
-    server: &Throwaway,
-    keys: &Keys,
-    tenant: i64,
-    run: &DeprovRun<'_>,
-) -> Result<(Side, serde_json::Value, bool), BenchError> {
-    let text = crate::demo::run::config_toml("bench-vercel-token-0000000000", args.batch_rows)
-        .replace(
-            "max_batch_duration = \"100ms\"",
-            &format!("max_batch_duration = \"{}ms\"", args.max_batch_ms),
-        )
-        .replace(
-            "checkpoint_interval = \"1s\"",
-            &format!(
-                "checkpoint_interval = \"{}ms\"",
-                args.checkpoint_interval_ms
-            ),
-        )
-        .replace(
-            "rate_limit = 0 ",
-            &format!("rate_limit = {} ", args.rate_limit),
-        )
-        .replace(
-            "duty_cycle = 1 ",
-            &format!("duty_cycle = {:?} ", run.duty_cycle),
-        )
-        .replace("poll_interval = \"500ms\"", "poll_interval = \"10ms\"");
-    let config = std::sync::Arc::new(
-        Config::from_toml(&text).map_err(|e| BenchError::Config(e.to_string()))?,
-    );
-    let state = server.url(run.state_db);
-    let saas_url = server.url(run.target_db);
-    let pools = Pools::new(&state, &saas_url, &config.pools)?;
-    crate::db::migrate(&pools.queue)
-        .await
-        .map_err(|e| BenchError::Config(e.to_string()))?;
-    let request = NewRequest {
-        source: "billing".into(),
-        basis: DedupBasis::TenantId,
-        dedup_key: tenant.to_string(),
-        subject_kind: SubjectKind::Tenant,
-        subject: tenant.to_string(),
-        external_id: None,
-        reason: Some("deprov bench delete".into()),
-    };
+/// deprov set up for one [`DeprovRun`]: its configuration (`deploy/example.toml`'s, as the demo
+/// writes it, with the arguments' deletion settings), its pools and its migrated state database.
+pub(super) struct Deprov {
+    pub(super) config: std::sync::Arc<Config>,
+    pub(super) pools: Pools,
+}
 
-    let fg = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
-    let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
-    let started = Instant::now();
-    let job_id = intake::record_tx(&pools.intake, &request, config.worker.max_attempts as i32)
-        .await
-        .map_err(|e| BenchError::Config(e.to_string()))?
-        .job_id;
-    let cancel = CancellationToken::new();
-    let worker = Worker::new(pools.clone(), config.clone(), "bench-worker".into());
-    let running = tokio::spawn({
-        let cancel = cancel.clone();
-        async move { worker.run(cancel).await }
-    });
-    let ended = |state: &str| matches!(state, "completed" | "failed");
-    let job = loop {
-        let job = jobs::get(&pools.queue, job_id).await?;
-        if let Some(job) = job.filter(|j| ended(&j.state)) {
-            break Some(job);
-        }
-        if run.window.is_some_and(|w| started.elapsed() >= w) {
-            break None;
-        }
-        // Polled slowly, so the polling is no load beside the deletion: the time comes from the
-        // job's own timestamps.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    // A window that ran out: the worker is stopped like a SIGTERM stops it (its current batch
-    // ends, its checkpoint and progress are written, the job goes back to the queue).
-    let window_end = started.elapsed();
-    cancel.cancel();
-    let _ = running.await;
-    let (writer, fg) = (writer.stop().await, fg.stop().await);
-    let (job, elapsed) = match job {
-        Some(job) => {
-            // From the intake transaction to the one that ended the job, both on the server's
-            // clock.
-            let elapsed = job
-                .finished_at
-                .map(|end| (end - job.created_at).unsigned_abs())
-                .unwrap_or(window_end);
-            (job, elapsed)
-        }
-        None => match jobs::get(&pools.queue, job_id).await? {
-            Some(job) => (job, window_end),
-            None => {
-                return Err(BenchError::Job {
-                    state: "missing".into(),
-                    error: "the job's row is gone".into(),
-                });
-            }
-        },
-    };
-    if (run.window.is_none() && job.state != "completed") || job.state == "failed" {
-        return Err(BenchError::Job {
-            state: job.state,
-            error: job.last_error.unwrap_or_default(),
-        });
+impl Deprov {
+    /// Builds the configuration and pools of `run` and migrates its state database.
+    pub(super) async fn prepare(
+        args: &BenchArgs,
+        server: &Throwaway,
+        run: &DeprovRun<'_>,
+    ) -> Result<Self, BenchError> {
+        let text = crate::demo::run::config_toml("bench-vercel-token-0000000000", args.batch_rows)
+            .replace(
+                "max_batch_duration = \"100ms\"",
+                &format!("max_batch_duration = \"{}ms\"", args.max_batch_ms),
+            )
+            .replace(
+                "checkpoint_interval = \"1s\"",
+                &format!(
+                    "checkpoint_interval = \"{}ms\"",
+                    args.checkpoint_interval_ms
+                ),
+            )
+            .replace(
+                "rate_limit = 0 ",
+                &format!("rate_limit = {} ", args.rate_limit),
+            )
+            .replace(
+                "duty_cycle = 1 ",
+                &format!("duty_cycle = {:?} ", run.duty_cycle),
+            )
+            .replace("poll_interval = \"500ms\"", "poll_interval = \"10ms\"");
+        let config = std::sync::Arc::new(
+            Config::from_toml(&text).map_err(|e| BenchError::Config(e.to_string()))?,
+        );
+        let pools = Pools::new(&server.url(run.state_db), &server.url(run.target_db), &config.pools)?;
+        crate::db::migrate(&pools.queue)
+            .await
+            .map_err(|e| BenchError::Config(e.to_string()))?;
+        Ok(Self { config, pools })
     }
-    pools.close().await;
-    let p = &job.progress;
+
+    /// Records the deletion request for `tenant` as intake records it; returns its job (which
+    /// then waits for a worker).
+    pub(super) async fn record(&self, tenant: i64) -> Result<uuid::Uuid, BenchError> {
+        let request = NewRequest {
+            source: "billing".into(),
+            basis: DedupBasis::TenantId,
+            dedup_key: tenant.to_string(),
+            subject_kind: SubjectKind::Tenant,
+            subject: tenant.to_string(),
+            external_id: None,
+            reason: Some("deprov bench delete".into()),
+        };
+        let max_attempts = self.config.worker.max_attempts as i32;
+        Ok(intake::record_tx(&self.pools.intake, &request, max_attempts)
+            .await
+            .map_err(|e| BenchError::Config(e.to_string()))?
+            .job_id)
+    }
+
+    /// Runs the service's worker until the job `job_id` ends or `window` (if any) has passed since
+    /// `started`, then stops it as SIGTERM stops it (its current batch ends, its checkpoint and
+    /// progress are written, the job goes back to the queue). Returns the job as the worker left
+    /// it, and whether it ended (`completed` or `failed`).
+    pub(super) async fn work(
+        &self,
+        job_id: uuid::Uuid,
+        started: Instant,
+        window: Option<Duration>,
+    ) -> Result<(jobs::Job, bool), BenchError> {
+        let cancel = CancellationToken::new();
+        let worker = Worker::new(self.pools.clone(), self.config.clone(), "bench-worker".into());
+        let running = tokio::spawn({
+            let cancel = cancel.clone();
+            async move { worker.run(cancel).await }
+        });
+        let ended = |state: &str| matches!(state, "completed" | "failed");
+        let done = loop {
+            let job = jobs::get(&self.pools.queue, job_id).await?;
+            if job.is_some_and(|j| ended(&j.state)) {
+                break true;
+            }
+            if window.is_some_and(|w| started.elapsed() >= w) {
+                break false;
+            }
+            // Polled slowly, so the polling is no load beside the deletion: the time comes from the
+            // job's own timestamps.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        cancel.cancel();
+        let _ = running.await;
+        match jobs::get(&self.pools.queue, job_id).await? {
+            Some(job) => Ok((job, done)),
+            None => Err(BenchError::Job {
+                state: "missing".into(),
+                error: "the job's row is gone".into(),
+            }),
+        }
+    }
+}
+
+/// The figures of a job from its progress (`p`): rows deleted, its longest transaction (its
+/// read-only index passes are transactions too, holding no row locks), batches and the longest
+/// rolled-back one, with the workloads' samples.
+pub(super) fn deprov_side(p: &serde_json::Value, elapsed: Duration, writer: Samples, fg: Samples) -> Side {
     let mut side = side(
         p["rows_deleted"].as_i64().unwrap_or(0),
         elapsed,
-        // Its read-only index passes are transactions too (holding no row locks).
         p["longest_batch_ms"]
             .as_f64()
             .unwrap_or(0.0)
@@ -624,11 +602,40 @@ async fn run_deprov(
         fg,
     );
     side.longest_rolled_back_ms = p["longest_rolled_back_ms"].as_f64().unwrap_or(0.0);
-    let completed = job.state == "completed";
-    Ok((side, job.progress, completed))
+    side
 }
 
-fn side(
+/// deprov's job run to its end by one worker under the foreground and the tenant writer.
+async fn run_deprov(
+    args: &BenchArgs,
+    server: &Throwaway,
+    keys: &Keys,
+    tenant: i64,
+    run: &DeprovRun<'_>,
+) -> Result<(Side, serde_json::Value), BenchError> {
+    let deprov = Deprov::prepare(args, server, run).await?;
+    let saas_url = server.url(run.target_db);
+    let fg = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
+    let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
+    let job_id = deprov.record(tenant).await?;
+    let (job, _) = deprov.work(job_id, Instant::now(), None).await?;
+    let (writer, fg) = (writer.stop().await, fg.stop().await);
+    if job.state != "completed" {
+        return Err(BenchError::Job {
+            state: job.state,
+            error: job.last_error.unwrap_or_default(),
+        });
+    }
+    deprov.pools.close().await;
+    // From the intake transaction to the one that ended the job, both on the server's clock.
+    let elapsed = job
+        .finished_at
+        .map(|end| (end - job.created_at).unsigned_abs())
+        .unwrap_or_default();
+    Ok((deprov_side(&job.progress, elapsed, writer, fg), job.progress))
+}
+
+pub(super) fn side(
     rows: i64,
     elapsed: Duration,
     longest_ms: f64,
@@ -649,7 +656,7 @@ fn side(
         foreground_p50_ms: fg.quantile_ms(0.5),
         foreground_write_p99_ms: fg.write_quantile_ms(0.99),
         foreground_read_p99_ms: fg.read_quantile_ms(0.99),
-        foreground_ops: fg.latencies.len(),
+        foreground_ops: fg.len(),
         foreground_errors: fg.errors,
     }
 }

@@ -11,58 +11,88 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+/// One completed operation.
+#[derive(Debug, Clone, Copy)]
+pub struct Timed {
+    /// When it was sent.
+    pub at: Instant,
+    /// From sending it to its answer.
+    pub took: Duration,
+    /// Whether it was a write.
+    pub write: bool,
+}
+
 /// Timings of one workload over one run.
 #[derive(Debug, Clone, Default)]
 pub struct Samples {
-    /// Latency of every completed operation.
-    pub latencies: Vec<Duration>,
-    /// Latency of the completed writes alone (also in `latencies`).
-    pub writes: Vec<Duration>,
-    /// Latency of the completed reads alone (also in `latencies`).
-    pub reads: Vec<Duration>,
+    /// Every completed operation, in the order each client completed them.
+    pub ops: Vec<Timed>,
     /// Operations that failed (any database error).
     pub errors: u64,
 }
 
 impl Samples {
+    /// Operations timed.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether none were timed.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
     /// The `q` quantile (0..=1) of the latencies by the nearest-rank method, in ms; 0 with no samples.
     pub fn quantile_ms(&self, q: f64) -> f64 {
-        quantile_ms(&self.latencies, q)
+        quantile_ms(self.ops.iter().map(|o| o.took), q)
     }
 
     /// The `q` quantile of the writes' latencies, as [`Self::quantile_ms`].
     pub fn write_quantile_ms(&self, q: f64) -> f64 {
-        quantile_ms(&self.writes, q)
+        quantile_ms(self.ops.iter().filter(|o| o.write).map(|o| o.took), q)
     }
 
     /// The `q` quantile of the reads' latencies, as [`Self::quantile_ms`].
     pub fn read_quantile_ms(&self, q: f64) -> f64 {
-        quantile_ms(&self.reads, q)
+        quantile_ms(self.ops.iter().filter(|o| !o.write).map(|o| o.took), q)
     }
 
     /// The longest latency, in ms.
     pub fn max_ms(&self) -> f64 {
-        self.latencies
+        self.ops
             .iter()
+            .map(|o| o.took)
             .max()
             .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
     }
 
     /// Adds `other`'s samples to these.
     pub fn merge(&mut self, other: Samples) {
-        self.latencies.extend(other.latencies);
-        self.writes.extend(other.writes);
-        self.reads.extend(other.reads);
+        self.ops.extend(other.ops);
         self.errors += other.errors;
+    }
+
+    /// The operations sent within one of `spans` (each `[start, end)`); errors are not kept (they
+    /// carry no time).
+    pub fn within(&self, spans: &[(Instant, Instant)]) -> Samples {
+        Samples {
+            ops: self
+                .ops
+                .iter()
+                .filter(|o| spans.iter().any(|&(a, b)| a <= o.at && o.at < b))
+                .copied()
+                .collect(),
+            errors: 0,
+        }
     }
 }
 
 /// The nearest-rank `q` quantile of `latencies` in ms; 0 with none.
-fn quantile_ms(latencies: &[Duration], q: f64) -> f64 {
-    if latencies.is_empty() {
+fn quantile_ms(latencies: impl Iterator<Item = Duration>, q: f64) -> f64 {
+    let mut sorted: Vec<Duration> = latencies.collect();
+    if sorted.is_empty() {
         return 0.0;
     }
-    let mut sorted = latencies.to_vec();
     sorted.sort_unstable();
     let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1].as_secs_f64() * 1000.0
@@ -181,15 +211,11 @@ async fn run_client(
         i += clients;
         let started = Instant::now();
         match sqlx::query(op.sql()).bind(key).execute(&mut conn).await {
-            Ok(_) => {
-                let took = started.elapsed();
-                samples.latencies.push(took);
-                if op.is_write() {
-                    samples.writes.push(took);
-                } else {
-                    samples.reads.push(took);
-                }
-            }
+            Ok(_) => samples.ops.push(Timed {
+                at: started,
+                took: started.elapsed(),
+                write: op.is_write(),
+            }),
             Err(_) => samples.errors += 1,
         }
     }
@@ -202,18 +228,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nearest_rank_quantiles() {
+    fn nearest_rank_quantiles_and_spans() {
+        let t0 = Instant::now();
         let s = Samples {
-            latencies: (1..=100).map(Duration::from_millis).collect(),
-            writes: vec![Duration::from_millis(7)],
-            reads: vec![Duration::from_millis(3)],
-            errors: 0,
+            ops: (1..=100)
+                .map(|i| Timed {
+                    at: t0 + Duration::from_secs(i),
+                    took: Duration::from_millis(i),
+                    write: i == 7,
+                })
+                .collect(),
+            errors: 2,
         };
         assert!((s.quantile_ms(0.99) - 99.0).abs() < 1e-9);
         assert!((s.quantile_ms(0.5) - 50.0).abs() < 1e-9);
         assert!((s.max_ms() - 100.0).abs() < 1e-9);
         assert!((s.write_quantile_ms(0.99) - 7.0).abs() < 1e-9);
-        assert!((s.read_quantile_ms(0.99) - 3.0).abs() < 1e-9);
+        // The reads are the 99 others: nearest rank ⌈0.99 × 99⌉ = 99, the slowest.
+        assert!((s.read_quantile_ms(0.99) - 100.0).abs() < 1e-9);
         assert!((Samples::default().quantile_ms(0.99)).abs() < 1e-9);
+        // Sent at 1..=100 s: [10 s, 20 s) and [90 s, 200 s) hold 10 + 11 of them.
+        let secs = |n| t0 + Duration::from_secs(n);
+        let part = s.within(&[(secs(10), secs(20)), (secs(90), secs(200))]);
+        assert_eq!(part.len(), 21);
+        assert!((part.max_ms() - 100.0).abs() < 1e-9);
+        assert!((part.quantile_ms(0.0) - 10.0).abs() < 1e-9);
+        assert_eq!(part.errors, 0);
     }
 }

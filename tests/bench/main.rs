@@ -163,6 +163,7 @@ async fn delete_figures_are_consistent() {
         rate_limit: 0,
         duty_cycle: 1.0,
         paced_secs: 2,
+        paced_segment_secs: 1,
         paced_duty_cycle: 0.01,
         clients: 2,
         rate: 50,
@@ -187,13 +188,25 @@ async fn delete_figures_are_consistent() {
     assert_eq!(r.deprov_time.pacing, 0.0, "{r:#?}");
     let paced = r.paced.as_ref().expect("a paced window");
     assert!(!paced.completed && paced.window_s == 2.0, "{paced:#?}");
+    // Two 1 s segments of a worker, each after a 1 s segment with none.
+    assert_eq!((paced.segments, paced.segment_s), (2, 1.0), "{paced:#?}");
     assert!(
-        (2.0..4.0).contains(&paced.side.elapsed_s),
-        "stopped after its window: {paced:#?}"
+        (2.0..3.5).contains(&paced.worker_s),
+        "the worker ran for its window: {paced:#?}"
+    );
+    assert!(
+        paced.side.elapsed_s >= paced.worker_s + 2.0 && paced.side.elapsed_s < 8.0,
+        "the window's wall time holds both arms: {paced:#?}"
     );
     assert!(paced.side.rows < r.deprov.rows, "{paced:#?}");
     assert!(
         paced.worked_share > 0.0 && paced.worked_share < 0.5,
+        "{paced:#?}"
+    );
+    // Both arms timed operations (2 clients at 50/s: about 100 a second each).
+    assert!(paced.baseline_ops >= 100 && paced.side.foreground_ops >= 100, "{paced:#?}");
+    assert!(
+        (paced.ratio() - paced.side.foreground_p99_ms / paced.baseline_p99_ms).abs() < 1e-9,
         "{paced:#?}"
     );
     for side in [&r.cascade, &r.deprov, &paced.side] {
@@ -207,5 +220,5 @@ async fn delete_figures_are_consistent() {
     let text = r.to_text();
     assert_eq!(text.matches("(target").count(), 4, "{text}");
     assert!(text.contains("paced 0.01"), "{text}");
-    assert!(text.contains("stopped after 2."), "{text}");
+    assert!(text.contains("ran 2 segments of 1 s"), "{text}");
 }
