@@ -3,8 +3,8 @@
 //!
 //! See [`run::run`] for the procedure and [`run::BenchReport`] for every printed figure.
 
-pub mod replay;
 mod paced;
+pub mod replay;
 mod report;
 pub mod run;
 pub mod workload;

@@ -8,7 +8,7 @@
 //! A machine whose latency drifts over a run (the project's moved 0.49 → 1.56 ms between two
 //! 15 s baselines) moves both arms alike, so the ratio of their p99s is deprov's effect and not
 //! the drift's. The duty cycle runs on wall time across the segments: a rest cut short by the
-//! segment's end is taken by the next segment's worker (`progress.resting_until`).
+//! segment's end is waited out queued (`progress.resting_until`), whatever segment it ends in.
 
 use std::time::{Duration, Instant};
 
@@ -34,18 +34,25 @@ pub struct Paced {
     /// deprov's figures over its segments: `rows` deleted in the window (as of the checkpoint the
     /// last stopped worker wrote), `elapsed_s` the window's wall time from the request to the
     /// last worker's stop (both arms: the duty cycle's rests run on wall time), the foreground's
-    /// figures from operations sent while a worker ran.
+    /// figures from operations sent while a worker ran (its `foreground_errors` are the whole
+    /// window's: a failed operation carries no time).
     pub side: Side,
     /// Time deprov's worker ran (its segments, each to the worker's stop), in s.
     pub worker_s: f64,
-    /// Share of `worker_s` deprov spent in its statements: batches (rolled back included), index
-    /// passes, the trial cascade, and its checkpoints and kill-switch checks on the state database
-    /// (the job's `progress`).
+    /// Share of `worker_s` deprov spent in the statements its progress times: batches (rolled back
+    /// included), index passes, the trial cascade, and its checkpoints and kill-switch checks on the
+    /// state database (not its plan, soft delete or simulation, which are small beside them here).
     pub worked_share: f64,
     /// Foreground p99 of the operations sent in the segments with no worker, in ms.
     pub baseline_p99_ms: f64,
     /// Foreground operations timed in the segments with no worker.
     pub baseline_ops: usize,
+    /// Foreground p99 of each segment with no worker, in order, in ms. The first one ran before
+    /// deprov's first statement: a later one well above it is deprov's after-effect (written-back
+    /// buffers, autovacuum of its deletions) rather than the machine.
+    pub idle_segments_p99_ms: Vec<f64>,
+    /// Foreground p99 of each segment with a worker, in order, in ms.
+    pub worker_segments_p99_ms: Vec<f64>,
 }
 
 impl Paced {
@@ -86,11 +93,14 @@ pub(super) async fn run(
         tokio::time::sleep(segment).await;
         idle.push((quiet, Instant::now()));
         let from = Instant::now();
-        let (j, ended) = deprov.work(job_id, from, Some(segment.min(window - worked))).await?;
+        let (j, _) = deprov
+            .work(job_id, from, Some(segment.min(window - worked)))
+            .await?;
         working.push((from, Instant::now()));
         worked += from.elapsed();
-        completed = ended && j.state == "completed";
-        if ended && !completed {
+        // A job can also complete while its worker is being stopped (its last batch ending).
+        completed = j.state == "completed";
+        if j.state == "failed" {
             return Err(BenchError::Job {
                 state: j.state,
                 error: j.last_error.unwrap_or_default(),
@@ -122,5 +132,15 @@ pub(super) async fn run(
         worked_share: (work_ms / (worker_s * 1000.0)).clamp(0.0, 1.0),
         baseline_p99_ms: baseline.quantile_ms(0.99),
         baseline_ops: baseline.len(),
+        idle_segments_p99_ms: each_p99(&fg, &idle),
+        worker_segments_p99_ms: each_p99(&fg, &working),
     })
+}
+
+/// The p99 of `samples` sent within each of `spans`, in ms.
+fn each_p99(samples: &workload::Samples, spans: &[(Instant, Instant)]) -> Vec<f64> {
+    spans
+        .iter()
+        .map(|&span| samples.within(&[span]).quantile_ms(0.99))
+        .collect()
 }

@@ -138,8 +138,8 @@ impl BenchReport {
             };
             out.push_str(&format!(
                 "deprov paced (duty_cycle {}): ran {} segments of {:.0} s, each after one with no \
-                 worker ({window}); in its statements {:.2}% of the time it ran (the checks before \
-                 the soft delete included); {:.0} rows/s over the window\n",
+                 worker ({window}); in its statements {:.2}% of the time it ran (its trial cascade \
+                 included); {:.0} rows/s over the window\n",
                 p.duty_cycle,
                 p.segments,
                 p.segment_s,
@@ -156,6 +156,17 @@ impl BenchReport {
                 p.ratio(),
                 met(p.ratio() <= 1.25),
                 rel(p.side.foreground_p99_ms),
+            ));
+            let list = |v: &[f64]| {
+                v.iter()
+                    .map(|ms| format!("{ms:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            out.push_str(&format!(
+                "  each segment's p99 (ms), no worker: {}; worker: {}\n",
+                list(&p.idle_segments_p99_ms),
+                list(&p.worker_segments_p99_ms),
             ));
         }
         out.push_str(&format!(

@@ -519,7 +519,11 @@ impl Deprov {
         let config = std::sync::Arc::new(
             Config::from_toml(&text).map_err(|e| BenchError::Config(e.to_string()))?,
         );
-        let pools = Pools::new(&server.url(run.state_db), &server.url(run.target_db), &config.pools)?;
+        let pools = Pools::new(
+            &server.url(run.state_db),
+            &server.url(run.target_db),
+            &config.pools,
+        )?;
         crate::db::migrate(&pools.queue)
             .await
             .map_err(|e| BenchError::Config(e.to_string()))?;
@@ -539,10 +543,12 @@ impl Deprov {
             reason: Some("deprov bench delete".into()),
         };
         let max_attempts = self.config.worker.max_attempts as i32;
-        Ok(intake::record_tx(&self.pools.intake, &request, max_attempts)
-            .await
-            .map_err(|e| BenchError::Config(e.to_string()))?
-            .job_id)
+        Ok(
+            intake::record_tx(&self.pools.intake, &request, max_attempts)
+                .await
+                .map_err(|e| BenchError::Config(e.to_string()))?
+                .job_id,
+        )
     }
 
     /// Runs the service's worker until the job `job_id` ends or `window` (if any) has passed since
@@ -556,7 +562,11 @@ impl Deprov {
         window: Option<Duration>,
     ) -> Result<(jobs::Job, bool), BenchError> {
         let cancel = CancellationToken::new();
-        let worker = Worker::new(self.pools.clone(), self.config.clone(), "bench-worker".into());
+        let worker = Worker::new(
+            self.pools.clone(),
+            self.config.clone(),
+            "bench-worker".into(),
+        );
         let running = tokio::spawn({
             let cancel = cancel.clone();
             async move { worker.run(cancel).await }
@@ -589,7 +599,12 @@ impl Deprov {
 /// The figures of a job from its progress (`p`): rows deleted, its longest transaction (its
 /// read-only index passes are transactions too, holding no row locks), batches and the longest
 /// rolled-back one, with the workloads' samples.
-pub(super) fn deprov_side(p: &serde_json::Value, elapsed: Duration, writer: Samples, fg: Samples) -> Side {
+pub(super) fn deprov_side(
+    p: &serde_json::Value,
+    elapsed: Duration,
+    writer: Samples,
+    fg: Samples,
+) -> Side {
     let mut side = side(
         p["rows_deleted"].as_i64().unwrap_or(0),
         elapsed,
@@ -632,7 +647,10 @@ async fn run_deprov(
         .finished_at
         .map(|end| (end - job.created_at).unsigned_abs())
         .unwrap_or_default();
-    Ok((deprov_side(&job.progress, elapsed, writer, fg), job.progress))
+    Ok((
+        deprov_side(&job.progress, elapsed, writer, fg),
+        job.progress,
+    ))
 }
 
 pub(super) fn side(

@@ -52,6 +52,16 @@ pub async fn read_target_load(conn: &mut sqlx::PgConnection) -> Result<TargetLoa
     })
 }
 
+/// The rest a duty cycle of `d` (`[pacing] duty_cycle`) asks for after `worked` of work:
+/// `worked × (1 − d) / d`, so that work is at most `d` of the wall time; zero at `d = 1` (and for a
+/// `d` outside 0..1, which the configuration refuses).
+pub fn duty_rest(d: f64, worked: Duration) -> Duration {
+    if d >= 1.0 || d <= 0.0 {
+        return Duration::ZERO;
+    }
+    worked.mul_f64((1.0 - d) / d)
+}
+
 /// What [`Pacer::admit`] waited for, each in turn.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Waited {
@@ -105,11 +115,7 @@ impl Pacer {
     /// The rest the duty cycle asks for after `worked` of work: `worked × (1 − d) / d` for
     /// `[pacing] duty_cycle = d`, so that work is at most `d` of the wall time; zero at `d = 1`.
     pub fn rest_after(&self, worked: Duration) -> Duration {
-        let d = self.config.duty_cycle;
-        if d >= 1.0 || d <= 0.0 {
-            return Duration::ZERO;
-        }
-        worked.mul_f64((1.0 - d) / d)
+        duty_rest(self.config.duty_cycle, worked)
     }
 
     /// The rest [`Self::admit`] would take now ([`Self::rest_after`] the work since the last rest).

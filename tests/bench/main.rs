@@ -204,11 +204,25 @@ async fn delete_figures_are_consistent() {
         "{paced:#?}"
     );
     // Both arms timed operations (2 clients at 50/s: about 100 a second each).
-    assert!(paced.baseline_ops >= 100 && paced.side.foreground_ops >= 100, "{paced:#?}");
+    assert!(
+        paced.baseline_ops >= 100 && paced.side.foreground_ops >= 100,
+        "{paced:#?}"
+    );
     assert!(
         (paced.ratio() - paced.side.foreground_p99_ms / paced.baseline_p99_ms).abs() < 1e-9,
         "{paced:#?}"
     );
+    // Each arm's p99 is at most its slowest segment's and at least its fastest's.
+    for (arm, each) in [
+        (paced.baseline_p99_ms, &paced.idle_segments_p99_ms),
+        (paced.side.foreground_p99_ms, &paced.worker_segments_p99_ms),
+    ] {
+        assert_eq!(each.len(), 2, "{paced:#?}");
+        let (lo, hi) = each
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
+        assert!(lo <= arm && arm <= hi, "{paced:#?}");
+    }
     for side in [&r.cascade, &r.deprov, &paced.side] {
         assert!(side.foreground_ops > 0, "{side:#?}");
         assert!(

@@ -74,11 +74,11 @@ async fn the_first_rest_answers_for_the_runs_work_before_its_first_batch() {
 }
 
 /// A worker stopped (as SIGTERM stops it) during a rest of tens of seconds: the job goes back to
-/// the queue with the rest's end still in its progress, and the worker that takes it next rests
-/// until then instead of deleting at once — it holds the job, renewing its lease, and runs no
-/// batch. Without this, every restart of a worker would undo the duty cycle.
+/// the queue with the rest's end still in its progress, and the worker that claims it next hands
+/// it straight back, queued until that end, instead of deleting at once (and without keeping the
+/// worker). Without this, every restart of a worker would undo the duty cycle.
 #[tokio::test]
-async fn a_rest_cut_short_by_a_stop_is_taken_by_the_next_run() {
+async fn a_rest_cut_short_by_a_stop_is_waited_out_queued() {
     use deprov::queue::{JobState, jobs};
     use deprov::worker::Progress;
     use std::time::Duration;
@@ -86,49 +86,52 @@ async fn a_rest_cut_short_by_a_stop_is_taken_by_the_next_run() {
     let (env, workers, id, deleted) = crate::kill_switch_ack::resting_job().await;
     let owed = Progress::from_json(&env.job(id).await.progress).resting_until;
     workers.stop().await;
-    let job = env.job(id).await;
-    assert_eq!(job.state(), JobState::Queued, "{job:?}");
-    let p = Progress::from_json(&job.progress);
+    let stopped = env.job(id).await;
+    assert_eq!(stopped.state(), JobState::Queued, "{stopped:?}");
+    let p = Progress::from_json(&stopped.progress);
     assert!(owed.is_some());
-    assert_eq!(p.resting_until, owed, "the rest's end kept for the next run: {p:?}");
+    assert_eq!(
+        p.resting_until, owed,
+        "the rest's end kept for the next run: {p:?}"
+    );
     assert_eq!(p.rows_deleted, deleted, "{p:?}");
+    let ends = time::OffsetDateTime::parse(
+        owed.as_deref().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
 
     let workers = crate::kill_switch_ack::start_workers(&env, 1, true);
-    // The next run claims the job (it was queued above, so a running job is the new run's) and
-    // renews its lease every third of the harness's 1 s lease while it rests: three renewals are
-    // a second of holding the job without a batch.
+    // The next claim hands the job back queued until the rest ends: its run_after moves from the
+    // stop to the rest's end.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let mut leases = Vec::new();
     let mut job = env.job(id).await;
-    while leases.len() < 4 {
+    while !(job.state() == JobState::Queued
+        && job.run_after > stopped.run_after + Duration::from_secs(5))
+    {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "renewals seen: {leases:?}; {job:?}"
+            "never handed back: {job:?}"
         );
-        job = jobs::get(&env.db, id).await.unwrap().unwrap();
-        if job.state() == JobState::Running
-            && leases.last() != Some(&job.lease_expires_at)
-        {
-            leases.push(job.lease_expires_at);
-        }
         tokio::time::sleep(Duration::from_millis(20)).await;
+        job = jobs::get(&env.db, id).await.unwrap().unwrap();
     }
-    let job = env.job(id).await;
-    let p = Progress::from_json(&job.progress);
     workers.stop().await;
-    assert_eq!(p.rows_deleted, deleted, "no batch during the owed rest: {p:?}");
+    let off = (job.run_after - ends).abs();
+    assert!(
+        off < time::Duration::seconds(2),
+        "queued until {} for a rest ending {ends}",
+        job.run_after
+    );
+    let p = Progress::from_json(&job.progress);
+    assert_eq!(
+        p.rows_deleted, deleted,
+        "no batch during the owed rest: {p:?}"
+    );
     assert_eq!(p.batches, 1, "{p:?}");
-    // The new run rests until the owed end plus what its own start earned, and says so.
-    let at = |t: &Option<String>| {
-        time::OffsetDateTime::parse(
-            t.as_deref().expect("a rest shown"),
-            &time::format_description::well_known::Rfc3339,
-        )
-        .unwrap()
-    };
-    assert!(at(&p.resting_until) >= at(&owed), "{p:?}");
-    // Stopped again inside that rest: still owed, to its new end.
-    let after = Progress::from_json(&env.job(id).await.progress);
-    assert!(at(&after.resting_until) >= at(&p.resting_until), "{after:?}");
-    assert_eq!(after.rows_deleted, deleted, "{after:?}");
+    assert_eq!(p.resting_until, owed, "{p:?}");
+    assert_eq!(
+        job.attempts, stopped.attempts,
+        "the hand-back spends no attempt: {job:?}"
+    );
 }

@@ -150,7 +150,11 @@ impl JobRun {
             w.config.worker.lease,
             hd.max_batch_duration,
         )
-        .working_since(self.started);
+        .working_since(
+            self.started
+                .take()
+                .unwrap_or_else(tokio::time::Instant::now),
+        );
         let mut large_parent = false;
         // The step whose batches run under the full `statement_timeout`: its single row could not
         // be deleted within the batch bound (see below). Any other batch is cut at the bound.
@@ -171,8 +175,6 @@ impl JobRun {
             );
         }
         let mut checkpointed = std::time::Instant::now();
-        self.take_owed_rest(&mut pacer, deferred, &cp, &mut checkpointed)
-            .await?;
         while cp.step < plan.steps.len() {
             let checked = std::time::Instant::now();
             let gate = match self.may_destroy().await {
@@ -405,6 +407,10 @@ impl JobRun {
             if !deferred.pending || checkpointed.elapsed() >= every {
                 self.checkpoint(deferred, &cp).await?;
                 checkpointed = std::time::Instant::now();
+            }
+            if cp.step >= plan.steps.len() {
+                // The last batch: no rest after it (the duty cycle is the job's; the job is done).
+                break;
             }
             // The duty cycle's rest and the rate limit's wait can be long (a low duty cycle, a
             // batch that cascaded to many rows at a low rate): the lease is renewed through them

@@ -57,8 +57,9 @@ pub(super) struct JobRun {
     progress: Progress,
     /// How the key column reads tenant keys, once the plan is loaded.
     key_form: Option<KeyForm>,
-    /// When the run began (the job's claim): the duty cycle's first rest answers for the work since.
-    started: tokio::time::Instant,
+    /// When the run began (the job's claim): the duty cycle's first rest answers for the work
+    /// since. Taken by the first pacer of the run (a resume after a target restart starts anew).
+    started: Option<tokio::time::Instant>,
 }
 
 impl JobRun {
@@ -74,7 +75,7 @@ impl JobRun {
             sizing,
             progress,
             key_form: None,
-            started: tokio::time::Instant::now(),
+            started: Some(tokio::time::Instant::now()),
         }
     }
 
@@ -216,6 +217,13 @@ impl JobRun {
         let w = self.worker.clone();
         let config = &w.config;
         self.may_destroy().await?;
+        // A rest the last run was stopped in (progress.resting_until): the job waits it out queued,
+        // before any statement on the target and without keeping this worker.
+        if let Some(owed) = self.owed_rest() {
+            tracing::info!(job = %self.job.id, rest_ms = owed.as_millis(), "pacing: the job owes the rest its last run was stopped in; handed back until it ends");
+            return Ok(Outcome::Wait(owed));
+        }
+        self.progress.resting_until = None;
 
         let mut tenant = match &self.job.tenant_id {
             Some(t) => t.clone(),
@@ -359,6 +367,7 @@ impl JobRun {
         self.start_hard_delete().await?;
         self.hard_delete(&plan, &tenant).await?;
         self.progress.note = None;
+        self.progress.resting_until = None;
         // Tables PostgreSQL's cascade emptied under other tables' batches have no steps to mark them.
         for t in &mut self.progress.tables {
             t.done = true;

@@ -1,6 +1,7 @@
 //! Waits between batches of the hard delete — the `[pacing] duty_cycle`'s rest, the rate limit's
 //! wait — with the lease renewed through them and the kill switch and cancel requests obeyed
-//! during them; and the rest a job still owed when its last run stopped, taken by the next run.
+//! during them; and the rest a job still owed when its last run stopped, which the next run
+//! waits out queued.
 
 use std::future::Future;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::{Deferred, JobRun, Stop};
-use crate::worker::pacing::Pacer;
+use crate::worker::pacing::duty_rest;
 use crate::worker::progress::Checkpoint;
 
 /// Rests at least this long are written to the job's progress (`resting_until`) before they begin.
@@ -34,13 +35,17 @@ impl JobRun {
     ) -> Result<T, Stop> {
         let w = self.worker.clone();
         tokio::pin!(wait);
+        // One deadline, not a sleep made anew each pass: kill switch changes that come more often
+        // than a third of the lease must not put the renewal off.
+        let mut renew_at = tokio::time::Instant::now() + w.config.worker.lease / 3;
         loop {
             let switched = w.presence.changed();
             tokio::select! {
                 out = &mut wait => return Ok(out),
-                () = tokio::time::sleep(w.config.worker.lease / 3) => {
+                () = tokio::time::sleep_until(renew_at) => {
                     self.checkpoint(deferred, cp).await?;
                     *checkpointed = std::time::Instant::now();
+                    renew_at = tokio::time::Instant::now() + w.config.worker.lease / 3;
                     // An operator's cancel (or a switch this process missed) ends the wait within
                     // a third of the lease.
                     self.recheck(deferred, cp).await?;
@@ -56,60 +61,19 @@ impl JobRun {
 
     /// The rest this job still owes from its last run: what is left of `progress.resting_until`
     /// (a rest written before it began and not finished: the run was stopped, or its worker died,
-    /// during it), at most the rest `pacer` would ask for after a whole `[worker] lease` of work
-    /// (so a worker's clock far ahead of this one's cannot park the job), and none when the duty
-    /// cycle is now off. Without it a worker restarted during a rest (a deploy, a crash loop)
-    /// would start deleting at once, and restarts would undo the duty cycle.
-    pub(super) fn owed_rest(&self, pacer: &Pacer) -> Option<Duration> {
-        let until = OffsetDateTime::parse(self.progress.resting_until.as_deref()?, &Rfc3339).ok()?;
+    /// during it), at most the rest a whole `[worker] lease` of work earns (so a worker's clock
+    /// far ahead of this one's cannot park the job for longer), and none when the duty cycle is now
+    /// off. [`JobRun::execute`] hands the job back until then before anything else: without it a
+    /// worker restarted during a rest (a deploy, a crash loop) would start deleting at once, and
+    /// restarts would undo the duty cycle.
+    pub(in crate::worker::run) fn owed_rest(&self) -> Option<Duration> {
+        let until =
+            OffsetDateTime::parse(self.progress.resting_until.as_deref()?, &Rfc3339).ok()?;
         let left = Duration::try_from(until - OffsetDateTime::now_utc()).ok()?;
-        let owed = left.min(pacer.rest_after(self.worker.config.worker.lease));
+        let config = &self.worker.config;
+        let cap = duty_rest(config.pacing.duty_cycle, config.worker.lease);
+        let owed = left.min(cap);
         (!owed.is_zero()).then_some(owed)
-    }
-
-    /// Takes the rest [`Self::owed_rest`] gives, with the rest this run's own work so far earns
-    /// (its claim, plan and checks: [`Pacer::rest_due`]), through [`Self::wait_through`], before
-    /// the run's first batch; it counts in `progress.duty_cycle_ms`. A stop request ends it at once
-    /// and leaves `resting_until` as it was, for the next run.
-    ///
-    /// # Errors
-    /// As [`Self::wait_through`].
-    pub(super) async fn take_owed_rest(
-        &mut self,
-        pacer: &mut Pacer,
-        deferred: &mut Deferred,
-        cp: &Checkpoint,
-        checkpointed: &mut std::time::Instant,
-    ) -> Result<(), Stop> {
-        let Some(owed) = self.owed_rest(pacer) else {
-            self.progress.resting_until = None;
-            return Ok(());
-        };
-        let owed = owed + pacer.rest_due();
-        // Written with the next checkpoint or the hand-back, so a run stopped in this rest passes
-        // on all of it.
-        self.progress.resting_until = Some(rfc3339_after(owed));
-        tracing::info!(job = %self.job.id, rest_ms = owed.as_millis(), "pacing: resuming the rest the job's last run did not finish");
-        let stop = self.worker.stop.clone();
-        let started = tokio::time::Instant::now();
-        self.wait_through(
-            async {
-                tokio::select! {
-                    () = stop.cancelled() => {}
-                    () = tokio::time::sleep(owed) => {}
-                }
-            },
-            deferred,
-            cp,
-            checkpointed,
-        )
-        .await?;
-        self.progress.duty_cycle_ms += started.elapsed().as_secs_f64() * 1000.0;
-        if !stop.is_cancelled() {
-            self.progress.resting_until = None;
-        }
-        pacer.rested();
-        Ok(())
     }
 }
 
