@@ -138,7 +138,10 @@ async fn tenant_and_source_switches_hold_only_their_jobs_and_release_only_what_n
 
 #[tokio::test]
 async fn cancel_stops_a_running_job_at_its_next_batch_and_a_queued_one_at_once() {
-    let env = env("").await;
+    // 20 rows/s (after a 20-row burst): from its third 7-row batch on, the job waits ~0.35 s per
+    // batch, so the cancel lands while it runs however slowly this test sees its progress (without
+    // a limit the tenant's last batches could finish first on a loaded machine).
+    let env = env("[pacing]\nrate_limit = 20").await;
     let running = env.request("1").await;
     let queued = env.request("3").await;
     let worker = env.worker("w1");
