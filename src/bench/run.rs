@@ -227,7 +227,7 @@ pub struct BenchReport {
 /// statements).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct TimeSplit {
-    /// Batch transactions, committed and rolled back (`progress.tables[].batch_ms`).
+    /// Batch transactions that committed (`progress.tables[].batch_ms`).
     pub batches: f64,
     /// Read-only index passes (`progress.index_pass_ms`).
     pub index_passes: f64,
