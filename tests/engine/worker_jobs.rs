@@ -112,7 +112,10 @@ async fn vercel_installation_is_resolved_by_the_worker() {
 
 #[tokio::test]
 async fn kill_switch_holds_at_a_batch_boundary_and_release_resumes_from_the_checkpoint() {
-    let env = env("").await;
+    // 20 rows/s (after a 20-row burst): from its third 7-row batch on, the job waits ~0.35 s per
+    // batch, so the switch is engaged while it runs however slowly this test sees its progress
+    // (without a limit the tenant's last batches could finish first on a loaded machine).
+    let env = env("[pacing]\nrate_limit = 20").await;
     let expected = env.cascade_copy(1).await;
     let job_id = env.request("1").await;
     let worker = env.worker("w1");
@@ -151,7 +154,13 @@ async fn kill_switch_holds_at_a_batch_boundary_and_release_resumes_from_the_chec
         .await
         .unwrap();
     drop(conn);
-    let w2 = env.worker("w2");
+    // The rest of the job without the limit (the test is about the hold and the resume).
+    let unlimited = deprov::config::Config::from_toml(&config_text("")).unwrap();
+    let w2 = deprov::worker::Worker::new(
+        env.pools.clone(),
+        std::sync::Arc::new(unlimited),
+        "w2".into(),
+    );
     let first = w2.step().await.unwrap();
     assert_eq!(
         first,
