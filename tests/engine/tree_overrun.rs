@@ -45,13 +45,16 @@ async fn batches_that_cascade_down_a_tree_stay_within_the_batch_bound() {
         .find(|t| t.table == "\"app\".\"nodes\"")
         .unwrap();
     assert_eq!(nodes.rows_deleted, 210_100, "{progress:?}");
-    // Committed batches end within the bound of 80 ms plus their commit; rolled-back ones at it.
+    // Committed batches end within the bound of 80 ms plus their commit; rolled-back ones at it,
+    // plus the cancel's and the rollback's way back. 150 ms leaves room for a loaded machine (a
+    // clean-clone CI run saw a rolled-back batch take 104.8 ms from BEGIN); without the bound a
+    // batch ran 615 ms.
     assert!(
-        progress.longest_batch_ms <= 100.0,
+        progress.longest_batch_ms <= 150.0,
         "longest batch {} ms: {progress:?}",
         progress.longest_batch_ms
     );
-    assert!(progress.longest_rolled_back_ms <= 100.0, "{progress:?}");
+    assert!(progress.longest_rolled_back_ms <= 150.0, "{progress:?}");
     assert_eq!(progress.unbounded_steps, 0, "{progress:?}");
     println!(
         "{} batches, longest {:.1} ms, {} cut short (longest {:.1} ms)",
