@@ -93,7 +93,7 @@ pub(super) async fn run(
         tokio::time::sleep(segment).await;
         idle.push((quiet, Instant::now()));
         let from = Instant::now();
-        let (j, _) = deprov
+        let j = deprov
             .work(job_id, from, Some(segment.min(window - worked)))
             .await?;
         working.push((from, Instant::now()));

@@ -554,13 +554,13 @@ impl Deprov {
     /// Runs the service's worker until the job `job_id` ends or `window` (if any) has passed since
     /// `started`, then stops it as SIGTERM stops it (its current batch ends, its checkpoint and
     /// progress are written, the job goes back to the queue). Returns the job as the worker left
-    /// it, and whether it ended (`completed` or `failed`).
+    /// it (its state says whether it ended).
     pub(super) async fn work(
         &self,
         job_id: uuid::Uuid,
         started: Instant,
         window: Option<Duration>,
-    ) -> Result<(jobs::Job, bool), BenchError> {
+    ) -> Result<jobs::Job, BenchError> {
         let cancel = CancellationToken::new();
         let worker = Worker::new(
             self.pools.clone(),
@@ -572,22 +572,21 @@ impl Deprov {
             async move { worker.run(cancel).await }
         });
         let ended = |state: &str| matches!(state, "completed" | "failed");
-        let done = loop {
+        loop {
             let job = jobs::get(&self.pools.queue, job_id).await?;
-            if job.is_some_and(|j| ended(&j.state)) {
-                break true;
-            }
-            if window.is_some_and(|w| started.elapsed() >= w) {
-                break false;
+            if job.is_some_and(|j| ended(&j.state))
+                || window.is_some_and(|w| started.elapsed() >= w)
+            {
+                break;
             }
             // Polled slowly, so the polling is no load beside the deletion: the time comes from the
             // job's own timestamps.
             tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        }
         cancel.cancel();
         let _ = running.await;
         match jobs::get(&self.pools.queue, job_id).await? {
-            Some(job) => Ok((job, done)),
+            Some(job) => Ok(job),
             None => Err(BenchError::Job {
                 state: "missing".into(),
                 error: "the job's row is gone".into(),
@@ -633,7 +632,7 @@ async fn run_deprov(
     let fg = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
     let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
     let job_id = deprov.record(tenant).await?;
-    let (job, _) = deprov.work(job_id, Instant::now(), None).await?;
+    let job = deprov.work(job_id, Instant::now(), None).await?;
     let (writer, fg) = (writer.stop().await, fg.stop().await);
     if job.state != "completed" {
         return Err(BenchError::Job {
