@@ -88,7 +88,7 @@ pub struct Progress {
     pub duty_cycle_ms: f64,
     /// While the job rests for the `[pacing] duty_cycle` for a second or more: when the rest ends
     /// (RFC 3339, UTC, the worker's clock). Written before the rest begins; cleared by the first
-    /// checkpoint after it ends, and when the job completes. A run stopped during the rest
+    /// checkpoint after it ends (there is no rest after a job's last batch). A run stopped during the rest
     /// (SIGTERM, a kill switch, a worker that died) leaves it, and the job's next claim hands the
     /// job back `queued` until then (at most the rest a whole `[worker] lease` of work earns),
     /// before any statement on the target, so restarts do not undo the duty cycle. Such a wait is

@@ -367,7 +367,6 @@ impl JobRun {
         self.start_hard_delete().await?;
         self.hard_delete(&plan, &tenant).await?;
         self.progress.note = None;
-        self.progress.resting_until = None;
         // Tables PostgreSQL's cascade emptied under other tables' batches have no steps to mark them.
         for t in &mut self.progress.tables {
             t.done = true;
