@@ -3,12 +3,13 @@
 //! against, shown on the same PgBouncer with sqlx's defaults and with the CLI without the mode
 //! ([`failures`]); TCP keepalives on pool sockets ([`keepalive`]); `GET /metrics` of a real process
 //! through the same PgBouncer ([`metrics`]); the start-up check of the configured SQL through it
-//! ([`sqlcheck`]).
+//! ([`sqlcheck`]); PostgreSQL restarted behind it ([`outage`]).
 
 mod failures;
 mod keepalive;
 mod kill_switch;
 mod metrics;
+mod outage;
 mod service;
 mod sqlcheck;
 
