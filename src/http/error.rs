@@ -32,7 +32,10 @@ pub struct Problem {
     pub detail: String,
 }
 
-/// Everything that can go wrong at the HTTP edge. Nothing is stored when one of these is returned.
+/// Everything that can go wrong at the HTTP edge. Nothing is stored when one of these is returned,
+/// except a 503 for a deletion request whose commit was not confirmed in time
+/// ([`IntakeError::Unconfirmed`], or the request timeout): it may still be recorded, and a retry is
+/// then answered as its duplicate.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// 400: the body is not JSON, or a query string or path parameter cannot be parsed.
@@ -251,6 +254,7 @@ impl From<IntakeError> for ApiError {
                 Self::db_unavailable("too many concurrent identical requests; retry")
             }
             IntakeError::Db(db) => db.into(),
+            IntakeError::Unconfirmed(_) => Self::db_unavailable(e.to_string()),
         }
     }
 }

@@ -19,8 +19,12 @@
 //! Admission is bounded like a pool acquire: a request that no writer has taken within the intake
 //! pool's `acquire_timeout` gives up and is answered [`IntakeError::Db`] (`PoolTimedOut`, 503 +
 //! `Retry-After` at the HTTP edge; counted in `deprov_db_pool_acquire_timeouts_total{pool="intake"}`)
-//! — a writer never records a request whose caller gave up, and a caller whose request a writer took
-//! waits for its answer, bounded by the server-side timeouts. When the queue is full (`capacity`
+//! — a writer never records a request whose caller gave up. A caller whose request a writer took
+//! waits for its group's commit at most that long again, then is answered
+//! [`IntakeError::Unconfirmed`] (503 + `Retry-After`) while the group goes on: the server-side
+//! timeouts bound the group's statements, but not a wait in PgBouncer's queue for a server (bounded
+//! only by its `query_wait_timeout`), and a caller's deadline ends only the caller's wait — the
+//! group is neither cancelled nor its connection closed. When the queue is full (`capacity`
 //! requests waiting; the service gives it `4 × group_commit × [pools.intake] max_connections`,
 //! whatever the number of writers, so that a stall of a few tens of milliseconds at a few
 //! thousand requests/s does not refuse anything) a request is refused at once the same way.
@@ -95,7 +99,9 @@ impl GroupCommit {
     ///
     /// # Errors
     /// As [`intake::record_tx`]; also [`IntakeError::Db`] with `PoolTimedOut` when the queue is
-    /// full or the writers have stopped.
+    /// full, no writer took the request within `wait`, or the writers have stopped; and
+    /// [`IntakeError::Unconfirmed`] when a writer took it but its group's commit did not answer
+    /// within `wait` after that (at most 2 × `wait` in all).
     pub async fn record(
         &self,
         req: NewRequest,
@@ -126,10 +132,19 @@ impl GroupCommit {
         {
             return gave_up();
         }
-        // A writer took it meanwhile: its answer comes after its transaction.
-        answered
-            .await
-            .unwrap_or(Err(IntakeError::Db(sqlx::Error::PoolTimedOut)))
+        // A writer took it meanwhile: its answer comes after its transaction, which may wait in
+        // PgBouncer's queue for a server beyond any server-side bound. The caller stops waiting;
+        // the group goes on and may still commit the request.
+        match tokio::time::timeout(self.wait, answered).await {
+            Ok(answer) => answer.unwrap_or(Err(IntakeError::Db(sqlx::Error::PoolTimedOut))),
+            Err(_) => {
+                tracing::warn!(
+                    waited_ms = started.elapsed().as_millis(),
+                    "intake: a group's commit was not confirmed in time; answered 503, the group goes on"
+                );
+                Err(IntakeError::Unconfirmed(started.elapsed()))
+            }
+        }
     }
 }
 

@@ -103,6 +103,14 @@ pub enum IntakeError {
     /// Database failure.
     #[error(transparent)]
     Db(#[from] sqlx::Error),
+    /// A writer took the request, but its group's commit was not confirmed within the wait
+    /// ([`super::group_commit::GroupCommit::record`]): the group may still commit it (e.g. behind
+    /// PgBouncer, waiting in its queue for a server), so a retry is answered as its duplicate.
+    #[error(
+        "the state database did not confirm the request within {} ms; it may still be recorded, and a retry is safe (it is deduplicated)",
+        .0.as_millis()
+    )]
+    Unconfirmed(std::time::Duration),
 }
 
 /// Records `req` (see the module docs) in the caller's transaction: [`super::record::record_many`]

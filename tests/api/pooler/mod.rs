@@ -3,13 +3,15 @@
 //! against, shown on the same PgBouncer with sqlx's defaults and with the CLI without the mode
 //! ([`failures`]); TCP keepalives on pool sockets ([`keepalive`]); `GET /metrics` of a real process
 //! through the same PgBouncer ([`metrics`]); the start-up check of the configured SQL through it
-//! ([`sqlcheck`]); PostgreSQL restarted behind it ([`outage`]).
+//! ([`sqlcheck`]); PostgreSQL restarted behind it ([`outage`]); intake while PgBouncer's servers
+//! are all busy ([`queued`]).
 
 mod failures;
 mod keepalive;
 mod kill_switch;
 mod metrics;
 mod outage;
+mod queued;
 mod service;
 mod sqlcheck;
 
@@ -122,9 +124,14 @@ pub(crate) struct RunningApp {
 /// Starts deprov (migrations already applied) through the setup's PgBouncer, with its worker when
 /// `worker`.
 pub(crate) async fn start_app(s: &Setup, worker: bool) -> RunningApp {
+    start_app_with(s, worker, &config()).await
+}
+
+/// [`start_app`] with the configuration `config_text`.
+pub(crate) async fn start_app_with(s: &Setup, worker: bool, config_text: &str) -> RunningApp {
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("deprov.toml");
-    std::fs::write(&config_path, config()).unwrap();
+    std::fs::write(&config_path, config_text).unwrap();
     let settings = Settings {
         database_url: s.bouncer.url("deprov"),
         target_url: Some(s.bouncer.url("saas")),
