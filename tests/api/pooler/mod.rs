@@ -121,6 +121,23 @@ pub(crate) struct RunningApp {
     _dir: tempfile::TempDir,
 }
 
+impl RunningApp {
+    /// `POST /v1/deletion-requests` for `tenant` with the source token.
+    pub(crate) async fn post_deletion(
+        &self,
+        client: &reqwest::Client,
+        tenant: &str,
+    ) -> reqwest::Response {
+        client
+            .post(format!("{}/v1/deletion-requests", self.base))
+            .bearer_auth(SOURCE_TOKEN)
+            .json(&serde_json::json!({ "tenant_id": tenant }))
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
 /// Starts deprov (migrations already applied) through the setup's PgBouncer, with its worker when
 /// `worker`.
 pub(crate) async fn start_app(s: &Setup, worker: bool) -> RunningApp {

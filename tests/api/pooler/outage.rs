@@ -13,7 +13,6 @@ use deprov::throwaway::{BouncerOptions, PoolMode};
 use reqwest::StatusCode;
 
 use super::{SERVERS_PER_DB, setup, start_app};
-use crate::helpers::SOURCE_TOKEN;
 
 /// The README's `[pgbouncer]` settings beyond the pool size ("Behind PgBouncer").
 fn readme_settings() -> Vec<(String, String)> {
@@ -21,16 +20,6 @@ fn readme_settings() -> Vec<(String, String)> {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
-}
-
-async fn post(client: &reqwest::Client, base: &str, tenant: &str) -> reqwest::Response {
-    client
-        .post(format!("{base}/v1/deletion-requests"))
-        .bearer_auth(SOURCE_TOKEN)
-        .json(&serde_json::json!({ "tenant_id": tenant }))
-        .send()
-        .await
-        .unwrap()
 }
 
 async fn ready(client: &reqwest::Client, base: &str) -> StatusCode {
@@ -54,14 +43,14 @@ async fn after_a_postgres_restart_behind_pgbouncer_deprov_is_ready_within_second
     let app = start_app(&s, false).await;
     let client = reqwest::Client::new();
     assert_eq!(
-        post(&client, &app.base, "1").await.status(),
+        app.post_deletion(&client, "1").await.status(),
         StatusCode::ACCEPTED
     );
     assert_eq!(ready(&client, &app.base).await, StatusCode::OK);
 
     s.pg.stop().unwrap();
     // Down: both answer 503 + Retry-After as problem+json, and each probe fails a server login.
-    let down = post(&client, &app.base, "2").await;
+    let down = app.post_deletion(&client, "2").await;
     assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(down.headers().contains_key("retry-after"), "{down:?}");
     assert_eq!(
@@ -86,7 +75,7 @@ async fn after_a_postgres_restart_behind_pgbouncer_deprov_is_ready_within_second
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let readied = back.elapsed();
-    let accepted = post(&client, &app.base, "3").await;
+    let accepted = app.post_deletion(&client, "3").await;
     let answered = back.elapsed();
     println!(
         "behind PgBouncer: ready {readied:?}, intake 202 {answered:?} after PostgreSQL returned"

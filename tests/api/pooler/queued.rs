@@ -13,17 +13,6 @@ use serde_json::Value;
 use sqlx::Connection as _;
 
 use super::{SERVERS_PER_DB, config, setup, start_app_with};
-use crate::helpers::SOURCE_TOKEN;
-
-async fn post(client: &reqwest::Client, base: &str, tenant: &str) -> reqwest::Response {
-    client
-        .post(format!("{base}/v1/deletion-requests"))
-        .bearer_auth(SOURCE_TOKEN)
-        .json(&serde_json::json!({ "tenant_id": tenant }))
-        .send()
-        .await
-        .unwrap()
-}
 
 async fn stored(direct: &sqlx::PgPool, tenant: &str) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM deprov.deletion_requests WHERE subject = $1")
@@ -55,7 +44,7 @@ async fn with_pgbouncers_servers_all_busy_intake_answers_503_in_time_and_commits
     let app = start_app_with(&s, false, &text).await;
     let client = reqwest::Client::new();
     assert_eq!(
-        post(&client, &app.base, "1").await.status(),
+        app.post_deletion(&client, "1").await.status(),
         StatusCode::ACCEPTED
     );
 
@@ -94,7 +83,7 @@ async fn with_pgbouncers_servers_all_busy_intake_answers_503_in_time_and_commits
     let held_at = Instant::now();
 
     let sent = Instant::now();
-    let answer = post(&client, &app.base, "2").await;
+    let answer = app.post_deletion(&client, "2").await;
     let waited = sent.elapsed();
     let status = answer.status();
     let retry_after = answer.headers().get("retry-after").cloned();
@@ -123,7 +112,7 @@ async fn with_pgbouncers_servers_all_busy_intake_answers_503_in_time_and_commits
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let retry: Value = post(&client, &app.base, "2").await.json().await.unwrap();
+    let retry: Value = app.post_deletion(&client, "2").await.json().await.unwrap();
     assert_eq!(retry["duplicate"], true, "{retry}");
     assert_eq!(stored(&direct, "2").await, 1);
     app.cancel.cancel();
