@@ -21,7 +21,8 @@
 //! `Retry-After` at the HTTP edge; counted in `deprov_db_pool_acquire_timeouts_total{pool="intake"}`)
 //! — a writer never records a request whose caller gave up. A caller whose request a writer took
 //! waits for its group's commit at most that long again, then is answered
-//! [`IntakeError::Unconfirmed`] (503 + `Retry-After`) while the group goes on: the server-side
+//! [`IntakeError::Unconfirmed`] (503 + `Retry-After`; `deprov_intake_unconfirmed_total`) while the
+//! group goes on: the server-side
 //! timeouts bound the group's statements, but not a wait in PgBouncer's queue for a server (bounded
 //! only by its `query_wait_timeout`), and a caller's deadline ends only the caller's wait — the
 //! group is neither cancelled nor its connection closed. When the queue is full (`capacity`
@@ -142,6 +143,7 @@ impl GroupCommit {
                     waited_ms = started.elapsed().as_millis(),
                     "intake: a group's commit was not confirmed in time; answered 503, the group goes on"
                 );
+                crate::telemetry::intake_unconfirmed();
                 Err(IntakeError::Unconfirmed(started.elapsed()))
             }
         }

@@ -42,6 +42,9 @@ pub const LOCK_TIMEOUTS: &str = "deprov_lock_timeouts_total";
 pub const STATEMENT_TIMEOUTS: &str = "deprov_statement_timeouts_total";
 /// Counter: intake requests refused 429 by the per-source rate limit.
 pub const RATE_LIMITED: &str = "deprov_intake_rate_limited_total";
+/// Counter: intake requests answered 503 because their group's commit was not confirmed in time
+/// ([`crate::queue::intake::IntakeError::Unconfirmed`]; they may still be recorded).
+pub const INTAKE_UNCONFIRMED: &str = "deprov_intake_unconfirmed_total";
 /// Gauge `{state}`: jobs per state in the state database (every state, 0 included).
 pub const JOBS: &str = "deprov_jobs";
 /// Gauge, seconds: how long the oldest claimable queued job has waited since it became claimable
@@ -118,6 +121,10 @@ fn describe() {
         "Batches rolled back on statement_timeout"
     );
     describe_counter!(RATE_LIMITED, "Intake requests refused by the rate limit");
+    describe_counter!(
+        INTAKE_UNCONFIRMED,
+        "Intake requests answered 503 before their group's commit was confirmed"
+    );
     describe_gauge!(JOBS, "Jobs per state");
     describe_gauge!(
         QUEUE_OLDEST_AGE,
@@ -201,6 +208,11 @@ pub fn batch_failed(sqlstate: Option<&str>) {
 /// Records an intake request refused by the rate limit.
 pub fn rate_limited() {
     counter!(RATE_LIMITED).increment(1);
+}
+
+/// Records an intake request answered 503 before its group's commit was confirmed.
+pub fn intake_unconfirmed() {
+    counter!(INTAKE_UNCONFIRMED).increment(1);
 }
 
 /// Records a notification delivery attempt by what was recorded: `delivered`, `retry`, `dead`,

@@ -13,6 +13,7 @@ use serde_json::Value;
 use sqlx::Connection as _;
 
 use super::{SERVERS_PER_DB, config, setup, start_app_with};
+use crate::process::Metrics;
 
 async fn stored(direct: &sqlx::PgPool, tenant: &str) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM deprov.deletion_requests WHERE subject = $1")
@@ -20,6 +21,22 @@ async fn stored(direct: &sqlx::PgPool, tenant: &str) -> i64 {
         .fetch_one(direct)
         .await
         .unwrap()
+}
+
+/// `deprov_intake_unconfirmed_total` on the app's `/metrics` (this process's registry; 0 before
+/// the first).
+async fn unconfirmed(client: &reqwest::Client, base: &str) -> f64 {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    Metrics::parse(&text)
+        .get("deprov_intake_unconfirmed_total", &[])
+        .unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,6 +65,7 @@ async fn with_pgbouncers_servers_all_busy_intake_answers_503_in_time_and_commits
         StatusCode::ACCEPTED
     );
 
+    let unconfirmed_before = unconfirmed(&client, &app.base).await;
     // Other clients of the same database and user take every server of the pool for 4 s.
     let hold = Duration::from_secs(4);
     let mut holders = tokio::task::JoinSet::new();
@@ -104,6 +122,12 @@ async fn with_pgbouncers_servers_all_busy_intake_answers_503_in_time_and_commits
 
     // The group was not cancelled: once a server is free it commits the request.
     while holders.join_next().await.is_some() {}
+    // A scrape reads the databases through PgBouncer too: only once its servers are free.
+    assert_eq!(
+        unconfirmed(&client, &app.base).await - unconfirmed_before,
+        1.0,
+        "deprov_intake_unconfirmed_total"
+    );
     let deadline = Instant::now() + Duration::from_secs(15);
     while stored(&direct, "2").await == 0 {
         assert!(
