@@ -10,9 +10,8 @@ use deprov::throwaway::{BouncerOptions, PoolMode};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use super::{SERVERS_PER_DB, config, setup};
+use super::{SERVERS_PER_DB, config, scrape, setup};
 use crate::helpers::{OPERATOR_TOKEN, SOURCE_TOKEN, closed_port};
-use crate::process::Metrics;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_read_through_pgbouncer_in_transaction_mode() {
@@ -110,20 +109,17 @@ async fn metrics_are_read_through_pgbouncer_in_transaction_mode() {
         .map(|j| j["progress"]["rows_deleted"].as_i64().unwrap())
         .sum();
 
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let m = Metrics::parse(&text);
+    let m = scrape(&client, &base).await;
     // Every scrape-time read succeeded: named statements or session settings would fail here
     // (`prepared statement "sqlx_s_1" already exists` / does not exist).
     assert_eq!(m.value("deprov_db_up", &[("database", "state")]), 1.0);
     assert_eq!(m.value("deprov_db_up", &[("database", "target")]), 1.0);
-    assert_eq!(m.get("deprov_db_read_errors_total", &[]), None, "{text}");
+    assert_eq!(
+        m.get("deprov_db_read_errors_total", &[]),
+        None,
+        "{}",
+        m.text
+    );
     assert_eq!(m.value("deprov_jobs", &[("state", "completed")]), 2.0);
     assert_eq!(progress_rows, tenant_rows);
     assert_eq!(
@@ -134,12 +130,14 @@ async fn metrics_are_read_through_pgbouncer_in_transaction_mode() {
     for pool in ["intake", "queue", "target"] {
         assert!(
             m.value("deprov_db_pool_acquire_seconds_count", &[("pool", pool)]) > 0.0,
-            "{pool}: {text}"
+            "{pool}: {}",
+            m.text
         );
         assert_eq!(
             m.get("deprov_db_pool_acquire_timeouts_total", &[("pool", pool)]),
             None,
-            "{pool}: {text}"
+            "{pool}: {}",
+            m.text
         );
     }
 

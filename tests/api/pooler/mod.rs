@@ -98,6 +98,19 @@ pub(crate) async fn setup(options: BouncerOptions) -> Setup {
     }
 }
 
+/// One `GET {base}/metrics` of a deprov serving at `base`, parsed.
+pub(crate) async fn scrape(client: &reqwest::Client, base: &str) -> crate::process::Metrics {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    crate::process::Metrics::parse(&text)
+}
+
 /// `pg_stat_database.sessions` per database (sessions ever established).
 pub(crate) async fn sessions(direct: &PgPool) -> BTreeMap<String, i64> {
     sqlx::query_as::<_, (String, i64)>(

@@ -12,8 +12,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::Connection as _;
 
-use super::{SERVERS_PER_DB, config, setup, start_app_with};
-use crate::process::Metrics;
+use super::{SERVERS_PER_DB, config, scrape, setup, start_app_with};
 
 async fn stored(direct: &sqlx::PgPool, tenant: &str) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM deprov.deletion_requests WHERE subject = $1")
@@ -26,15 +25,8 @@ async fn stored(direct: &sqlx::PgPool, tenant: &str) -> i64 {
 /// `deprov_intake_unconfirmed_total` on the app's `/metrics` (this process's registry; 0 before
 /// the first).
 async fn unconfirmed(client: &reqwest::Client, base: &str) -> f64 {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()
+    scrape(client, base)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    Metrics::parse(&text)
         .get("deprov_intake_unconfirmed_total", &[])
         .unwrap_or(0.0)
 }
