@@ -22,10 +22,9 @@
 //! — a writer never records a request whose caller gave up. A caller whose request a writer took
 //! waits for its group's commit at most that long again, then is answered
 //! [`IntakeError::Unconfirmed`] (503 + `Retry-After`; `deprov_intake_unconfirmed_total`) while the
-//! group goes on: the server-side
-//! timeouts bound the group's statements, but not a wait in PgBouncer's queue for a server (bounded
-//! only by its `query_wait_timeout`), and a caller's deadline ends only the caller's wait — the
-//! group is neither cancelled nor its connection closed. When the queue is full (`capacity`
+//! group goes on: the server-side timeouts bound the group's statements, but not a wait in
+//! PgBouncer's queue for a server (bounded only by its `query_wait_timeout`), and a caller's
+//! deadline ends only the caller's wait — the group is neither cancelled nor its connection closed. When the queue is full (`capacity`
 //! requests waiting; the service gives it `4 × group_commit × [pools.intake] max_connections`,
 //! whatever the number of writers, so that a stall of a few tens of milliseconds at a few
 //! thousand requests/s does not refuse anything) a request is refused at once the same way.
@@ -139,12 +138,13 @@ impl GroupCommit {
         match tokio::time::timeout(self.wait, answered).await {
             Ok(answer) => answer.unwrap_or(Err(IntakeError::Db(sqlx::Error::PoolTimedOut))),
             Err(_) => {
+                let waited = started.elapsed();
                 tracing::warn!(
-                    waited_ms = started.elapsed().as_millis(),
+                    waited_ms = waited.as_millis(),
                     "intake: a group's commit was not confirmed in time; answered 503, the group goes on"
                 );
                 crate::telemetry::intake_unconfirmed();
-                Err(IntakeError::Unconfirmed(started.elapsed()))
+                Err(IntakeError::Unconfirmed(waited))
             }
         }
     }
