@@ -260,6 +260,22 @@ impl Catalog {
         Ok(catalog)
     }
 
+    /// Whether an index is known to lead with exactly `columns` of `table` (in any order): its
+    /// primary key, or the referencing columns of one of its foreign keys that
+    /// [`ForeignKey::indexed`] says are.
+    pub fn leads_an_index(&self, table: u32, columns: &[String]) -> bool {
+        let same = |other: &[String]| {
+            other.len() == columns.len() && other.iter().all(|c| columns.contains(c))
+        };
+        let primary = matches!(&self.tables.get(&table).map(|t| &t.key),
+            Some(RowKey::Columns(cols)) if same(&cols.iter().map(|(c, _)| c.clone()).collect::<Vec<_>>()));
+        primary
+            || self
+                .foreign_keys
+                .iter()
+                .any(|fk| fk.from == table && fk.indexed && same(&fk.from_cols))
+    }
+
     /// The oid of the table with this exact catalog name.
     pub fn find(&self, name: &QualifiedName) -> Option<u32> {
         self.tables

@@ -129,6 +129,18 @@ impl BatchLimits {
     }
 }
 
+impl BatchLimits {
+    /// These limits with `statement_timeout` at most `bound`: for read-only statements sized and
+    /// cut like batches, such as the cascade pre-check's reads ([`simulate::simulate`]), given
+    /// [`HardDeleteConfig::batch_timeout`].
+    pub fn within(self, bound: Duration) -> Self {
+        Self {
+            statement_timeout: self.statement_timeout.min(bound),
+            ..self
+        }
+    }
+}
+
 impl From<&HardDeleteConfig> for BatchLimits {
     fn from(c: &HardDeleteConfig) -> Self {
         Self {
@@ -244,6 +256,9 @@ pub struct BatchStart<'c> {
     /// lock), so that the caller can time a batch that failed and rolled back from its `BEGIN`, as
     /// [`BatchResult::elapsed`] times one that committed. Left unset when no connection came.
     pub began: &'c std::sync::OnceLock<Instant>,
+    /// Read first where the batch's rows begin, apart from the ordered scan ([`queries::batch`]'s
+    /// `jump`): for a retry after the time bound cut a batch short.
+    pub jump: bool,
 }
 
 /// Runs one batch from `at`, in its own transaction: at most `limits.rows` child rows of at most
@@ -265,15 +280,27 @@ pub async fn run_batch(
         large_parent,
         unchanged,
         began,
+        jump,
     } = at;
     if let Cursor::Within(parent, last) = cursor
         && large_parent
         && plan.range_step(&plan.steps[step])
     {
-        return range::run_range(target, plan, step, (parent, last), unchanged, began, limits)
-            .await;
+        return range::run_range(
+            target,
+            plan,
+            step,
+            (parent, last),
+            range::Shape {
+                unchanged,
+                began,
+                jump,
+            },
+            limits,
+        )
+        .await;
     }
-    let stmt = queries::batch(plan, &plan.steps[step], cursor);
+    let stmt = queries::batch(plan, &plan.steps[step], cursor, jump);
     let position: Vec<String> = match cursor {
         Cursor::Start => Vec::new(),
         Cursor::AfterParent(p) => p.clone(),

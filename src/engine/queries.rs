@@ -14,6 +14,7 @@ const STEP_BASE: usize = 0;
 const REF_BASE: usize = 1000;
 const MEMBER_BASE: usize = 2000;
 const HELD_BASE: usize = 3000;
+const JUMP_BASE: usize = 4000;
 
 /// `FROM <table> tB JOIN <parent> tB+1 ON ... WHERE <root predicate>` for a table and its path.
 ///
@@ -148,8 +149,16 @@ fn children(
 /// the foreign key's index gives, from the start each time: `ctid` order would make each batch read
 /// and sort all of the parent's remaining children.
 ///
+/// With `jump`, the batch first reads where its rows begin: the first remaining parent, and each
+/// parent's first remaining child, each found through an `OFFSET 0` fence that keeps PostgreSQL off
+/// the key's index (see [`first_child`]). A tenant whose rows sit behind many rows of other tenants
+/// in key order (a small tenant created after a large one) otherwise makes `ORDER BY key LIMIT n`
+/// walk the key's index through the other tenants' rows, planned so because the planner assumes the
+/// tenant's rows are spread evenly. The fenced read costs the parent's remaining rows, so the worker
+/// asks for it only after a batch was cut short by its time bound.
+///
 /// The root step (empty path) has no parent: it deletes the root row by its key.
-pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
+pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor, jump: bool) -> Statement {
     let Some((&first, rest)) = step.path.split_first() else {
         let mut b = SqlBuilder::new();
         b.sql("WITH del AS (DELETE FROM ")
@@ -200,16 +209,19 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     b.join(&fk.to_cols, ", ", |b, i, c| {
         b.col(1, c).sql(" AS p").int(i as i64);
     });
-    from_path(&mut b, plan, fk.to, rest, 1);
-    // A parent key with a NULL is referenced by nothing (MATCH SIMPLE), and a NULL cannot be a cursor.
-    for c in &fk.to_cols {
-        b.sql(" AND ").col(1, c).sql(" IS NOT NULL");
-    }
-    if !matches!(cursor, Cursor::Start) {
+    parents_after(&mut b, plan, fk, rest, 1, cursor, &parent_types);
+    if jump {
+        // The first remaining parent, read apart (see `Jump`), so the ordered scan starts there.
         b.sql(" AND (");
         cols(&mut b, 1, &fk.to_cols);
-        b.sql(") > ");
-        cursor_values(&mut b, &parent_types, 0);
+        b.sql(") >= (SELECT ");
+        cols(&mut b, JUMP_BASE + 1, &fk.to_cols);
+        b.sql(" FROM (SELECT ");
+        cols(&mut b, JUMP_BASE + 1, &fk.to_cols);
+        parents_after(&mut b, plan, fk, rest, JUMP_BASE + 1, cursor, &parent_types);
+        b.sql(" OFFSET 0) ").alias(JUMP_BASE + 1).sql(" ORDER BY ");
+        cols(&mut b, JUMP_BASE + 1, &fk.to_cols);
+        b.sql(" LIMIT 1)");
     }
     b.sql(" ORDER BY ");
     cols(&mut b, 1, &fk.to_cols);
@@ -237,6 +249,23 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
             cols(&mut b, 0, &key_cols);
             b.sql(if desc { ") < " } else { ") > " });
             cursor_values(&mut b, &key_types, np);
+            if jump {
+                first_child(
+                    &mut b,
+                    plan,
+                    step,
+                    first,
+                    &key_cols,
+                    desc,
+                    &|b, i| {
+                        b.sql("($3::text[])[")
+                            .int(i as i64 + 1)
+                            .sql("]::")
+                            .ty(parent_types[i]);
+                    },
+                    Some((&key_types, np)),
+                );
+            }
             b.sql(" ORDER BY ");
             cols_ordered(&mut b, 0, &key_cols, desc);
         }
@@ -251,6 +280,20 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
         b.sql("par.").ident(&pnames[i]);
     });
     if !unordered {
+        if jump {
+            first_child(
+                &mut b,
+                plan,
+                step,
+                first,
+                &key_cols,
+                desc,
+                &|b, i| {
+                    b.sql("par.").ident(&pnames[i]);
+                },
+                None,
+            );
+        }
         b.sql(" ORDER BY ");
         cols_ordered(&mut b, 0, &key_cols, desc);
     }
@@ -293,6 +336,78 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor) -> Statement {
     let reversed: Vec<(&String, bool)> = directed.iter().map(|&(c, d)| (c, !d)).collect();
     last_as_text(&mut b, "batch", &order, &reversed);
     b.build()
+}
+
+/// ` FROM <path> WHERE <tenant> AND <parent key> IS NOT NULL [AND (<parent key>) > <cursor>]`: the
+/// tenant's parents of a step after the cursor's parent, the parent table as alias `base`.
+fn parents_after(
+    b: &mut SqlBuilder,
+    plan: &Plan,
+    fk: &super::catalog::ForeignKey,
+    rest: &[usize],
+    base: usize,
+    cursor: &Cursor,
+    parent_types: &[&crate::sql::SqlType],
+) {
+    from_path(b, plan, fk.to, rest, base);
+    // A parent key with a NULL is referenced by nothing (MATCH SIMPLE), and a NULL cannot be a cursor.
+    for c in &fk.to_cols {
+        b.sql(" AND ").col(base, c).sql(" IS NOT NULL");
+    }
+    if !matches!(cursor, Cursor::Start) {
+        b.sql(" AND (");
+        cols(b, base, &fk.to_cols);
+        b.sql(") > ");
+        cursor_values(b, parent_types, 0);
+    }
+}
+
+/// ` AND (t0.<key>) >= (<the parent's first remaining child key>)` (`<=` and the last key when
+/// `desc`), for a batch that jumps (see [`batch`]): the children of the parent given by `parent`
+/// (after the cursor's key at `after`, a position in `$3`, when given) are read through an
+/// `OFFSET 0` fence, so PostgreSQL finds them by the foreign key's index and only then orders
+/// them; the batch's own ordered scan then starts at the first of them.
+#[allow(clippy::too_many_arguments)]
+fn first_child(
+    b: &mut SqlBuilder,
+    plan: &Plan,
+    step: &Step,
+    fk_index: usize,
+    key_cols: &[String],
+    desc: bool,
+    parent: &dyn Fn(&mut SqlBuilder, usize),
+    after: Option<(&[&crate::sql::SqlType], usize)>,
+) {
+    let fk = &plan.catalog.foreign_keys[fk_index];
+    let j = JUMP_BASE;
+    b.sql(" AND (");
+    cols(b, 0, key_cols);
+    b.sql(if desc {
+        ") <= (SELECT "
+    } else {
+        ") >= (SELECT "
+    });
+    cols(b, j, key_cols);
+    b.sql(" FROM (SELECT ");
+    cols(b, j, key_cols);
+    b.sql(" FROM ")
+        .relation(plan.name(step.table), plan.partitioned(step.table))
+        .sql(" ")
+        .alias(j)
+        .sql(" WHERE ");
+    b.join(&fk.from_cols, " AND ", |b, i, c| {
+        b.col(j, c).sql(" = ");
+        parent(b, i);
+    });
+    if let Some((key_types, from)) = after {
+        b.sql(" AND (");
+        cols(b, j, key_cols);
+        b.sql(if desc { ") < " } else { ") > " });
+        cursor_values(b, key_types, from);
+    }
+    b.sql(" OFFSET 0) ").alias(j).sql(" ORDER BY ");
+    cols_ordered(b, j, key_cols, desc);
+    b.sql(" LIMIT 1)");
 }
 
 /// `, kept AS (…)`: the rows of `batch` (in `table`) to keep back, because a row that stays still

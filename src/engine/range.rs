@@ -20,8 +20,15 @@ use super::{
     BatchLimits, BatchResult, Cursor, EngineError, Plan, cascaded_since, deleted_so_far, queries,
 };
 
+/// How [`run_range`] runs: as [`super::BatchStart`]'s fields of the same names say.
+pub(super) struct Shape<'c> {
+    pub(super) unchanged: Option<&'c super::Incarnation>,
+    pub(super) began: &'c std::sync::OnceLock<Instant>,
+    pub(super) jump: bool,
+}
+
 /// A batch continuing inside `parent` after child key `last`, as a key range (after
-/// [`super::check_unchanged`] with `unchanged`; `began` set as [`super::BatchStart::began`] says)
+/// [`super::check_unchanged`]; see [`Shape`])
 /// ([`queries::range_bound`], then [`queries::range_delete`]), in one transaction like
 /// [`run_batch`]. The next cursor stays inside the parent while a full batch was found, else moves
 /// after it.
@@ -30,10 +37,14 @@ pub(super) async fn run_range(
     plan: &Plan,
     step: usize,
     (parent, last): (&[String], &[String]),
-    unchanged: Option<&super::Incarnation>,
-    began: &std::sync::OnceLock<Instant>,
+    shape: Shape<'_>,
     limits: &BatchLimits,
 ) -> Result<BatchResult, EngineError> {
+    let Shape {
+        unchanged,
+        began,
+        jump,
+    } = shape;
     let s = &plan.steps[step];
     let position: Vec<String> = parent.iter().chain(last).cloned().collect();
     // Timed from BEGIN: the wait for a connection holds no lock.
@@ -48,7 +59,7 @@ pub(super) async fn run_range(
         None
     };
     let (selected, end): (i64, Option<Vec<String>>) =
-        crate::db::query_as(queries::range_bound(plan, s).as_query())
+        crate::db::query_as(queries::range_bound(plan, s, jump).as_query())
             .persistent(false)
             .bind(&position)
             .bind(limits.rows)

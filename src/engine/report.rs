@@ -50,13 +50,14 @@ impl CascadeCheck {
         plan: &Plan,
         tenant: &str,
         limits: &BatchLimits,
+        read_timeout: std::time::Duration,
         max_rows: u64,
     ) -> Result<Self, EngineError> {
         if !simulate::needs_simulation(plan) {
             return Ok(Self::default());
         }
         Ok(
-            match simulate::simulate(target, plan, tenant, limits, max_rows).await {
+            match simulate::simulate(target, plan, tenant, limits, read_timeout, max_rows).await {
                 Ok(v) => Self {
                     simulated: true,
                     would_fail: !matches!(v, Verdict::Succeeds { .. }),
@@ -156,6 +157,8 @@ impl PlanReport {
             &plan,
             tenant,
             &limits,
+            // Reads bounded as the worker's pre-check's are.
+            config.hard_delete.batch_timeout(),
             config.hard_delete.max_simulated_rows,
         )
         .await?;

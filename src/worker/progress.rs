@@ -43,6 +43,9 @@ pub struct Progress {
     /// batch bound (⅘ of `max_batch_duration`), because a batch of one row, or the step's batches
     /// again and again, could not finish within the bound (`worker::run::hard_delete`).
     pub unbounded_steps: i64,
+    /// Batches cut short by the batch bound and retried reading first where their rows begin,
+    /// apart from their ordered scan (`engine::queries::batch`'s `jump`).
+    pub jumps: i64,
     /// Times the job re-planned with a lower `cascade_rows` because one parent row's cascade
     /// outlasted its batch (see `engine::absorb`).
     pub replans: i64,

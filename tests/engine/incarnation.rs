@@ -65,6 +65,7 @@ async fn a_batch_on_a_restarted_target_deletes_nothing() {
                 large_parent,
                 unchanged: Some(&unchanged),
                 began: &began,
+                jump: false,
             };
             engine::run_batch(&db, &plan, at, "1", &limits).await
         }

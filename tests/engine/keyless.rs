@@ -50,7 +50,7 @@ async fn a_batch_inside_a_large_parent_reads_what_it_deletes() {
         .expect("a step for app.logs");
     // Where a first 100-row batch of the parent leaves the cursor.
     let cursor = Cursor::Within(vec!["1".into()], vec!["(0,100)".into()]);
-    let stmt = queries::batch(&plan, step, &cursor);
+    let stmt = queries::batch(&plan, step, &cursor, false);
     let mut tx = env.db.begin().await.unwrap();
     let explained: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "EXPLAIN (ANALYZE, FORMAT JSON) {}",

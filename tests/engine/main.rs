@@ -22,6 +22,7 @@ mod operator_jobs;
 mod plan_report;
 mod reconcile;
 mod schema_edges;
+mod skew;
 mod stalled;
 mod sweep_kill;
 mod tenant_keys;

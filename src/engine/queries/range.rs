@@ -41,15 +41,15 @@ fn shape<'p>(plan: &'p Plan, step: &Step) -> Shape<'p> {
     }
 }
 
-/// `t0.<fk col> = ($1)[1]::<type> AND … AND (t0.<key>) > (($1)[np+1]::<type>, …)`: the parent's
-/// children after the cursor. `$1` is the cursor: parent values, then the last deleted key.
-fn after_cursor(b: &mut SqlBuilder, s: &Shape<'_>) {
+/// `tA.<fk col> = ($1)[1]::<type> AND … AND (tA.<key>) > (($1)[np+1]::<type>, …)` for table alias
+/// `alias`: the parent's children after the cursor. `$1` is the cursor: parent values, then the last deleted key.
+fn after_cursor(b: &mut SqlBuilder, s: &Shape<'_>, alias: usize) {
     b.join(s.from_cols, " AND ", |b, i, c| {
-        b.col(0, c).sql(" = ");
+        b.col(alias, c).sql(" = ");
         array_values(b, "$1", &s.parent_types[i..=i], i);
     });
     b.sql(" AND (");
-    cols(b, 0, &s.key_cols);
+    cols(b, alias, &s.key_cols);
     b.sql(") > ");
     let key_types: Vec<&SqlType> = s.key_types.iter().collect();
     array_values(b, "$1", &key_types, s.parent_types.len());
@@ -58,7 +58,10 @@ fn after_cursor(b: &mut SqlBuilder, s: &Shape<'_>) {
 /// The end of the next range: `$1` = cursor (text[]: parent values, then the last deleted key), `$2`
 /// = rows (int8). Reads the keys of at most `$2` children after the cursor in key order and returns
 /// `(rows int8, last_key text[])`: how many there are and the greatest (NULL when none are left).
-pub fn range_bound(plan: &Plan, step: &Step) -> Statement {
+///
+/// With `jump`, the range starts at the first remaining child, read through an `OFFSET 0` fence
+/// (the foreign key's index, then a sort), as [`super::batch`]'s `jump` does.
+pub fn range_bound(plan: &Plan, step: &Step, jump: bool) -> Statement {
     let s = shape(plan, step);
     let knames: Vec<String> = (0..s.key_cols.len()).map(|i| format!("k{i}")).collect();
     let mut b = SqlBuilder::new();
@@ -69,7 +72,22 @@ pub fn range_bound(plan: &Plan, step: &Step) -> Statement {
     b.sql(" FROM ")
         .relation(plan.name(step.table), plan.partitioned(step.table))
         .sql(" t0 WHERE ");
-    after_cursor(&mut b, &s);
+    after_cursor(&mut b, &s, 0);
+    if jump {
+        b.sql(" AND (");
+        cols(&mut b, 0, &s.key_cols);
+        b.sql(") >= (SELECT ");
+        cols(&mut b, 1, &s.key_cols);
+        b.sql(" FROM (SELECT ");
+        cols(&mut b, 1, &s.key_cols);
+        b.sql(" FROM ")
+            .relation(plan.name(step.table), plan.partitioned(step.table))
+            .sql(" t1 WHERE ");
+        after_cursor(&mut b, &s, 1);
+        b.sql(" OFFSET 0) t1 ORDER BY ");
+        cols(&mut b, 1, &s.key_cols);
+        b.sql(" LIMIT 1)");
+    }
     b.sql(" ORDER BY ");
     cols(&mut b, 0, &s.key_cols);
     b.sql(" LIMIT $2) SELECT (SELECT count(*) FROM s), ");
@@ -89,7 +107,7 @@ pub fn range_delete(plan: &Plan, step: &Step) -> Statement {
     b.sql("DELETE FROM ")
         .relation(plan.name(step.table), plan.partitioned(step.table))
         .sql(" t0 WHERE ");
-    after_cursor(&mut b, &s);
+    after_cursor(&mut b, &s, 0);
     b.sql(" AND (");
     cols(&mut b, 0, &s.key_cols);
     b.sql(") <= ");

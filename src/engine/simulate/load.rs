@@ -3,6 +3,7 @@
 //! transaction bounded by `[hard_delete]`'s timeouts ([`crate::db::begin`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
@@ -204,25 +205,48 @@ pub(super) async fn facts(
 /// One row read: `(tableoid, ctid as text, tracked column values as text)`.
 pub(super) type Loaded = (i64, String, Vec<Option<String>>);
 
-/// Most keys bound to one query.
-const KEYS_PER_QUERY: usize = 5000;
+/// Most keys bound to one query of a table read through an index on the looked-up columns.
+const MAX_KEYS_PER_LOOKUP: usize = 20_000;
+/// Keys of the first such query; later ones are sized by time.
+const FIRST_KEYS: usize = 500;
+/// Most keys bound to one block range of a table read without such an index (a hash of them is
+/// built per query).
+const KEYS_PER_SCAN: usize = 50_000;
+/// Blocks of the first range; later ones are sized by time.
+const FIRST_BLOCKS: u64 = 128;
+/// Reads cut short by their timeout in a row before the error is given up to the caller (each is
+/// retried with half the keys or blocks).
+const MAX_CUTS: u32 = 8;
 
 /// Reads the rows of `table` whose columns `by` equal one of `keys` (each a value per column, as
 /// text, cast to the column's type), returning the `tracked` columns as text. `FROM ONLY` unless the
 /// table is partitioned, as the referential triggers query (`ri_triggers.c`).
 ///
+/// Every read is its own transaction under `limits`' lock timeout and a statement timeout of
+/// `read_timeout` (the caller bounds it like a batch), sized to take about half of that: where an index leads with the `by` columns (a primary
+/// key, an indexed foreign key), a chunk of keys looked up through it; elsewhere (an ORM's
+/// unindexed foreign key) a range of the table's blocks (`ctid` range, a TID range scan, PostgreSQL
+/// 14+) matched against a chunk of keys, so each read scans a part of the table rather than all of
+/// it, and the table is scanned once per [`KEYS_PER_SCAN`] keys rather than once per few thousand.
+/// A read cut short is retried with half the keys or blocks; a read of one key cut short (a key
+/// with very many rows) runs again under `limits`' own `statement_timeout`. Rows moved by a
+/// concurrent `UPDATE` between two block ranges may be missed or read twice, as rows written
+/// between any two of the simulation's reads may (module docs).
+///
 /// # Errors
-/// Database errors.
+/// Database errors, also `limits`' own timeout (57014) of a read that was cut [`MAX_CUTS`] times
+/// in a row or could not be split.
 pub(super) async fn rows(
     pool: &PgPool,
     plan: &Plan,
-    limits: &BatchLimits,
+    (limits, read_timeout): (&BatchLimits, Duration),
     table: u32,
     by: &[String],
     keys: &[Vec<String>],
     tracked: &[String],
 ) -> Result<Vec<Loaded>, SimError> {
     let t = &plan.catalog.tables[&table];
+    let scanned = !t.partitioned && !plan.catalog.leads_an_index(table, by);
     let mut b = SqlBuilder::new();
     b.sql("SELECT t0.tableoid::int8, t0.ctid::text, ARRAY[");
     b.join(tracked, ", ", |b, _, c| {
@@ -248,17 +272,163 @@ pub(super) async fn rows(
             .sql("::")
             .ty(&t.columns[c]);
     });
-    let stmt = b.build();
-    let mut out = Vec::new();
-    for chunk in keys.chunks(KEYS_PER_QUERY) {
-        let mut q = crate::db::query_as::<Loaded>(stmt.as_query());
-        for i in 0..by.len() {
-            let column: Vec<&str> = chunk.iter().map(|k| k[i].as_str()).collect();
+    if scanned {
+        b.sql(" WHERE t0.ctid >= ")
+            .param(by.len() + 1)
+            .sql("::tid AND t0.ctid < ")
+            .param(by.len() + 2)
+            .sql("::tid");
+    }
+    let read = Read {
+        pool,
+        limits,
+        bounded: limits.within(read_timeout),
+        stmt: b.build(),
+        columns: by.len(),
+    };
+    if scanned {
+        read.by_blocks(t, keys).await
+    } else {
+        read.by_keys(keys).await
+    }
+}
+
+/// One statement of [`rows`] and how to run it.
+struct Read<'a> {
+    pool: &'a PgPool,
+    /// The lock timeout, and the statement timeout of a read that may not be cut.
+    limits: &'a BatchLimits,
+    /// The limits of a read that may be cut short.
+    bounded: BatchLimits,
+    stmt: crate::sql::Statement,
+    /// Key columns (`$1`..`$n`); a block range's bounds follow them.
+    columns: usize,
+}
+
+impl Read<'_> {
+    /// The time a read is sized to take: half its timeout.
+    fn target(&self) -> Duration {
+        self.bounded.statement_timeout / 2
+    }
+
+    /// One read of `keys` (and the block range `blocks`, for a scanned table), in its own bounded
+    /// transaction. `Ok(None)` when the timeout cut it short.
+    /// `may_cut`: under the bounded limits, and a cut returns `Ok(None)` to be retried smaller;
+    /// otherwise under the full limits, where a cut is the error.
+    async fn once(
+        &self,
+        keys: &[Vec<String>],
+        blocks: Option<(u64, u64)>,
+        may_cut: bool,
+    ) -> Result<Option<Vec<Loaded>>, SimError> {
+        let mut q = crate::db::query_as::<Loaded>(self.stmt.as_query()).persistent(false);
+        for i in 0..self.columns {
+            let column: Vec<&str> = keys.iter().map(|k| k[i].as_str()).collect();
             q = q.bind(column);
         }
-        let mut tx = begin(pool, limits).await?;
-        out.extend(q.fetch_all(&mut *tx).await?);
-        tx.commit().await?;
+        if let Some((from, to)) = blocks {
+            q = q.bind(tid(from)).bind(tid(to));
+        }
+        let limits = if may_cut { &self.bounded } else { self.limits };
+        let mut tx = begin(self.pool, limits).await?;
+        match q.fetch_all(&mut *tx).await {
+            Ok(rows) => {
+                tx.commit().await?;
+                Ok(Some(rows))
+            }
+            Err(sqlx::Error::Database(e)) if may_cut && e.code().as_deref() == Some("57014") => {
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
-    Ok(out)
+
+    /// Keys looked up through an index, in chunks sized by time.
+    async fn by_keys(&self, keys: &[Vec<String>]) -> Result<Vec<Loaded>, SimError> {
+        let mut out = Vec::new();
+        let mut size = FIRST_KEYS;
+        let (mut at, mut cuts) = (0, 0);
+        while at < keys.len() {
+            let chunk = &keys[at..keys.len().min(at + size)];
+            let started = Instant::now();
+            match self.once(chunk, None, size > 1 && cuts < MAX_CUTS).await? {
+                Some(rows) => {
+                    out.extend(rows);
+                    at += chunk.len();
+                    cuts = 0;
+                    size = resize(size as u64, started.elapsed(), self.target(), 1)
+                        .min(MAX_KEYS_PER_LOOKUP as u64) as usize;
+                }
+                None => {
+                    cuts += 1;
+                    size = size.div_ceil(2);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A table without an index on the looked-up columns: per chunk of keys, its blocks in ranges
+    /// sized by time, then the rest of the table from the last block read (rows appended meanwhile).
+    async fn by_blocks(
+        &self,
+        table: &crate::engine::catalog::Table,
+        keys: &[Vec<String>],
+    ) -> Result<Vec<Loaded>, SimError> {
+        let blocks = self.blocks(table).await?;
+        let mut out = Vec::new();
+        let mut span = FIRST_BLOCKS;
+        for chunk in keys.chunks(KEYS_PER_SCAN) {
+            let (mut at, mut cuts) = (0u64, 0);
+            loop {
+                let last = at + span >= blocks;
+                let to = if last { u64::from(u32::MAX) } else { at + span };
+                let started = Instant::now();
+                match self
+                    .once(chunk, Some((at, to)), span > 1 && cuts < MAX_CUTS)
+                    .await?
+                {
+                    Some(rows) => {
+                        out.extend(rows);
+                        if last {
+                            break;
+                        }
+                        at = to;
+                        cuts = 0;
+                        span = resize(span, started.elapsed(), self.target(), 1);
+                    }
+                    None => {
+                        cuts += 1;
+                        span = span.div_ceil(2);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The table's size in blocks (`pg_relation_size` over `block_size`).
+    async fn blocks(&self, table: &crate::engine::catalog::Table) -> Result<u64, SimError> {
+        let mut tx = begin(self.pool, self.limits).await?;
+        let n: i64 = crate::db::query_scalar(
+            "SELECT pg_relation_size($1::oid) / current_setting('block_size')::int8",
+        )
+        .bind(i64::from(table.oid))
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+}
+
+/// `(block,0)`: the first tuple address of a block, as text for a `::tid` cast.
+fn tid(block: u64) -> String {
+    format!("({block},0)")
+}
+
+/// The next chunk's size after one of `size` took `took`, aiming at `target`: at most 4× larger or
+/// smaller, at least `min`.
+fn resize(size: u64, took: Duration, target: Duration, min: u64) -> u64 {
+    let ratio = target.as_secs_f64() / took.as_secs_f64().max(1e-4);
+    ((size as f64 * ratio.clamp(0.25, 4.0)) as u64).max(min)
 }

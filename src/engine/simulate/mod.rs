@@ -199,7 +199,8 @@ pub fn needs_simulation(plan: &Plan) -> bool {
 }
 
 /// Simulates `DELETE FROM root WHERE key = tenant` (see the module docs). Read-only: every query is
-/// its own transaction under `limits`' timeouts; at most `max_rows` rows are held.
+/// its own transaction under `limits`' timeouts, the reads of rows sized to take half of
+/// `read_timeout` and cut at it (see `load::rows`); at most `max_rows` rows are held.
 ///
 /// # Errors
 /// [`SimError`]: database errors, too many rows, or a schema it cannot simulate.
@@ -208,6 +209,7 @@ pub async fn simulate(
     plan: &Plan,
     tenant: &str,
     limits: &BatchLimits,
+    read_timeout: std::time::Duration,
     max_rows: u64,
 ) -> Result<Verdict, SimError> {
     let facts = load::facts(target, plan, limits).await?;
@@ -215,6 +217,7 @@ pub async fn simulate(
         target,
         plan,
         limits,
+        read_timeout,
         facts: &facts,
         max_rows,
     };
@@ -241,6 +244,8 @@ struct Ctx<'a> {
     target: &'a PgPool,
     plan: &'a Plan,
     limits: &'a BatchLimits,
+    /// The bound of one read of rows (`load::rows`).
+    read_timeout: std::time::Duration,
     facts: &'a Facts,
     max_rows: u64,
 }
@@ -271,7 +276,7 @@ impl Ctx<'_> {
             let rows = load::rows(
                 self.target,
                 self.plan,
-                self.limits,
+                (self.limits, self.read_timeout),
                 table,
                 &cols,
                 &keys,

@@ -52,7 +52,8 @@ pub fn detaches(plan: &Plan) -> bool {
 }
 
 /// Simulates the cascade (first row order) and returns the updates it makes on rows it does not
-/// delete, in tables with the hazard.
+/// delete, in tables with the hazard. Its reads are bounded as [`super::simulate`]'s
+/// (`read_timeout`).
 ///
 /// # Errors
 /// [`SimError`]; [`SimError::Unsupported`] if the cascade would fail (the pre-check refuses such a
@@ -62,6 +63,7 @@ pub async fn presets(
     plan: &Plan,
     tenant: &str,
     limits: &BatchLimits,
+    read_timeout: std::time::Duration,
     max_rows: u64,
 ) -> Result<Vec<Preset>, SimError> {
     let facts = load::facts(target, plan, limits).await?;
@@ -69,6 +71,7 @@ pub async fn presets(
         target,
         plan,
         limits,
+        read_timeout,
         facts: &facts,
         max_rows,
     };

@@ -131,6 +131,7 @@ impl JobRun {
                 leaves_first,
                 tenant,
                 &self.limits,
+                hd.batch_timeout(),
                 hd.max_simulated_rows,
             )
             .await
@@ -156,6 +157,11 @@ impl JobRun {
                 .unwrap_or_else(tokio::time::Instant::now),
         );
         let mut large_parent = false;
+        // The next batch reads first where its rows begin (`engine::queries::batch`'s `jump`):
+        // for one retry after the batch bound cut a batch short, once between two batches that
+        // commit (a jump that is cut short too did not help: the retries shrink without it).
+        let mut jump = false;
+        let mut jumped = false;
         // The step whose batches run under the full `statement_timeout`: its single row could not
         // be deleted within the batch bound (see below). Any other batch is cut at the bound.
         let mut unbounded_step: Option<usize> = None;
@@ -213,6 +219,7 @@ impl JobRun {
                     large_parent,
                     unchanged: deferred.unchanged(),
                     began: &began,
+                    jump,
                 },
                 tenant,
                 &limits,
@@ -221,8 +228,26 @@ impl JobRun {
             if let Err(e) = &result {
                 telemetry::batch_failed(e.sqlstate().as_deref());
             }
+            // A jump serves one attempt: one cut short too is retried without it.
+            jump = false;
             let batch = match result {
                 Ok(batch) => batch,
+                Err(e)
+                    if e.sqlstate().as_deref() == Some("57014")
+                        && limits.statement_timeout < self.limits.statement_timeout
+                        && !jumped
+                        && !step.path.is_empty() =>
+                {
+                    // The batch bound cut the batch short. Before shrinking it or blaming a
+                    // cascade, retry it once with the same size reading first where its rows
+                    // begin: a tenant whose rows sit behind other tenants' rows in key order
+                    // makes the ordered scan walk theirs, at any batch size.
+                    self.note_rollback(began.get().copied());
+                    drop(gate);
+                    (jump, jumped) = (true, true);
+                    self.progress.jumps += 1;
+                    continue;
+                }
                 Err(e) if e.sqlstate().as_deref() == Some("57014") && cascades && cp.rows <= 1 => {
                     // One parent row's cascade alone outlasts the budget: its subtree is larger
                     // than estimated. Re-plan with an eighth of the cascade allowance (at the end,
@@ -299,6 +324,7 @@ impl JobRun {
                 Err(e) => return Err(e.into()),
             };
             timeouts = 0;
+            jumped = false;
             deferred.pending |= limits.deferred;
             if large_parent
                 && plan.range_step(step)

@@ -285,6 +285,7 @@ impl JobRun {
                     &plan,
                     &tenant,
                     &self.limits,
+                    config.hard_delete.batch_timeout(),
                     config.hard_delete.max_simulated_rows,
                 ))
                 .await?;
