@@ -10,6 +10,7 @@ mod report;
 pub mod run;
 pub mod sampler;
 pub mod target;
+mod target_db;
 mod target_report;
 pub mod workload;
 

@@ -26,12 +26,16 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::run::{BenchError, Deprov, TimeSplit, warm};
-use super::sampler::TransactionSampler;
+use super::sampler::{Sampled, TransactionSampler};
+use super::target_db::{
+    Names, admin_pool, checkpoint, compare, copy_database, key_type, tenant_exists, user_tables,
+};
 pub use super::target_report::{TargetReport, TargetSide};
 use crate::config::{Config, ConfigError};
 use crate::db::Pools;
-use crate::demo::{cascade_delete_key, differing_tables, drop_database, table_digest};
-use crate::sql::{QualifiedName, SqlBuilder, SqlType};
+use crate::demo::{cascade_delete_key, drop_database};
+use crate::queue::jobs::Job;
+use crate::sql::{QualifiedName, SqlBuilder};
 use crate::worker::Progress;
 
 /// The flags of `deprov bench delete` that run it on the user's database.
@@ -146,43 +150,6 @@ pub enum TargetError {
     Interrupted,
 }
 
-/// The generated names of the three scratch databases.
-#[derive(Debug, Clone)]
-struct Names {
-    cascade: String,
-    deprov: String,
-    state: String,
-}
-
-impl Names {
-    /// `<source>_dpv_<role>_<8 hex>`: the source's name kept to letters, digits and `_` (at most
-    /// 30), so the whole stays under PostgreSQL's 63 bytes and needs no quoting to read.
-    fn new(source: &str) -> Self {
-        let base: String = source
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '_'
-                }
-            })
-            .take(30)
-            .collect();
-        let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
-        let name = |role: &str| format!("{base}_dpv_{role}_{suffix}");
-        Self {
-            cascade: name("cascade"),
-            deprov: name("deprov"),
-            state: name("state"),
-        }
-    }
-
-    fn all(&self) -> [&str; 3] {
-        [&self.cascade, &self.deprov, &self.state]
-    }
-}
-
 /// Reads the configuration as `deprov` does, without `[sources]`, `[vercel]` and
 /// `[notifications]` (their secrets are not needed to delete) and with `grace_period = "0s"`.
 /// Returns it with a note when a grace period was set.
@@ -198,17 +165,17 @@ pub fn bench_config(text: &str) -> Result<(Config, Option<String>), ConfigError>
         .entry("hard_delete")
         .or_insert_with(|| toml::Value::Table(toml::Table::new()));
     let mut note = None;
-    if let Some(hard) = hard.as_table_mut() {
-        if let Some(grace) = hard.insert("grace_period".into(), toml::Value::from("0s"))
-            && grace
-                .as_str()
-                .and_then(|g| humantime::parse_duration(g).ok())
-                != Some(Duration::ZERO)
-        {
-            note = Some(format!(
-                "[hard_delete] grace_period = {grace} is not waited: the hard delete follows the soft delete"
-            ));
-        }
+    // A `hard_delete` that is not a table is left for the configuration's own error.
+    if let Some(hard) = hard.as_table_mut()
+        && let Some(grace) = hard.insert("grace_period".into(), toml::Value::from("0s"))
+        && grace
+            .as_str()
+            .and_then(|g| humantime::parse_duration(g).ok())
+            != Some(Duration::ZERO)
+    {
+        note = Some(format!(
+            "[hard_delete] grace_period = {grace} is not waited: the hard delete follows the soft delete"
+        ));
     }
     let text = toml::to_string(&table).map_err(|e| ConfigError::Invalid {
         key: "(file)".into(),
@@ -257,26 +224,6 @@ fn say(quiet: bool, text: &str) {
     if !quiet {
         eprintln!("  {text}");
     }
-}
-
-/// A small pool on the server's `postgres` database, else `template1` (never on `database`, which
-/// must have no session for the copy).
-async fn admin_pool(source: &PgConnectOptions, database: &str) -> Result<PgPool, sqlx::Error> {
-    let mut last = None;
-    for admin in ["postgres", "template1"]
-        .into_iter()
-        .filter(|d| *d != database)
-    {
-        match PgPoolOptions::new()
-            .max_connections(2)
-            .connect_with(source.clone().database(admin))
-            .await
-        {
-            Ok(pool) => return Ok(pool),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.expect("one of the two is not the source"))
 }
 
 /// Everything between making the copies and dropping them.
@@ -341,35 +288,14 @@ async fn measure(
         quiet,
         "deprov: a deletion request and a worker, on the second copy",
     );
-    let state = on(&names.state);
-    let deprov = Deprov {
-        config: Arc::new(config.clone()),
-        pools: Pools::from_options(&state, &copy_b, &config.pools),
-    };
-    crate::db::migrate(&deprov.pools.queue)
-        .await
-        .map_err(|e| BenchError::Config(e.to_string()))?;
-    // Connected before the clock starts, as a running service's pools are (the cascade's pool
-    // was too): the request's time is then the intake transaction's, as `created_at` has it.
-    for pool in [&deprov.pools.intake, &deprov.pools.queue, &deprov.pools.target] {
-        crate::db::query("SELECT 1").execute(pool).await?;
-    }
-    let sampler =
-        TransactionSampler::start(&state, &names.deprov, Duration::from_millis(5)).await?;
-    let requested = OffsetDateTime::now_utc();
-    let job_id = deprov.record(&run.tenant).await?;
-    let job = deprov.work(job_id, Instant::now(), None).await;
-    let sampled = sampler.stop().await;
-    deprov.pools.close().await;
-    let job = job?;
-    if job.state != "completed" {
-        return Err(BenchError::Job {
-            state: job.state,
-            error: job.last_error.unwrap_or_default(),
-        }
-        .into());
-    }
-    let sampled = sampled?;
+    let (job, sampled, requested) = deprov_job(
+        config,
+        &on(&names.state),
+        &copy_b,
+        &names.deprov,
+        &run.tenant,
+    )
+    .await?;
 
     say(quiet, "comparing the copies table by table");
     let differing = compare(&copy_a, &copy_b, &tables).await?;
@@ -436,142 +362,53 @@ async fn measure(
     })
 }
 
+/// deprov's job on the copy `copy_b` (database `datname`), its state in `state`: its request and
+/// the worker until the job ended, with the sampler on the copy's transactions. Returns the job,
+/// what was sampled, and when the request was sent (this process's clock).
+async fn deprov_job(
+    config: &Config,
+    state: &PgConnectOptions,
+    copy_b: &PgConnectOptions,
+    datname: &str,
+    tenant: &str,
+) -> Result<(Job, Sampled, OffsetDateTime), TargetError> {
+    let deprov = Deprov {
+        config: Arc::new(config.clone()),
+        pools: Pools::from_options(state, copy_b, &config.pools),
+    };
+    crate::db::migrate(&deprov.pools.queue)
+        .await
+        .map_err(|e| BenchError::Config(e.to_string()))?;
+    // Connected before the clock starts, as a running service's pools are (the cascade's pool
+    // was too): the request's time is then the intake transaction's, as `created_at` has it.
+    for pool in [
+        &deprov.pools.intake,
+        &deprov.pools.queue,
+        &deprov.pools.target,
+    ] {
+        crate::db::query("SELECT 1").execute(pool).await?;
+    }
+    let sampler = TransactionSampler::start(state, datname, Duration::from_millis(5)).await?;
+    let requested = OffsetDateTime::now_utc();
+    let job_id = deprov.record(tenant).await?;
+    let job = deprov.work(job_id, Instant::now(), None).await;
+    let sampled = sampler.stop().await;
+    deprov.pools.close().await;
+    let job = job?;
+    if job.state != "completed" {
+        return Err(BenchError::Job {
+            state: job.state,
+            error: job.last_error.unwrap_or_default(),
+        }
+        .into());
+    }
+    Ok((job, sampled?, requested))
+}
+
 fn stamp(text: Option<&str>) -> Option<OffsetDateTime> {
     text.and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok())
 }
 
 fn ms(d: time::Duration) -> f64 {
     d.as_seconds_f64() * 1e3
-}
-
-/// `CREATE DATABASE to TEMPLATE from`, with no attempt to end other sessions on `from` (it is the
-/// user's database): SQLSTATE 55006 becomes [`TargetError::SourceBusy`].
-async fn copy_database(admin: &PgPool, from: &str, to: &str) -> Result<(), TargetError> {
-    let mut b = SqlBuilder::new();
-    b.sql("CREATE DATABASE ")
-        .ident(to)
-        .sql(" TEMPLATE ")
-        .ident(from);
-    match crate::db::query(b.build().as_query()).execute(admin).await {
-        Ok(_) => Ok(()),
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55006") => {
-            let sessions: i64 = crate::db::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
-            )
-            .bind(from)
-            .fetch_one(admin)
-            .await?;
-            Err(TargetError::SourceBusy {
-                database: from.to_owned(),
-                sessions,
-            })
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// `CHECKPOINT`; without the privilege (SQLSTATE 42501: superuser or `pg_checkpoint`) a note instead.
-async fn checkpoint(admin: &PgPool, notes: &mut Vec<String>) -> Result<(), sqlx::Error> {
-    match super::run::checkpoint(admin).await {
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42501") => {
-            let note =
-                "no CHECKPOINT before the measured phases (it needs superuser or pg_checkpoint)";
-            if !notes.iter().any(|n| n == note) {
-                notes.push(note.into());
-            }
-            Ok(())
-        }
-        other => other,
-    }
-}
-
-/// The ordinary and partitioned tables of every schema but PostgreSQL's own, sorted (partitions are
-/// read through their parent).
-async fn user_tables(pool: &PgPool) -> Result<Vec<QualifiedName>, sqlx::Error> {
-    let rows: Vec<(String, String)> = crate::db::query_as(
-        "SELECT n.nspname::text, c.relname::text FROM pg_class c \
-         JOIN pg_namespace n ON n.oid = c.relnamespace \
-         WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
-         AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%' ORDER BY 1, 2",
-    )
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(s, n)| QualifiedName::new(s, n))
-        .collect())
-}
-
-/// The key column's type as `format_type` prints it.
-async fn key_type(
-    pool: &PgPool,
-    root: &QualifiedName,
-    column: &str,
-) -> Result<SqlType, TargetError> {
-    let ty: Option<String> = crate::db::query_scalar(
-        "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
-         WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
-    )
-    .bind(root.to_string())
-    .bind(column)
-    .fetch_optional(pool)
-    .await?;
-    ty.map(SqlType::from_catalog)
-        .ok_or_else(|| TargetError::NoRoot {
-            root: root.clone(),
-            column: column.to_owned(),
-        })
-}
-
-/// Fails with [`TargetError::NoTenant`] when no root row has the key.
-async fn tenant_exists(
-    pool: &PgPool,
-    root: &QualifiedName,
-    column: &str,
-    key_type: &SqlType,
-    tenant: &str,
-) -> Result<(), TargetError> {
-    let mut b = SqlBuilder::new();
-    b.sql("SELECT EXISTS (SELECT 1 FROM ")
-        .table(root)
-        .sql(" WHERE ")
-        .ident(column)
-        .sql(" = $1::")
-        .ty(key_type)
-        .sql(")");
-    let found: bool = crate::db::query_scalar(b.build().as_query())
-        .bind(tenant)
-        .fetch_one(pool)
-        .await?;
-    if found {
-        Ok(())
-    } else {
-        Err(TargetError::NoTenant {
-            root: root.clone(),
-            column: column.to_owned(),
-            tenant: tenant.to_owned(),
-        })
-    }
-}
-
-/// The tables whose contents differ between the two copies ([`table_digest`] of each).
-async fn compare(
-    a: &PgConnectOptions,
-    b: &PgConnectOptions,
-    tables: &[QualifiedName],
-) -> Result<Vec<QualifiedName>, sqlx::Error> {
-    let mut digests = Vec::new();
-    for options in [a, b] {
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(options.clone())
-            .await?;
-        let mut digest = crate::demo::DatabaseDigest::new();
-        for table in tables {
-            digest.insert(table.clone(), table_digest(&pool, table).await?);
-        }
-        pool.close().await;
-        digests.push(digest);
-    }
-    Ok(differing_tables(&digests[0], &digests[1]))
 }
