@@ -409,6 +409,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("\ndemo passed");
         }
         Command::Bench(BenchCommand::Delete(args)) => {
+            if let Some(mut target) = args.target.resolve()? {
+                target.quiet = args.json;
+                let report = crate::bench::target::run(&target).await?;
+                print_report(args.json, &report, &report.to_text())?;
+                anyhow::ensure!(
+                    report.equals_cascade,
+                    "deprov's result differs from the cascade's in {}",
+                    report.differing_tables.join(", ")
+                );
+                return Ok(());
+            }
             let report = crate::bench::run(&args).await?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);

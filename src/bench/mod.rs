@@ -1,12 +1,17 @@
 //! `deprov bench delete`: deprov's hard delete against the naive cascading `DELETE`, in the same run,
 //! on the same data, under the same load (issue 3's benchmark).
 //!
-//! See [`run::run`] for the procedure and [`run::BenchReport`] for every printed figure.
+//! See [`run::run`] for the procedure and [`run::BenchReport`] for every printed figure; with
+//! `--target-url`, [`target::run`] runs it on the user's own database instead ([`target::TargetReport`]).
 
 mod paced;
 pub mod replay;
 mod report;
 pub mod run;
+pub mod sampler;
+pub mod target;
+mod target_db;
+mod target_report;
 pub mod workload;
 
 pub use run::{BenchArgs, BenchReport, run};

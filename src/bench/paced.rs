@@ -84,7 +84,7 @@ pub(super) async fn run(
     let fg = workload::start(&url, args.clients, args.rate, keys.foreground.clone());
     let writer = workload::start(&url, 1, args.rate, keys.tenant.clone());
     let started = Instant::now();
-    let job_id = deprov.record(tenant).await?;
+    let job_id = deprov.record(&tenant.to_string()).await?;
     let (mut idle, mut working) = (Vec::new(), Vec::new());
     let mut worked = Duration::ZERO;
     let (mut job, mut completed) = (None, false);

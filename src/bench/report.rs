@@ -1,7 +1,7 @@
 //! How `deprov bench delete` prints its [`BenchReport`]: a table, then one `PASS`/`MISSED` line per
 //! issue 3 target.
 
-use super::run::{BenchReport, Side};
+use super::run::{BenchReport, Side, TimeSplit};
 
 impl BenchReport {
     /// The report as the table `deprov bench delete` prints.
@@ -63,31 +63,7 @@ impl BenchReport {
         each("foreground ops (errors)", &|s| {
             format!("{} ({})", s.foreground_ops, s.foreground_errors)
         });
-        out.push_str(&format!(
-            "\n{:<44} {:>10} {:>8} {:>10} {:>10} {:>12}\n",
-            "deprov per table", "rows", "batches", "total ms", "longest ms", "rows/s"
-        ));
-        out.push_str(
-            "(a table with rows and 0 batches was emptied by PostgreSQL's cascade under the batches of\n \
-             its parents: their time and rows/s include it)\n",
-        );
-        for t in self.deprov_tables.as_array().into_iter().flatten() {
-            let rows = t["rows_deleted"].as_i64().unwrap_or(0);
-            let ms = t["batch_ms"].as_f64().unwrap_or(0.0);
-            out.push_str(&format!(
-                "{:<44} {:>10} {:>8} {:>10.0} {:>10.1} {:>12.0}\n",
-                t["table"].as_str().unwrap_or("?"),
-                rows,
-                t["batches"].as_i64().unwrap_or(0),
-                ms,
-                t["longest_batch_ms"].as_f64().unwrap_or(0.0),
-                if ms > 0.0 {
-                    rows as f64 * 1000.0 / ms
-                } else {
-                    0.0
-                }
-            ));
-        }
+        out.push_str(&tables_text(&self.deprov_tables));
         out.push_str(&format!(
             "\nforeground baseline ({} ops, before and after the deletions): p99 {base:.2} ms (before \
              {:.2}, after {:.2}), p50 {:.2} ms, writes p99 {:.2} ms, reads p99 {:.2} ms; deprov batches \
@@ -101,18 +77,7 @@ impl BenchReport {
             self.deprov_timeouts,
             self.deprov_index_passes
         ));
-        let t = &self.deprov_time;
-        out.push_str(&format!(
-            "deprov's time (ms): batches {:.0}, index passes {:.0}, state database {:.0}, trial cascade \
-             {:.0}, rolled-back batches {:.0}, pacing {:.0}, other {:.0}\n",
-            t.batches,
-            t.index_passes,
-            t.bookkeeping,
-            t.trial,
-            t.rolled_back,
-            t.pacing,
-            t.other
-        ));
+        out.push_str(&self.deprov_time.line());
         out.push_str(&format!(
             "ratio deprov ÷ cascade rows/s: {:.2} (target ≥ 0.6: {})\n",
             self.ratio,
@@ -178,6 +143,53 @@ impl BenchReport {
     }
 }
 
-fn met(ok: bool) -> &'static str {
+pub(super) fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "MISSED" }
+}
+
+/// deprov's figures per table (the job's `progress.tables`), one line each under a heading.
+pub(super) fn tables_text(tables: &serde_json::Value) -> String {
+    let mut out = format!(
+        "\n{:<44} {:>10} {:>8} {:>10} {:>10} {:>12}\n",
+        "deprov per table", "rows", "batches", "total ms", "longest ms", "rows/s"
+    );
+    out.push_str(
+        "(a table with rows and 0 batches was emptied by PostgreSQL's cascade under the batches of\n \
+         its parents: their time and rows/s include it)\n",
+    );
+    for t in tables.as_array().into_iter().flatten() {
+        let rows = t["rows_deleted"].as_i64().unwrap_or(0);
+        let ms = t["batch_ms"].as_f64().unwrap_or(0.0);
+        out.push_str(&format!(
+            "{:<44} {:>10} {:>8} {:>10.0} {:>10.1} {:>12.0}\n",
+            t["table"].as_str().unwrap_or("?"),
+            rows,
+            t["batches"].as_i64().unwrap_or(0),
+            ms,
+            t["longest_batch_ms"].as_f64().unwrap_or(0.0),
+            if ms > 0.0 {
+                rows as f64 * 1000.0 / ms
+            } else {
+                0.0
+            }
+        ));
+    }
+    out
+}
+
+impl TimeSplit {
+    /// The line `deprov's time (ms): batches …, other …`.
+    pub(super) fn line(&self) -> String {
+        format!(
+            "deprov's time (ms): batches {:.0}, index passes {:.0}, state database {:.0}, trial cascade \
+             {:.0}, rolled-back batches {:.0}, pacing {:.0}, other {:.0}\n",
+            self.batches,
+            self.index_passes,
+            self.bookkeeping,
+            self.trial,
+            self.rolled_back,
+            self.pacing,
+            self.other
+        )
+    }
 }

@@ -110,6 +110,9 @@ pub struct BenchArgs {
     /// Print the report as one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// On the user's own database instead of the demo's (`--target-url`, `--tenant`, `--config`).
+    #[command(flatten)]
+    pub target: super::target::TargetArgs,
 }
 
 /// `name=value` of `--server-setting`: a name of letters, digits, `_` and `.`, then `=` and a value
@@ -532,13 +535,13 @@ impl Deprov {
 
     /// Records the deletion request for `tenant` as intake records it; returns its job (which
     /// then waits for a worker).
-    pub(super) async fn record(&self, tenant: i64) -> Result<uuid::Uuid, BenchError> {
+    pub(super) async fn record(&self, tenant: &str) -> Result<uuid::Uuid, BenchError> {
         let request = NewRequest {
             source: "billing".into(),
             basis: DedupBasis::TenantId,
-            dedup_key: tenant.to_string(),
+            dedup_key: tenant.to_owned(),
             subject_kind: SubjectKind::Tenant,
-            subject: tenant.to_string(),
+            subject: tenant.to_owned(),
             external_id: None,
             reason: Some("deprov bench delete".into()),
         };
@@ -631,7 +634,7 @@ async fn run_deprov(
     let saas_url = server.url(run.target_db);
     let fg = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
     let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
-    let job_id = deprov.record(tenant).await?;
+    let job_id = deprov.record(&tenant.to_string()).await?;
     let job = deprov.work(job_id, Instant::now(), None).await?;
     let (writer, fg) = (writer.stop().await, fg.stop().await);
     if job.state != "completed" {
@@ -738,7 +741,7 @@ impl Keys {
 }
 
 /// Reads every table once (a sequential scan), so both copies start with the same warm caches.
-async fn warm(pool: &PgPool, tables: &[QualifiedName]) -> Result<(), sqlx::Error> {
+pub(super) async fn warm(pool: &PgPool, tables: &[QualifiedName]) -> Result<(), sqlx::Error> {
     for table in tables {
         let mut b = SqlBuilder::new();
         b.sql("SELECT count(*) FROM ").table(table);

@@ -542,11 +542,21 @@ impl Pools {
     ) -> Result<Self, sqlx::Error> {
         let state = connect_options(state_url)?;
         let target = connect_options(target_url)?;
-        Ok(Self {
-            intake: pool(&state, PoolRole::Intake, &bounds.intake),
-            queue: pool(&state, PoolRole::Queue, &bounds.queue),
-            target: pool(&target, PoolRole::Target, &bounds.target),
-        })
+        Ok(Self::from_options(&state, &target, bounds))
+    }
+
+    /// [`Self::new`] from parsed connection options (e.g. one server's options with another
+    /// database).
+    pub fn from_options(
+        state: &PgConnectOptions,
+        target: &PgConnectOptions,
+        bounds: &crate::config::PoolsConfig,
+    ) -> Self {
+        Self {
+            intake: pool(state, PoolRole::Intake, &bounds.intake),
+            queue: pool(state, PoolRole::Queue, &bounds.queue),
+            target: pool(target, PoolRole::Target, &bounds.target),
+        }
     }
 }
 

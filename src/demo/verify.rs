@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use sqlx::{PgPool, Row};
 
 use super::ownership::foreign_keys;
-use crate::sql::{QualifiedName, SqlBuilder, Statement};
+use crate::sql::{QualifiedName, SqlBuilder, SqlType, Statement};
 
 /// The contents of one table, summarised.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -211,10 +211,46 @@ pub async fn cascade_delete(
         .ident(key_column)
         .sql(" = ")
         .param(1);
+    run_cascade(pool, &b.build(), tenant_id).await
+}
+
+/// [`cascade_delete`] for a tenant key given as text, as deprov receives it: `$1` is cast to
+/// `key_type`, the key column's type as `format_type` prints it (so an index on the key column
+/// serves the `DELETE` whatever the type: `bigint`, `uuid`, `text`, …).
+///
+/// # Errors
+/// Any database error, e.g. a key that is not a valid value of `key_type` (SQLSTATE 22P02) or a
+/// RESTRICT reference that blocks the delete; the transaction is rolled back.
+pub async fn cascade_delete_key(
+    pool: &PgPool,
+    root_table: &QualifiedName,
+    key_column: &str,
+    key_type: &SqlType,
+    key: &str,
+) -> Result<CascadeOutcome, sqlx::Error> {
+    let mut b = SqlBuilder::new();
+    b.sql("DELETE FROM ")
+        .table(root_table)
+        .sql(" WHERE ")
+        .ident(key_column)
+        .sql(" = $1::")
+        .ty(key_type);
+    run_cascade(pool, &b.build(), key.to_owned()).await
+}
+
+/// Runs `delete` (one parameter, `key`) in one transaction and reads its per-table counts.
+async fn run_cascade<K>(
+    pool: &PgPool,
+    delete: &Statement,
+    key: K,
+) -> Result<CascadeOutcome, sqlx::Error>
+where
+    K: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + 'static,
+{
     let started = Instant::now();
     let mut tx = pool.begin().await?;
-    let done = sqlx::query(b.build().as_query())
-        .bind(tenant_id)
+    let done = sqlx::query(delete.as_query())
+        .bind(key)
         .execute(&mut *tx)
         .await?;
     let stats: Vec<(String, String, i64, i64)> = sqlx::query_as(

@@ -103,6 +103,10 @@ pub struct Progress {
     pub soft_deleted_rows: Option<u64>,
     /// When the soft delete committed (RFC 3339).
     pub soft_deleted_at: Option<String>,
+    /// The soft delete's transaction, from acquiring its connection to its commit, in
+    /// milliseconds (0 before it ran): with `soft_deleted_at`, when the first statement that
+    /// changes the tenant's data began.
+    pub soft_delete_ms: f64,
     /// While the job waits out `[hard_delete] grace_period` after its soft delete: when the hard
     /// delete may start (RFC 3339). Until then the job can be cancelled and its soft delete undone.
     pub grace_until: Option<String>,

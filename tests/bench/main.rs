@@ -8,6 +8,8 @@ use deprov::bench::replay::deadline::{self, DeadlineArgs, ServicePer};
 use deprov::bench::replay::intake::{self, IntakeArgs};
 use deprov::bench::run::{self as delete, BenchArgs};
 
+mod target;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cascade_incident_figures_are_consistent() {
     let args = CascadeArgs {
@@ -172,6 +174,7 @@ async fn delete_figures_are_consistent() {
         max_wal_size: "1GB".into(),
         server_settings: vec![],
         json: true,
+        target: Default::default(),
     };
     let r = delete::run(&args).await.expect("bench runs");
     assert!(r.equals_cascade, "{r:#?}");

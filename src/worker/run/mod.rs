@@ -342,6 +342,7 @@ impl JobRun {
 
         if self.job.step == "soft_delete" || self.job.step == "resolve" {
             let gate = self.may_destroy().await?;
+            let started = std::time::Instant::now();
             let rows = engine::soft_delete(
                 &w.pools.target,
                 &config.soft_delete.statements,
@@ -350,6 +351,7 @@ impl JobRun {
             )
             .await?;
             drop(gate);
+            self.progress.soft_delete_ms = started.elapsed().as_secs_f64() * 1e3;
             self.progress.soft_deleted_rows = Some(rows);
             self.progress.soft_deleted_at = OffsetDateTime::now_utc().format(&Rfc3339).ok();
             self.heartbeat("hard_delete", None).await?;

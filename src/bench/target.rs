@@ -1,0 +1,414 @@
+//! `deprov bench delete --target-url URL --tenant KEY`: the benchmark on the user's own database
+//! instead of the demo's.
+//!
+//! 1. Two copies of the database on its own server (`CREATE DATABASE … TEMPLATE`, which needs no
+//!    other session on it: [`TargetError::SourceBusy`] otherwise) and a third, empty database for
+//!    deprov's state (migrated), all three with generated names; nothing is written to the
+//!    user's database, and no session is opened on it.
+//! 2. Both copies `ANALYZE`d and read once (every table scanned), then a `CHECKPOINT` (skipped,
+//!    with a note, without the privilege).
+//! 3. Copy A: the cascading `DELETE FROM <root> WHERE <key> = $1`, one transaction, timed.
+//! 4. Copy B: a deletion request recorded as intake records it and the service's worker running
+//!    the job to its end with the configuration's `[tenant]`, `[soft_delete]`, `[hard_delete]`,
+//!    `[pacing]`, `[worker]` and `[pools]` (sources, `[vercel]` and `[notifications]` are left out,
+//!    so no secret is needed; `grace_period` is 0), timed from the request to `completed`, while a
+//!    [`TransactionSampler`] watches copy B's transactions every 5 ms.
+//! 5. Both copies compared table by table (every table of every schema but the system ones).
+//! 6. The three databases dropped (also after an error or Ctrl-C), unless `--keep-copies`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::run::{BenchError, Deprov, TimeSplit, warm};
+use super::sampler::{Sampled, TransactionSampler};
+use super::target_db::{
+    Names, admin_pool, checkpoint, compare, copy_database, key_type, tenant_exists, user_tables,
+};
+pub use super::target_report::{TargetReport, TargetSide};
+use crate::config::{Config, ConfigError};
+use crate::db::Pools;
+use crate::demo::{cascade_delete_key, drop_database};
+use crate::queue::jobs::Job;
+use crate::sql::{QualifiedName, SqlBuilder};
+use crate::worker::Progress;
+
+/// The flags of `deprov bench delete` that run it on the user's database.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TargetArgs {
+    /// Run on this database (a `postgres://` URL) instead of the demo's: two copies of it are made
+    /// on its server with `CREATE DATABASE … TEMPLATE`, which needs no other session connected to
+    /// it. The demo's flags (`--rows`, `--clients`, `--batch-rows`, …) are then not used.
+    #[arg(long, value_name = "URL", requires = "tenant")]
+    pub target_url: Option<String>,
+    /// The tenant key to delete, as a deletion request gives it (with `--target-url`).
+    #[arg(long, value_name = "KEY", requires = "target_url")]
+    pub tenant: Option<String>,
+    /// deprov's configuration file (with `--target-url`); its `[tenant]`, `[soft_delete]`,
+    /// `[hard_delete]`, `[pacing]`, `[worker]` and `[pools]` are used, its sources are not read.
+    #[arg(long, value_name = "FILE", env = "DEPROV_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Keep the two copies and the state database instead of dropping them at the end.
+    #[arg(long)]
+    pub keep_copies: bool,
+}
+
+impl TargetArgs {
+    /// The run these flags ask for; `None` without `--target-url` (the demo's benchmark).
+    ///
+    /// # Errors
+    /// [`TargetError::NoConfig`] with `--target-url` but no configuration file.
+    pub fn resolve(&self) -> Result<Option<TargetRun>, TargetError> {
+        let (Some(url), Some(tenant)) = (&self.target_url, &self.tenant) else {
+            return Ok(None);
+        };
+        Ok(Some(TargetRun {
+            url: url.clone(),
+            tenant: tenant.clone(),
+            config: self.config.clone().ok_or(TargetError::NoConfig)?,
+            keep_copies: self.keep_copies,
+            quiet: false,
+        }))
+    }
+}
+
+/// One run on the user's database.
+#[derive(Debug, Clone)]
+pub struct TargetRun {
+    /// The user's database.
+    pub url: String,
+    /// The tenant key.
+    pub tenant: String,
+    /// deprov's configuration file.
+    pub config: PathBuf,
+    /// Keep the copies and the state database.
+    pub keep_copies: bool,
+    /// Print no progress lines on stderr (as with `--json`).
+    pub quiet: bool,
+}
+
+/// Why the run on the user's database failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// `--target-url` without a configuration file.
+    #[error("--target-url needs deprov's configuration: --config FILE (or DEPROV_CONFIG)")]
+    NoConfig,
+    /// The configuration file is unreadable or invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The URL names no database.
+    #[error("--target-url names no database")]
+    NoDatabase,
+    /// The template copy found other sessions on the user's database (SQLSTATE 55006).
+    #[error(
+        "cannot copy database {database:?}: {sessions} other session(s) are connected to it, and \
+         CREATE DATABASE … TEMPLATE needs none. Stop them (or run when the database is idle), or \
+         copy the database into a scratch server first — `pg_dump -Fc -f db.dump URL` then \
+         `pg_restore --create -d postgres://…scratch…/postgres db.dump` — and point --target-url \
+         at the copy there"
+    )]
+    SourceBusy {
+        /// The user's database.
+        database: String,
+        /// Sessions connected to it when the copy was refused.
+        sessions: i64,
+    },
+    /// The root table or its key column is not in the database.
+    #[error("{root}: no such table, or no column {column:?} in it ([tenant] of the configuration)")]
+    NoRoot {
+        /// `[tenant] root_table`.
+        root: QualifiedName,
+        /// `[tenant] key_column`.
+        column: String,
+    },
+    /// No row of the root table has the tenant key.
+    #[error("no row of {root} has {column} = {tenant:?}")]
+    NoTenant {
+        /// `[tenant] root_table`.
+        root: QualifiedName,
+        /// `[tenant] key_column`.
+        column: String,
+        /// The key given.
+        tenant: String,
+    },
+    /// The cascading `DELETE` failed on the copy (deprov refuses such a tenant too).
+    #[error("the cascading DELETE failed on the copy: {0}")]
+    Cascade(sqlx::Error),
+    /// A database step failed.
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    /// deprov's job did not complete, or its state database could not be prepared.
+    #[error(transparent)]
+    Bench(#[from] BenchError),
+    /// Ctrl-C.
+    #[error("interrupted")]
+    Interrupted,
+}
+
+/// Reads the configuration as `deprov` does, without `[sources]`, `[vercel]` and
+/// `[notifications]` (their secrets are not needed to delete) and with `grace_period = "0s"`.
+/// Returns it with a note when a grace period was set.
+///
+/// # Errors
+/// [`ConfigError`] naming the key at fault.
+pub fn bench_config(text: &str) -> Result<(Config, Option<String>), ConfigError> {
+    let mut table: toml::Table = toml::from_str(text)?;
+    for key in ["sources", "vercel", "notifications"] {
+        table.remove(key);
+    }
+    let hard = table
+        .entry("hard_delete")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    let mut note = None;
+    // A `hard_delete` that is not a table is left for the configuration's own error.
+    if let Some(hard) = hard.as_table_mut()
+        && let Some(grace) = hard.insert("grace_period".into(), toml::Value::from("0s"))
+        && grace
+            .as_str()
+            .and_then(|g| humantime::parse_duration(g).ok())
+            != Some(Duration::ZERO)
+    {
+        note = Some(format!(
+            "[hard_delete] grace_period = {grace} is not waited: the hard delete follows the soft delete"
+        ));
+    }
+    let text = toml::to_string(&table).map_err(|e| ConfigError::Invalid {
+        key: "(file)".into(),
+        reason: e.to_string(),
+    })?;
+    Ok((Config::from_toml(&text)?, note))
+}
+
+/// Runs the benchmark on the user's database (see the module docs) and drops the scratch
+/// databases, whatever the outcome, unless `--keep-copies`.
+///
+/// # Errors
+/// [`TargetError`]; a job that ended `failed` is [`BenchError::Job`] with its error.
+pub async fn run(run: &TargetRun) -> Result<TargetReport, TargetError> {
+    let text = std::fs::read_to_string(&run.config).map_err(|source| ConfigError::Read {
+        path: run.config.display().to_string(),
+        source,
+    })?;
+    let (config, note) = bench_config(&text)?;
+    let source = crate::db::connect_options(&run.url)?;
+    let database = source
+        .get_database()
+        .ok_or(TargetError::NoDatabase)?
+        .to_owned();
+    let admin = admin_pool(&source, &database).await?;
+    let names = Names::new(&database);
+    let measured = tokio::select! {
+        r = measure(run, &config, &admin, &source, &database, &names) => r,
+        _ = tokio::signal::ctrl_c() => Err(TargetError::Interrupted),
+    };
+    if !run.keep_copies {
+        say(run.quiet, "dropping the copies and the state database");
+        for name in names.all() {
+            if let Err(e) = drop_database(&admin, name).await {
+                eprintln!("could not drop database {name:?}: {e}");
+            }
+        }
+    }
+    admin.close().await;
+    let mut report = measured?;
+    report.notes.extend(note);
+    Ok(report)
+}
+
+fn say(quiet: bool, text: &str) {
+    if !quiet {
+        eprintln!("  {text}");
+    }
+}
+
+/// Everything between making the copies and dropping them.
+async fn measure(
+    run: &TargetRun,
+    config: &Config,
+    admin: &PgPool,
+    source: &PgConnectOptions,
+    database: &str,
+    names: &Names,
+) -> Result<TargetReport, TargetError> {
+    let quiet = run.quiet;
+    say(
+        quiet,
+        &format!(
+            "copying {database:?} to {:?} and {:?}; deprov's state in {:?}",
+            names.cascade, names.deprov, names.state
+        ),
+    );
+    for copy in [&names.cascade, &names.deprov] {
+        copy_database(admin, database, copy).await?;
+    }
+    let mut create = SqlBuilder::new();
+    create.sql("CREATE DATABASE ").ident(&names.state);
+    crate::db::query(create.build().as_query())
+        .execute(admin)
+        .await?;
+    let on = |db: &str| source.clone().database(db);
+    let (copy_a, copy_b) = (on(&names.cascade), on(&names.deprov));
+
+    say(quiet, "ANALYZE and one read of every table, on both copies");
+    let root = config.root_table();
+    let column = &config.tenant.key_column;
+    let mut tables = Vec::new();
+    for options in [&copy_a, &copy_b] {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await?;
+        crate::db::query("ANALYZE").execute(&pool).await?;
+        tables = user_tables(&pool).await?;
+        warm(&pool, &tables).await?;
+        pool.close().await;
+    }
+    let mut notes = Vec::new();
+    checkpoint(admin, &mut notes).await?;
+
+    say(quiet, "cascade: one DELETE on the first copy");
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(copy_a.clone())
+        .await?;
+    let key_type = key_type(&pool, &root, column).await?;
+    tenant_exists(&pool, &root, column, &key_type, &run.tenant).await?;
+    let cascade = cascade_delete_key(&pool, &root, column, &key_type, &run.tenant)
+        .await
+        .map_err(TargetError::Cascade)?;
+    pool.close().await;
+    checkpoint(admin, &mut notes).await?;
+
+    say(
+        quiet,
+        "deprov: a deletion request and a worker, on the second copy",
+    );
+    let (job, sampled, requested) = deprov_job(
+        config,
+        &on(&names.state),
+        &copy_b,
+        &names.deprov,
+        &run.tenant,
+    )
+    .await?;
+
+    say(quiet, "comparing the copies table by table");
+    let differing = compare(&copy_a, &copy_b, &tables).await?;
+    let progress = Progress::from_json(&job.progress);
+    let elapsed = job
+        .finished_at
+        .map(|end| (end - job.created_at).unsigned_abs())
+        .unwrap_or_default();
+    let deprov_side = TargetSide::new(
+        progress.rows_deleted,
+        elapsed,
+        progress
+            .longest_batch_ms
+            .max(progress.longest_index_pass_ms),
+        progress.batches,
+        progress.longest_rolled_back_ms,
+    );
+    let soft_delete_start = stamp(progress.soft_deleted_at.as_deref())
+        .map(|at| at - Duration::from_secs_f64(progress.soft_delete_ms / 1e3));
+    let hard_delete_start = stamp(progress.hard_delete_started_at.as_deref());
+    Ok(TargetReport {
+        source_database: database.to_owned(),
+        cascade_copy: names.cascade.clone(),
+        deprov_copy: names.deprov.clone(),
+        state_database: names.state.clone(),
+        copies_kept: run.keep_copies,
+        tenant: run.tenant.clone(),
+        tables: tables.len(),
+        ratio: if elapsed.is_zero() {
+            0.0
+        } else {
+            cascade.elapsed.as_secs_f64() / elapsed.as_secs_f64()
+        },
+        cascade: TargetSide::new(
+            cascade.total_deleted(),
+            cascade.elapsed,
+            cascade.elapsed_ms(),
+            1,
+            0.0,
+        ),
+        deprov_time: TimeSplit::from_progress(&job.progress, deprov_side.elapsed_s),
+        deprov: deprov_side,
+        job_id: job.id,
+        // Both on this process's clock (the worker runs here): the request, and the soft delete's
+        // commit less its transaction's time.
+        before_soft_delete_ms: soft_delete_start.map(|at| ms(at - requested)),
+        // Both on the state database's clock.
+        before_hard_delete_ms: hard_delete_start.map(|at| ms(at - job.created_at)),
+        soft_delete_ms: progress.soft_delete_ms,
+        soft_deleted_rows: progress.soft_deleted_rows.unwrap_or(0),
+        trial: progress.trial.clone(),
+        trial_ms: progress.trial_ms,
+        bookkeeping_ms: progress.bookkeeping_ms,
+        rolled_back_ms: progress.rolled_back_ms,
+        batches: progress.batches,
+        timeouts: progress.timeouts,
+        replans: progress.replans,
+        index_passes: progress.index_passes,
+        sampled,
+        equals_cascade: differing.is_empty(),
+        differing_tables: differing.iter().map(ToString::to_string).collect(),
+        deprov_tables: job.progress["tables"].clone(),
+        notes,
+    })
+}
+
+/// deprov's job on the copy `copy_b` (database `datname`), its state in `state`: its request and
+/// the worker until the job ended, with the sampler on the copy's transactions. Returns the job,
+/// what was sampled, and when the request was sent (this process's clock).
+async fn deprov_job(
+    config: &Config,
+    state: &PgConnectOptions,
+    copy_b: &PgConnectOptions,
+    datname: &str,
+    tenant: &str,
+) -> Result<(Job, Sampled, OffsetDateTime), TargetError> {
+    let deprov = Deprov {
+        config: Arc::new(config.clone()),
+        pools: Pools::from_options(state, copy_b, &config.pools),
+    };
+    crate::db::migrate(&deprov.pools.queue)
+        .await
+        .map_err(|e| BenchError::Config(e.to_string()))?;
+    // Connected before the clock starts, as a running service's pools are (the cascade's pool
+    // was too): the request's time is then the intake transaction's, as `created_at` has it.
+    for pool in [
+        &deprov.pools.intake,
+        &deprov.pools.queue,
+        &deprov.pools.target,
+    ] {
+        crate::db::query("SELECT 1").execute(pool).await?;
+    }
+    let sampler = TransactionSampler::start(state, datname, Duration::from_millis(5)).await?;
+    let requested = OffsetDateTime::now_utc();
+    let job_id = deprov.record(tenant).await?;
+    let job = deprov.work(job_id, Instant::now(), None).await;
+    let sampled = sampler.stop().await;
+    deprov.pools.close().await;
+    let job = job?;
+    if job.state != "completed" {
+        return Err(BenchError::Job {
+            state: job.state,
+            error: job.last_error.unwrap_or_default(),
+        }
+        .into());
+    }
+    Ok((job, sampled?, requested))
+}
+
+fn stamp(text: Option<&str>) -> Option<OffsetDateTime> {
+    text.and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok())
+}
+
+fn ms(d: time::Duration) -> f64 {
+    d.as_seconds_f64() * 1e3
+}

@@ -1,0 +1,201 @@
+//! The database steps of `deprov bench delete --target-url` ([`super::target`]): the scratch
+//! databases' names, the template copy, the catalog reads and the table-by-table comparison.
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use super::target::TargetError;
+use crate::demo::{differing_tables, table_digest};
+use crate::sql::{QualifiedName, SqlBuilder, SqlType};
+
+/// The generated names of the three scratch databases.
+#[derive(Debug, Clone)]
+pub(super) struct Names {
+    pub(super) cascade: String,
+    pub(super) deprov: String,
+    pub(super) state: String,
+}
+
+impl Names {
+    /// `<source>_dpv_<role>_<8 hex>`: the source's name kept to letters, digits and `_` (at most
+    /// 30), so the whole stays under PostgreSQL's 63 bytes and needs no quoting to read.
+    pub(super) fn new(source: &str) -> Self {
+        let base: String = source
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .take(30)
+            .collect();
+        let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let name = |role: &str| format!("{base}_dpv_{role}_{suffix}");
+        Self {
+            cascade: name("cascade"),
+            deprov: name("deprov"),
+            state: name("state"),
+        }
+    }
+
+    pub(super) fn all(&self) -> [&str; 3] {
+        [&self.cascade, &self.deprov, &self.state]
+    }
+}
+
+/// A small pool on the server's `postgres` database, else `template1` (never on `database`, which
+/// must have no session for the copy).
+pub(super) async fn admin_pool(
+    source: &PgConnectOptions,
+    database: &str,
+) -> Result<PgPool, sqlx::Error> {
+    let mut last = None;
+    for admin in ["postgres", "template1"]
+        .into_iter()
+        .filter(|d| *d != database)
+    {
+        match PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(source.clone().database(admin))
+            .await
+        {
+            Ok(pool) => return Ok(pool),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("one of the two is not the source"))
+}
+
+/// `CREATE DATABASE to TEMPLATE from`, with no attempt to end other sessions on `from` (it is the
+/// user's database): SQLSTATE 55006 becomes [`TargetError::SourceBusy`].
+pub(super) async fn copy_database(admin: &PgPool, from: &str, to: &str) -> Result<(), TargetError> {
+    let mut b = SqlBuilder::new();
+    b.sql("CREATE DATABASE ")
+        .ident(to)
+        .sql(" TEMPLATE ")
+        .ident(from);
+    match crate::db::query(b.build().as_query()).execute(admin).await {
+        Ok(_) => Ok(()),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55006") => {
+            let sessions: i64 = crate::db::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            )
+            .bind(from)
+            .fetch_one(admin)
+            .await?;
+            Err(TargetError::SourceBusy {
+                database: from.to_owned(),
+                sessions,
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `CHECKPOINT`; without the privilege (SQLSTATE 42501: superuser or `pg_checkpoint`) a note instead.
+pub(super) async fn checkpoint(admin: &PgPool, notes: &mut Vec<String>) -> Result<(), sqlx::Error> {
+    match super::run::checkpoint(admin).await {
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42501") => {
+            let note =
+                "no CHECKPOINT before the measured phases (it needs superuser or pg_checkpoint)";
+            if !notes.iter().any(|n| n == note) {
+                notes.push(note.into());
+            }
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// The ordinary and partitioned tables of every schema but PostgreSQL's own, sorted (partitions are
+/// read through their parent).
+pub(super) async fn user_tables(pool: &PgPool) -> Result<Vec<QualifiedName>, sqlx::Error> {
+    let rows: Vec<(String, String)> = crate::db::query_as(
+        "SELECT n.nspname::text, c.relname::text FROM pg_class c \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
+         AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%' ORDER BY 1, 2",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(s, n)| QualifiedName::new(s, n))
+        .collect())
+}
+
+/// The key column's type as `format_type` prints it.
+pub(super) async fn key_type(
+    pool: &PgPool,
+    root: &QualifiedName,
+    column: &str,
+) -> Result<SqlType, TargetError> {
+    let ty: Option<String> = crate::db::query_scalar(
+        "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
+         WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
+    )
+    .bind(root.to_string())
+    .bind(column)
+    .fetch_optional(pool)
+    .await?;
+    ty.map(SqlType::from_catalog)
+        .ok_or_else(|| TargetError::NoRoot {
+            root: root.clone(),
+            column: column.to_owned(),
+        })
+}
+
+/// Fails with [`TargetError::NoTenant`] when no root row has the key.
+pub(super) async fn tenant_exists(
+    pool: &PgPool,
+    root: &QualifiedName,
+    column: &str,
+    key_type: &SqlType,
+    tenant: &str,
+) -> Result<(), TargetError> {
+    let mut b = SqlBuilder::new();
+    b.sql("SELECT EXISTS (SELECT 1 FROM ")
+        .table(root)
+        .sql(" WHERE ")
+        .ident(column)
+        .sql(" = $1::")
+        .ty(key_type)
+        .sql(")");
+    let found: bool = crate::db::query_scalar(b.build().as_query())
+        .bind(tenant)
+        .fetch_one(pool)
+        .await?;
+    if found {
+        Ok(())
+    } else {
+        Err(TargetError::NoTenant {
+            root: root.clone(),
+            column: column.to_owned(),
+            tenant: tenant.to_owned(),
+        })
+    }
+}
+
+/// The tables whose contents differ between the two copies ([`table_digest`] of each).
+pub(super) async fn compare(
+    a: &PgConnectOptions,
+    b: &PgConnectOptions,
+    tables: &[QualifiedName],
+) -> Result<Vec<QualifiedName>, sqlx::Error> {
+    let mut digests = Vec::new();
+    for options in [a, b] {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await?;
+        let mut digest = crate::demo::DatabaseDigest::new();
+        for table in tables {
+            digest.insert(table.clone(), table_digest(&pool, table).await?);
+        }
+        pool.close().await;
+        digests.push(digest);
+    }
+    Ok(differing_tables(&digests[0], &digests[1]))
+}
