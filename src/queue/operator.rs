@@ -148,7 +148,7 @@ pub async fn retry(
     }
     let (new_state, attempts, last_error): (String, i32, Option<String>) = crate::db::query_as(
         "UPDATE deprov.jobs j SET state = CASE WHEN deprov.job_blocked_by(j.id) IS NULL THEN 'queued' ELSE 'held' END, \
-           attempts = 0, run_after = now(), finished_at = NULL, cancel_requested_at = NULL, \
+           attempts = 0, stalled_attempts = 0, run_after = now(), finished_at = NULL, cancel_requested_at = NULL, \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          FROM (SELECT attempts, last_error FROM deprov.jobs WHERE id = $1) old \
          WHERE j.id = $1 RETURNING j.state, old.attempts, old.last_error",

@@ -1,5 +1,6 @@
 //! One job run: from a fresh lease to a hand-back [`Outcome`].
 
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use time::OffsetDateTime;
@@ -60,6 +61,9 @@ pub(super) struct JobRun {
     /// When the run began (the job's claim): the duty cycle's first rest answers for the work
     /// since. Taken by the first pacer of the run (a resume after a target restart starts anew).
     started: Option<tokio::time::Instant>,
+    /// The job's `stalled_attempts` as the last heartbeat left it (0 once this run advanced the
+    /// job; the claim's count until then): what [`Self::classify`] holds against `max_attempts`.
+    stalled: AtomicI32,
 }
 
 impl JobRun {
@@ -68,6 +72,7 @@ impl JobRun {
         let progress = Progress::from_json(&job.progress);
         let hd = &worker.config.hard_delete;
         let sizing = Sizing::new(hd.max_batch_duration, hd.max_batch_rows);
+        let stalled = AtomicI32::new(job.stalled_attempts);
         Self {
             worker,
             job,
@@ -76,6 +81,7 @@ impl JobRun {
             progress,
             key_form: None,
             started: Some(tokio::time::Instant::now()),
+            stalled,
         }
     }
 
@@ -103,6 +109,9 @@ impl JobRun {
 
     /// The outcome of a run that stopped on `e`. The message is the server's (message, detail, hint,
     /// SQLSTATE: [`crate::db::errors::error_text`]) and, when batches had deleted rows, how many.
+    /// A retryable error fails the job only when this run advanced nothing and the runs before it
+    /// since the job last advanced make `max_attempts` (`stalled_attempts`, [`jobs::heartbeat`]);
+    /// a run that advanced the job is retried however many claims it had in all.
     fn classify(&self, e: &EngineError) -> Outcome {
         // Only a database error carries a SQLSTATE.
         let text = match e {
@@ -115,14 +124,18 @@ impl JobRun {
         } else {
             text
         };
-        let attempts = u32::try_from(self.job.attempts).unwrap_or(1);
+        let stalled = self.stalled.load(Ordering::Relaxed);
         if !e.is_retryable() {
             Outcome::Failed(message)
-        } else if self.job.attempts >= self.job.max_attempts {
-            Outcome::Failed(format!("{message}; attempts exhausted ({attempts})"))
+        } else if stalled >= self.job.max_attempts {
+            Outcome::Failed(format!(
+                "{message}; attempts exhausted ({stalled} in a row advanced nothing, {} in all)",
+                self.job.attempts
+            ))
         } else {
             let w = &self.worker.config.worker;
-            Outcome::RetryAfter(message, backoff(attempts, w.backoff_base, w.backoff_max))
+            let n = u32::try_from(stalled).unwrap_or(1).max(1);
+            Outcome::RetryAfter(message, backoff(n, w.backoff_base, w.backoff_max))
         }
     }
 
@@ -199,7 +212,7 @@ impl JobRun {
         let cp = checkpoint.map(Checkpoint::to_json);
         let w = &self.worker;
         let mut tx = db::begin(&w.pools.queue, Bounds::STATE).await?;
-        let owned = jobs::heartbeat(
+        let stalled = jobs::heartbeat(
             &mut *tx,
             self.job.id,
             &w.id,
@@ -210,7 +223,9 @@ impl JobRun {
         )
         .await?;
         tx.commit().await?;
-        if owned { Ok(()) } else { Err(Stop::LeaseLost) }
+        let stalled = stalled.ok_or(Stop::LeaseLost)?;
+        self.stalled.store(stalled, Ordering::Relaxed);
+        Ok(())
     }
 
     async fn execute(&mut self) -> Result<Outcome, Stop> {
