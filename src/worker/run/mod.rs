@@ -9,7 +9,6 @@ use time::format_description::well_known::Rfc3339;
 use super::progress::{Checkpoint, Progress};
 use super::sizing::Sizing;
 use super::{Worker, backoff};
-use crate::engine::simulate::{self, SimError, Verdict};
 use crate::engine::{self, BatchLimits, EngineError};
 use crate::ids::KeyForm;
 
@@ -281,68 +280,8 @@ impl JobRun {
         // Keyed now by the tenant as the key column reads it: a tenant switch on that key holds
         // the job before the pre-check, which would otherwise fail it for a held tenant.
         drop(self.may_destroy().await?);
-        if let Some(refusal) = self.refuse_user_triggers(&plan).await? {
+        if let Some(refusal) = self.pre_checks(&plan, &tenant).await? {
             return Ok(Outcome::Failed(refusal));
-        }
-        let tried = match self.trial(&plan, &tenant).await? {
-            Ok(succeeded) => succeeded,
-            Err(refusal) => return Ok(Outcome::Failed(refusal)),
-        };
-        // Whether the cascading DELETE would fail: decided by simulating PostgreSQL's referential
-        // triggers over the rows (engine::simulate). Only needed when a non-CASCADE key references
-        // the closure; every blocker is one. find_blockers, a per-table count of referencing rows
-        // outside the tenant, only names them in the message: its tenant test follows simple table
-        // paths, so it can count a row the cascade reaches deeper in a tree (a false blocker).
-        if simulate::needs_simulation(&plan) {
-            let verdict = self
-                .keeping_lease(simulate::simulate(
-                    &w.pools.target,
-                    &plan,
-                    &tenant,
-                    &self.limits,
-                    config.hard_delete.max_simulated_rows,
-                ))
-                .await?;
-            // A cascade that fails in one row order and not the other is refused even when the
-            // trial (one order) succeeded.
-            let order_dependent = matches!(verdict, Ok(Verdict::OrderDependent(_)));
-            let why = match verdict {
-                Ok(Verdict::Succeeds { .. }) => None,
-                Ok(Verdict::Fails(f)) => Some(format!(
-                    "the cascading DELETE of the tenant would fail on constraint {:?} of {} \
-                     (referencing {}): {f}",
-                    f.constraint, f.table, f.references
-                )),
-                Ok(Verdict::OrderDependent(f)) => Some(format!(
-                    "whether the cascading DELETE of the tenant fails depends on the order PostgreSQL \
-                     meets rows in; in one order it fails on constraint {:?} of {} (referencing {}): {f}",
-                    f.constraint, f.table, f.references
-                )),
-                Err(SimError::Db(e)) => return Err(EngineError::Db(e).into()),
-                Err(e) => Some(e.to_string()),
-            };
-            // PostgreSQL's own trial of the cascade, run in this very run on the data as it is
-            // now, outranks the simulation, which compares keys by their text (`char(n)` padding,
-            // `numeric` scale) — except where the presets need the simulation's rows. A trial of an
-            // earlier run does not: rows may have been written since.
-            if let Some(why) = why.as_ref()
-                && tried
-                && !order_dependent
-                && !simulate::detaches(&plan)
-            {
-                tracing::info!(job = %self.job.id, simulation = %why, "the simulation's refusal overruled: PostgreSQL's trial of the cascade succeeded");
-                self.progress.note = Some(format!(
-                    "the simulation said: {why}; PostgreSQL's trial of the cascade succeeded and decides"
-                ));
-            } else if let Some(why) = why {
-                let listed = self
-                    .keeping_lease(self.blockers_listed(&plan, &tenant))
-                    .await??;
-                return Ok(Outcome::Failed(format!(
-                    "refused: {why}; {}{listed}",
-                    self.done_so_far()
-                )));
-            }
         }
 
         // The checks above may have taken a while: renew the lease (or learn it was lost) before
