@@ -167,7 +167,8 @@ async fn a_job_whose_runs_never_advance_fails_after_max_attempts_runs() {
 /// Without the trial the first run soft-deletes the tenant and deletes the rows no lock holds (it
 /// advanced: not counted); each later run's batches time out on the held folders (nothing
 /// advanced: counted). The job fails after `max_attempts` such runs, one run more than
-/// `max_attempts` in all.
+/// `max_attempts` in all. Retried by an operator once the lock is gone, it completes, its checks
+/// run again.
 #[tokio::test]
 async fn runs_that_stop_advancing_after_the_soft_delete_fail_the_job_after_max_attempts() {
     let env = env_with_config(&config("trial_cascade = false", 3)).await;
@@ -203,6 +204,22 @@ async fn runs_that_stop_advancing_after_the_soft_delete_fail_the_job_after_max_a
         progress.rows_deleted
     );
     blocker.rollback().await.unwrap();
+    // An operator's retry starts the counts again and has the checks run once more.
+    let mut conn = env.db.acquire().await.unwrap();
+    deprov::queue::operator::retry(&mut conn, id, "cli:test", "lock holder gone")
+        .await
+        .unwrap();
+    let retried = env.job(id).await;
+    assert_eq!((retried.attempts, retried.stalled_attempts), (0, 0));
+    assert!(
+        Progress::from_json(&retried.progress)
+            .prechecked_plan
+            .is_none()
+    );
+    env.drain(&worker).await;
+    let job = env.job(id).await;
+    assert_eq!(job.state(), JobState::Completed, "{job:?}");
+    assert_eq!(Progress::from_json(&job.progress).prechecks, 2);
 }
 
 /// Once the tenant is soft-deleted, every DELETE statement on tenant 1's tables (not the trial's,
