@@ -130,11 +130,14 @@ impl Worker {
         };
         let job_id = job.id;
         let mut progress = Progress::from_json(&job.progress);
-        if job.attempts > job.max_attempts {
+        if job.stalled_attempts > job.max_attempts {
+            // The runs since the job last advanced make max_attempts already, the last of them
+            // ended without reporting back (its worker was lost): no further run.
             let error = format!(
-                "attempts exhausted ({} of {}); last error: {}",
-                job.attempts - 1,
+                "attempts exhausted ({} in a row advanced nothing, of {} allowed; {} in all); last error: {}",
+                job.stalled_attempts - 1,
                 job.max_attempts,
+                job.attempts - 1,
                 job.last_error
                     .as_deref()
                     .unwrap_or("none (the worker holding the lease stopped)")

@@ -197,7 +197,13 @@ fn show_text(v: &JobView) -> String {
     line("subject", format!("{} {}", v.subject_kind, v.subject));
     line("tenant", v.tenant_id.clone().unwrap_or_else(|| "-".into()));
     line("step", v.step.clone());
-    line("attempts", v.attempts.to_string());
+    line(
+        "attempts",
+        format!(
+            "{} ({} since the job last advanced)",
+            v.attempts, v.stalled_attempts
+        ),
+    );
     line("rows", v.progress.rows_deleted.to_string());
     line("created", rfc3339(v.created_at));
     line("started", v.started_at.map_or("-".into(), rfc3339));
@@ -370,6 +376,7 @@ mod tests {
             state: "failed".into(),
             step: "hard_delete".into(),
             attempts: 3,
+            stalled_attempts: 1,
             max_attempts: 10,
             last_error: Some("lock timeout\nsecond line".into()),
             checkpoint: None,

@@ -76,6 +76,9 @@ pub struct JobView {
     pub step: String,
     /// Times a worker claimed the job.
     pub attempts: i32,
+    /// Claims since the job last advanced (its soft delete committed, its checkpoint moved on):
+    /// a run that advances nothing and fails with this at `[worker] max_attempts` fails the job.
+    pub stalled_attempts: i32,
     /// The latest error, if any.
     pub last_error: Option<String>,
     /// When the job was created.
@@ -101,6 +104,7 @@ impl From<Job> for JobView {
             subject: job.subject,
             step: job.step,
             attempts: job.attempts,
+            stalled_attempts: job.stalled_attempts,
             last_error: job.last_error,
             created_at: job.created_at,
             started_at: job.started_at,

@@ -73,9 +73,11 @@ pub struct Job {
     pub state: String,
     /// `resolve`, `soft_delete`, `hard_delete` or `done`.
     pub step: String,
-    /// Times the job was claimed (including lease takeovers).
+    /// Times the job was claimed (including lease takeovers): the total, for display.
     pub attempts: i32,
-    /// Claims allowed before the job fails.
+    /// Claims since the job last advanced (see [`heartbeat`]): the ones `max_attempts` limits.
+    pub stalled_attempts: i32,
+    /// Claims in a row that advance nothing allowed before the job fails.
     pub max_attempts: i32,
     /// The latest error, if any.
     pub last_error: Option<String>,
@@ -114,7 +116,7 @@ fn millis(d: Duration) -> i64 {
 /// Database errors.
 pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Job>, sqlx::Error> {
     crate::db::query_as(
-        "SELECT id, subject_kind, subject, tenant_id, state, step, attempts, max_attempts, last_error, \
+        "SELECT id, subject_kind, subject, tenant_id, state, step, attempts, stalled_attempts, max_attempts, last_error, \
          checkpoint, progress, created_at, started_at, finished_at, run_after, lease_owner, lease_expires_at \
          FROM deprov.jobs WHERE id = $1",
     )
@@ -133,7 +135,7 @@ pub async fn list(
     limit: i64,
 ) -> Result<Vec<Job>, sqlx::Error> {
     crate::db::query_as(
-        "SELECT id, subject_kind, subject, tenant_id, state, step, attempts, max_attempts, last_error, \
+        "SELECT id, subject_kind, subject, tenant_id, state, step, attempts, stalled_attempts, max_attempts, last_error, \
          checkpoint, progress, created_at, started_at, finished_at, run_after, lease_owner, lease_expires_at \
          FROM deprov.jobs WHERE ($1::text IS NULL OR state = $1) ORDER BY created_at DESC, id DESC LIMIT $2",
     )
@@ -179,7 +181,8 @@ pub async fn hand_back_stranded(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Er
 /// another form of the key, which the worker checks again),
 /// or a `running` job whose lease expired (its worker is gone). No job a kill switch blocks is claimed
 /// (`deprov.job_blocked_by`; such an expired job is handed back by [`hand_back_stranded`]); nothing
-/// at all while the global switch is engaged. Increments `attempts`.
+/// at all while the global switch is engaged. Increments `attempts` (the total) and
+/// `stalled_attempts` (claims since the job last advanced, which [`heartbeat`] clears).
 ///
 /// # Errors
 /// Database errors.
@@ -195,11 +198,13 @@ pub async fn claim(
                   OR (state = 'running' AND lease_expires_at < now())) \
              AND NOT (SELECT engaged FROM deprov.kill_switch) AND deprov.job_blocked_by(id) IS NULL \
            ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
-         UPDATE deprov.jobs j SET state = 'running', attempts = j.attempts + 1, lease_owner = $1, \
+         UPDATE deprov.jobs j SET state = 'running', attempts = j.attempts + 1, \
+           stalled_attempts = j.stalled_attempts + 1, lease_owner = $1, \
            lease_expires_at = now() + make_interval(secs => $2::float8 / 1000), heartbeat_at = now(), \
            started_at = coalesce(j.started_at, now()), updated_at = now() \
          FROM next WHERE j.id = next.id \
-         RETURNING j.id, j.subject_kind, j.subject, j.tenant_id, j.state, j.step, j.attempts, j.max_attempts, \
+         RETURNING j.id, j.subject_kind, j.subject, j.tenant_id, j.state, j.step, j.attempts, \
+           j.stalled_attempts, j.max_attempts, \
            j.last_error, j.checkpoint, j.progress, j.created_at, j.started_at, j.finished_at, j.run_after, \
            j.lease_owner, j.lease_expires_at",
     )
@@ -210,7 +215,19 @@ pub async fn claim(
 }
 
 /// Extends the lease and records progress, step and checkpoint: the heartbeat at every batch boundary.
-/// Returns `false` when `worker` no longer holds the job (lease lost): the caller must stop at once.
+/// Returns the job's `stalled_attempts` after the write, or `None` when `worker` no longer holds the
+/// job (lease lost): the caller must stop at once.
+///
+/// A write that advances the job sets `stalled_attempts` to 0 in the same statement, so the advance
+/// is counted even when the run is killed right after it. Compared with what the row holds, a
+/// write advances when:
+/// * `step` changes (the soft delete committed: `soft_delete` → `hard_delete`);
+/// * `progress.rows_deleted` grows;
+/// * the first checkpoint is written, or a checkpoint of the same plan (`plan`) names a later step,
+///   or the same step at another `cursor` (keyset positions only move forward within a step).
+///
+/// A renewal that writes the stored checkpoint again, a checkpoint whose batch size shrank after a
+/// timeout, or a checkpoint of a new plan back at its first step do not advance the job.
 ///
 /// # Errors
 /// Database errors.
@@ -222,11 +239,22 @@ pub async fn heartbeat(
     step: &str,
     checkpoint: Option<&serde_json::Value>,
     progress: &serde_json::Value,
-) -> Result<bool, sqlx::Error> {
-    let r = crate::db::query(
+) -> Result<Option<i32>, sqlx::Error> {
+    crate::db::query_scalar(
         "UPDATE deprov.jobs SET lease_expires_at = now() + make_interval(secs => $3::float8 / 1000), \
-           heartbeat_at = now(), step = $4, checkpoint = $5, progress = $6, updated_at = now() \
-         WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+           heartbeat_at = now(), \
+           stalled_attempts = CASE WHEN $4 <> step \
+               OR coalesce(($6::jsonb ->> 'rows_deleted')::bigint, 0) \
+                  > coalesce((progress ->> 'rows_deleted')::bigint, 0) \
+               OR ($5::jsonb IS NOT NULL AND (checkpoint IS NULL \
+                   OR ($5::jsonb ->> 'plan' = checkpoint ->> 'plan' \
+                       AND (($5::jsonb ->> 'step')::bigint > (checkpoint ->> 'step')::bigint \
+                            OR (($5::jsonb ->> 'step')::bigint = (checkpoint ->> 'step')::bigint \
+                                AND $5::jsonb -> 'cursor' IS DISTINCT FROM checkpoint -> 'cursor'))))) \
+             THEN 0 ELSE stalled_attempts END, \
+           step = $4, checkpoint = $5, progress = $6, updated_at = now() \
+         WHERE id = $1 AND lease_owner = $2 AND state = 'running' \
+         RETURNING stalled_attempts",
     )
     .bind(id)
     .bind(worker)
@@ -234,9 +262,8 @@ pub async fn heartbeat(
     .bind(step)
     .bind(checkpoint)
     .bind(progress)
-    .execute(db)
-    .await?;
-    Ok(r.rows_affected() == 1)
+    .fetch_optional(db)
+    .await
 }
 
 /// What [`resolve_tenant`] did.
@@ -327,14 +354,15 @@ pub async fn resolve_tenant(
 pub enum Outcome {
     /// All done: `completed`.
     Completed,
-    /// Permanent error or attempts exhausted: `failed` with this error.
+    /// Permanent error, or `max_attempts` claims in a row advanced nothing: `failed` with this error.
     Failed(String),
     /// Retryable error: `queued` again after `delay`, with this error recorded.
     RetryAfter(String, Duration),
     /// The kill switch is engaged: `held` until release.
     Held,
     /// Not an error: hand the job back `queued` until `delay` has passed (grace period, worker
-    /// shutdown). The claim is not counted as an attempt.
+    /// shutdown). The claim is not counted as an attempt (neither in `attempts` nor in
+    /// `stalled_attempts`).
     Wait(Duration),
     /// An operator cancelled the job while it ran: `cancelled`.
     Cancelled,
@@ -375,7 +403,8 @@ pub async fn finish(
            step = CASE WHEN $3 = 'completed' THEN 'done' ELSE step END, \
            finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') \
              OR cancel_requested_at IS NOT NULL THEN now() END, \
-           attempts = attempts - $7, lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
+           attempts = attempts - $7, stalled_attempts = greatest(stalled_attempts - $7, 0), \
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
     )
     .bind(id)

@@ -116,7 +116,9 @@ pub async fn cancel(
 }
 
 /// Re-drives failed job `id` from its checkpoint (see the module docs) and records `job.retry` by
-/// `actor` for `reason`. Returns the job's new state (`queued` or `held`).
+/// `actor` for `reason`. Its attempt counts start again, and its next run redoes the checks before
+/// the hard delete (`progress.prechecked_plan` is dropped: the operator may have changed what made
+/// it fail, or a blocker may have appeared). Returns the job's new state (`queued` or `held`).
 ///
 /// # Errors
 /// [`ActionError::NotFound`]; [`ActionError::Conflict`] when the job is not `failed` or another
@@ -148,7 +150,8 @@ pub async fn retry(
     }
     let (new_state, attempts, last_error): (String, i32, Option<String>) = crate::db::query_as(
         "UPDATE deprov.jobs j SET state = CASE WHEN deprov.job_blocked_by(j.id) IS NULL THEN 'queued' ELSE 'held' END, \
-           attempts = 0, run_after = now(), finished_at = NULL, cancel_requested_at = NULL, \
+           attempts = 0, stalled_attempts = 0, progress = j.progress - 'prechecked_plan', \
+           run_after = now(), finished_at = NULL, cancel_requested_at = NULL, \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          FROM (SELECT attempts, last_error FROM deprov.jobs WHERE id = $1) old \
          WHERE j.id = $1 RETURNING j.state, old.attempts, old.last_error",

@@ -80,6 +80,16 @@ pub struct Progress {
     pub trial: Option<String>,
     /// The trial cascade's transaction, BEGIN to ROLLBACK, in milliseconds.
     pub trial_ms: f64,
+    /// Runs of the job that ran the pre-checks before the hard delete (user `DELETE` triggers,
+    /// the trial cascade, the simulation: those that apply). Once the soft delete committed, runs
+    /// keep their verdict (`prechecked_plan`), so this stays at one run per schema (plus the run
+    /// after a grace period).
+    pub prechecks: i64,
+    /// The hash of the plan ([`crate::engine::Plan::hash`], leaves first as loaded) whose
+    /// pre-checks passed for the hard delete: written with the soft delete (without a grace
+    /// period) or by the first run after the grace period. A run at step `hard_delete` that loads
+    /// a plan of this hash skips the pre-checks; another hash (the schema changed) runs them again.
+    pub prechecked_plan: Option<String>,
     /// Pauses for the target's sake (see [`crate::config::PacingConfig`]).
     pub pauses: i64,
     /// Time spent in those pauses, in milliseconds.

@@ -2,6 +2,7 @@
 //! switch, retries, and resume after the worker is killed.
 
 mod absorb;
+mod attempts;
 mod batch_bound;
 mod cascade_check;
 mod crash_resume;

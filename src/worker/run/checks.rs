@@ -1,11 +1,109 @@
-//! The checks of one job run before its first hard-delete statement that ask PostgreSQL rather
-//! than the simulation: user `DELETE` triggers on the tenant's tables, and the trial cascade
-//! ([`crate::engine::trial`]). Each returns the job's refusal, with the blockers listed.
+//! The checks of one job run before its first hard-delete statement: user `DELETE` triggers on the
+//! tenant's tables, the trial cascade ([`crate::engine::trial`]) and the simulation
+//! ([`crate::engine::simulate`]), and the verdict a later run of the job keeps. Each returns the
+//! job's refusal, with the blockers listed.
 
 use super::{JobRun, Stop};
-use crate::engine;
+use crate::engine::simulate::{self, SimError, Verdict};
+use crate::engine::{self, EngineError};
 
 impl JobRun {
+    /// The checks before the hard delete that decide whether the tenant's cascade succeeds: user
+    /// `DELETE` triggers ([`Self::refuse_user_triggers`]), the trial cascade ([`Self::trial`]) and
+    /// the simulation with its blockers ([`simulate`]). `Ok(Some(refusal))` when the job must fail.
+    ///
+    /// A run keeps what they decided: once they passed and the tenant is soft-deleted (invisible to
+    /// the application), `progress.prechecked_plan` holds the plan's hash, and a later run of the
+    /// job (step `hard_delete`) with a plan of the same hash goes straight on. A plan of another
+    /// hash (the schema changed) runs them again. With a grace period they run once more when it
+    /// has ended: rows referencing the tenant may have been written meanwhile.
+    pub(super) async fn pre_checks(
+        &mut self,
+        plan: &engine::Plan,
+        tenant: &str,
+    ) -> Result<Option<String>, Stop> {
+        let hash = plan.hash();
+        if self.job.step == "hard_delete"
+            && self.progress.prechecked_plan.as_deref() == Some(hash.as_str())
+        {
+            tracing::debug!(job = %self.job.id, plan = %hash, "the pre-checks passed in an earlier run for this plan: not run again");
+            return Ok(None);
+        }
+        let w = self.worker.clone();
+        let config = &w.config;
+        self.progress.prechecks += 1;
+        if let Some(refusal) = self.refuse_user_triggers(plan).await? {
+            return Ok(Some(refusal));
+        }
+        let tried = match self.trial(plan, tenant).await? {
+            Ok(succeeded) => succeeded,
+            Err(refusal) => return Ok(Some(refusal)),
+        };
+        // Whether the cascading DELETE would fail: decided by simulating PostgreSQL's referential
+        // triggers over the rows (engine::simulate). Only needed when a non-CASCADE key references
+        // the closure; every blocker is one. find_blockers, a per-table count of referencing rows
+        // outside the tenant, only names them in the message: its tenant test follows simple table
+        // paths, so it can count a row the cascade reaches deeper in a tree (a false blocker).
+        if simulate::needs_simulation(plan) {
+            let verdict = self
+                .keeping_lease(simulate::simulate(
+                    &w.pools.target,
+                    plan,
+                    tenant,
+                    &self.limits,
+                    config.hard_delete.batch_timeout(),
+                    config.hard_delete.max_simulated_rows,
+                ))
+                .await?;
+            // A cascade that fails in one row order and not the other is refused even when the
+            // trial (one order) succeeded.
+            let order_dependent = matches!(verdict, Ok(Verdict::OrderDependent(_)));
+            let why = match verdict {
+                Ok(Verdict::Succeeds { .. }) => None,
+                Ok(Verdict::Fails(f)) => Some(format!(
+                    "the cascading DELETE of the tenant would fail on constraint {:?} of {} \
+                     (referencing {}): {f}",
+                    f.constraint, f.table, f.references
+                )),
+                Ok(Verdict::OrderDependent(f)) => Some(format!(
+                    "whether the cascading DELETE of the tenant fails depends on the order PostgreSQL \
+                     meets rows in; in one order it fails on constraint {:?} of {} (referencing {}): {f}",
+                    f.constraint, f.table, f.references
+                )),
+                Err(SimError::Db(e)) => return Err(EngineError::Db(e).into()),
+                Err(e) => Some(e.to_string()),
+            };
+            // PostgreSQL's own trial of the cascade, run in this very run on the data as it is
+            // now, outranks the simulation, which compares keys by their text (`char(n)` padding,
+            // `numeric` scale) — except where the presets need the simulation's rows. A trial of an
+            // earlier run does not: rows may have been written since.
+            if let Some(why) = why.as_ref()
+                && tried
+                && !order_dependent
+                && !simulate::detaches(plan)
+            {
+                tracing::info!(job = %self.job.id, simulation = %why, "the simulation's refusal overruled: PostgreSQL's trial of the cascade succeeded");
+                self.progress.note = Some(format!(
+                    "the simulation said: {why}; PostgreSQL's trial of the cascade succeeded and decides"
+                ));
+            } else if let Some(why) = why {
+                let listed = self
+                    .keeping_lease(self.blockers_listed(plan, tenant))
+                    .await??;
+                return Ok(Some(format!(
+                    "refused: {why}; {}{listed}",
+                    self.done_so_far()
+                )));
+            }
+        }
+        if self.job.step == "hard_delete" || config.hard_delete.grace_period.is_zero() {
+            // Written with the soft delete (or with the renewal before the first destructive
+            // statement when the job is soft-deleted already).
+            self.progress.prechecked_plan = Some(hash);
+        }
+        Ok(None)
+    }
+
     /// Whether no hard-delete statement has run for this job yet.
     pub(super) fn before_hard_delete(&self) -> bool {
         self.progress.hard_delete_started_at.is_none()

@@ -1,5 +1,6 @@
 //! One job run: from a fresh lease to a hand-back [`Outcome`].
 
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use time::OffsetDateTime;
@@ -8,7 +9,6 @@ use time::format_description::well_known::Rfc3339;
 use super::progress::{Checkpoint, Progress};
 use super::sizing::Sizing;
 use super::{Worker, backoff};
-use crate::engine::simulate::{self, SimError, Verdict};
 use crate::engine::{self, BatchLimits, EngineError};
 use crate::ids::KeyForm;
 
@@ -60,6 +60,9 @@ pub(super) struct JobRun {
     /// When the run began (the job's claim): the duty cycle's first rest answers for the work
     /// since. Taken by the first pacer of the run (a resume after a target restart starts anew).
     started: Option<tokio::time::Instant>,
+    /// The job's `stalled_attempts` as the last heartbeat left it (0 once this run advanced the
+    /// job; the claim's count until then): what [`Self::classify`] holds against `max_attempts`.
+    stalled: AtomicI32,
 }
 
 impl JobRun {
@@ -68,6 +71,7 @@ impl JobRun {
         let progress = Progress::from_json(&job.progress);
         let hd = &worker.config.hard_delete;
         let sizing = Sizing::new(hd.max_batch_duration, hd.max_batch_rows);
+        let stalled = AtomicI32::new(job.stalled_attempts);
         Self {
             worker,
             job,
@@ -76,6 +80,7 @@ impl JobRun {
             progress,
             key_form: None,
             started: Some(tokio::time::Instant::now()),
+            stalled,
         }
     }
 
@@ -103,6 +108,9 @@ impl JobRun {
 
     /// The outcome of a run that stopped on `e`. The message is the server's (message, detail, hint,
     /// SQLSTATE: [`crate::db::errors::error_text`]) and, when batches had deleted rows, how many.
+    /// A retryable error fails the job only when this run advanced nothing and the runs before it
+    /// since the job last advanced make `max_attempts` (`stalled_attempts`, [`jobs::heartbeat`]);
+    /// a run that advanced the job is retried however many claims it had in all.
     fn classify(&self, e: &EngineError) -> Outcome {
         // Only a database error carries a SQLSTATE.
         let text = match e {
@@ -115,14 +123,18 @@ impl JobRun {
         } else {
             text
         };
-        let attempts = u32::try_from(self.job.attempts).unwrap_or(1);
+        let stalled = self.stalled.load(Ordering::Relaxed);
         if !e.is_retryable() {
             Outcome::Failed(message)
-        } else if self.job.attempts >= self.job.max_attempts {
-            Outcome::Failed(format!("{message}; attempts exhausted ({attempts})"))
+        } else if stalled >= self.job.max_attempts {
+            Outcome::Failed(format!(
+                "{message}; attempts exhausted ({stalled} in a row advanced nothing, {} in all)",
+                self.job.attempts
+            ))
         } else {
             let w = &self.worker.config.worker;
-            Outcome::RetryAfter(message, backoff(attempts, w.backoff_base, w.backoff_max))
+            let n = u32::try_from(stalled).unwrap_or(1).max(1);
+            Outcome::RetryAfter(message, backoff(n, w.backoff_base, w.backoff_max))
         }
     }
 
@@ -199,7 +211,7 @@ impl JobRun {
         let cp = checkpoint.map(Checkpoint::to_json);
         let w = &self.worker;
         let mut tx = db::begin(&w.pools.queue, Bounds::STATE).await?;
-        let owned = jobs::heartbeat(
+        let stalled = jobs::heartbeat(
             &mut *tx,
             self.job.id,
             &w.id,
@@ -210,7 +222,9 @@ impl JobRun {
         )
         .await?;
         tx.commit().await?;
-        if owned { Ok(()) } else { Err(Stop::LeaseLost) }
+        let stalled = stalled.ok_or(Stop::LeaseLost)?;
+        self.stalled.store(stalled, Ordering::Relaxed);
+        Ok(())
     }
 
     async fn execute(&mut self) -> Result<Outcome, Stop> {
@@ -266,69 +280,8 @@ impl JobRun {
         // Keyed now by the tenant as the key column reads it: a tenant switch on that key holds
         // the job before the pre-check, which would otherwise fail it for a held tenant.
         drop(self.may_destroy().await?);
-        if let Some(refusal) = self.refuse_user_triggers(&plan).await? {
+        if let Some(refusal) = self.pre_checks(&plan, &tenant).await? {
             return Ok(Outcome::Failed(refusal));
-        }
-        let tried = match self.trial(&plan, &tenant).await? {
-            Ok(succeeded) => succeeded,
-            Err(refusal) => return Ok(Outcome::Failed(refusal)),
-        };
-        // Whether the cascading DELETE would fail: decided by simulating PostgreSQL's referential
-        // triggers over the rows (engine::simulate). Only needed when a non-CASCADE key references
-        // the closure; every blocker is one. find_blockers, a per-table count of referencing rows
-        // outside the tenant, only names them in the message: its tenant test follows simple table
-        // paths, so it can count a row the cascade reaches deeper in a tree (a false blocker).
-        if simulate::needs_simulation(&plan) {
-            let verdict = self
-                .keeping_lease(simulate::simulate(
-                    &w.pools.target,
-                    &plan,
-                    &tenant,
-                    &self.limits,
-                    config.hard_delete.batch_timeout(),
-                    config.hard_delete.max_simulated_rows,
-                ))
-                .await?;
-            // A cascade that fails in one row order and not the other is refused even when the
-            // trial (one order) succeeded.
-            let order_dependent = matches!(verdict, Ok(Verdict::OrderDependent(_)));
-            let why = match verdict {
-                Ok(Verdict::Succeeds { .. }) => None,
-                Ok(Verdict::Fails(f)) => Some(format!(
-                    "the cascading DELETE of the tenant would fail on constraint {:?} of {} \
-                     (referencing {}): {f}",
-                    f.constraint, f.table, f.references
-                )),
-                Ok(Verdict::OrderDependent(f)) => Some(format!(
-                    "whether the cascading DELETE of the tenant fails depends on the order PostgreSQL \
-                     meets rows in; in one order it fails on constraint {:?} of {} (referencing {}): {f}",
-                    f.constraint, f.table, f.references
-                )),
-                Err(SimError::Db(e)) => return Err(EngineError::Db(e).into()),
-                Err(e) => Some(e.to_string()),
-            };
-            // PostgreSQL's own trial of the cascade, run in this very run on the data as it is
-            // now, outranks the simulation, which compares keys by their text (`char(n)` padding,
-            // `numeric` scale) — except where the presets need the simulation's rows. A trial of an
-            // earlier run does not: rows may have been written since.
-            if let Some(why) = why.as_ref()
-                && tried
-                && !order_dependent
-                && !simulate::detaches(&plan)
-            {
-                tracing::info!(job = %self.job.id, simulation = %why, "the simulation's refusal overruled: PostgreSQL's trial of the cascade succeeded");
-                self.progress.note = Some(format!(
-                    "the simulation said: {why}; PostgreSQL's trial of the cascade succeeded and decides"
-                ));
-            } else if let Some(why) = why {
-                let listed = self
-                    .keeping_lease(self.blockers_listed(&plan, &tenant))
-                    .await??;
-                return Ok(Outcome::Failed(format!(
-                    "refused: {why}; {}{listed}",
-                    self.done_so_far()
-                )));
-            }
         }
 
         // The checks above may have taken a while: renew the lease (or learn it was lost) before
