@@ -33,8 +33,8 @@
 //! Limits: keys are compared by their text form (`numeric` 1.0 ≠ 1); user triggers, rules, row-level
 //! security and ON UPDATE actions (a SET NULL / SET DEFAULT writing a column that other tables
 //! reference) are not simulated; rows written concurrently between the simulation's queries may be
-//! missed. Rows are read in bulk, one query per foreign key and trigger generation, at most
-//! `hard_delete.max_simulated_rows` of them.
+//! missed. Rows are read in bulk per foreign key and trigger generation, in reads bounded and sized
+//! like batches (`load::rows`), at most `hard_delete.max_simulated_rows` of them.
 
 mod load;
 mod preset;
