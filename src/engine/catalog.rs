@@ -261,14 +261,15 @@ impl Catalog {
     }
 
     /// Whether an index is known to lead with exactly `columns` of `table` (in any order): its
-    /// primary key, or the referencing columns of one of its foreign keys that
-    /// [`ForeignKey::indexed`] says are.
+    /// primary key (whose first columns they are), or the referencing columns of one of its foreign
+    /// keys that [`ForeignKey::indexed`] says are.
     pub fn leads_an_index(&self, table: u32, columns: &[String]) -> bool {
         let same = |other: &[String]| {
             other.len() == columns.len() && other.iter().all(|c| columns.contains(c))
         };
         let primary = matches!(&self.tables.get(&table).map(|t| &t.key),
-            Some(RowKey::Columns(cols)) if same(&cols.iter().map(|(c, _)| c.clone()).collect::<Vec<_>>()));
+            Some(RowKey::Columns(cols)) if cols.len() >= columns.len()
+                && same(&cols[..columns.len()].iter().map(|(c, _)| c.clone()).collect::<Vec<_>>()));
         primary
             || self
                 .foreign_keys

@@ -206,9 +206,9 @@ pub(super) async fn facts(
 pub(super) type Loaded = (i64, String, Vec<Option<String>>);
 
 /// Most keys bound to one query of a table read through an index on the looked-up columns.
-const MAX_KEYS_PER_LOOKUP: usize = 20_000;
+const MAX_KEYS_PER_LOOKUP: u64 = 20_000;
 /// Keys of the first such query; later ones are sized by time.
-const FIRST_KEYS: usize = 500;
+const FIRST_KEYS: u64 = 500;
 /// Most keys bound to one block range of a table read without such an index (a hash of them is
 /// built per query).
 const KEYS_PER_SCAN: usize = 50_000;
@@ -217,6 +217,38 @@ const FIRST_BLOCKS: u64 = 128;
 /// Reads cut short by their timeout in a row before the error is given up to the caller (each is
 /// retried with half the keys or blocks).
 const MAX_CUTS: u32 = 8;
+
+/// The size (keys, or blocks) of the next read of each table by each set of columns, and the ceiling
+/// below the smallest size cut short so far: kept across the simulation's reads, so that each
+/// generation does not find the table's limit again by a read cut short. A read's time need not
+/// grow linearly with its keys: past some count PostgreSQL may plan a scan of the whole table.
+#[derive(Debug, Default)]
+pub(super) struct Sizes(std::sync::Mutex<HashMap<(u32, Vec<String>), Chunk>>);
+
+/// See [`Sizes`].
+#[derive(Debug, Clone, Copy)]
+struct Chunk {
+    size: u64,
+    ceiling: u64,
+}
+
+impl Chunk {
+    /// After a read of `self.size` that took `took`, aiming at `target`.
+    fn grown(self, took: Duration, target: Duration) -> Self {
+        Self {
+            size: resize(self.size, took, target, 1).min(self.ceiling),
+            ..self
+        }
+    }
+
+    /// After a read of `self.size` that was cut short.
+    fn cut(self) -> Self {
+        Self {
+            size: self.size.div_ceil(2),
+            ceiling: self.ceiling.min(self.size.saturating_sub(1)).max(1),
+        }
+    }
+}
 
 /// Reads the rows of `table` whose columns `by` equal one of `keys` (each a value per column, as
 /// text, cast to the column's type), returning the `tracked` columns as text. `FROM ONLY` unless the
@@ -239,7 +271,7 @@ const MAX_CUTS: u32 = 8;
 pub(super) async fn rows(
     pool: &PgPool,
     plan: &Plan,
-    (limits, read_timeout): (&BatchLimits, Duration),
+    (limits, read_timeout, sizes): (&BatchLimits, Duration, &Sizes),
     table: u32,
     by: &[String],
     keys: &[Vec<String>],
@@ -286,11 +318,28 @@ pub(super) async fn rows(
         stmt: b.build(),
         columns: by.len(),
     };
-    if scanned {
-        read.by_blocks(t, keys).await
+    let at = (table, by.to_vec());
+    let stored = sizes.0.lock().map_or(None, |m| m.get(&at).copied());
+    let mut chunk = stored.unwrap_or(if scanned {
+        Chunk {
+            size: FIRST_BLOCKS,
+            ceiling: u64::MAX,
+        }
     } else {
-        read.by_keys(keys).await
+        Chunk {
+            size: FIRST_KEYS,
+            ceiling: MAX_KEYS_PER_LOOKUP,
+        }
+    });
+    let rows = if scanned {
+        read.by_blocks(t, keys, &mut chunk).await
+    } else {
+        read.by_keys(keys, &mut chunk).await
+    };
+    if let Ok(mut m) = sizes.0.lock() {
+        m.insert(at, chunk);
     }
+    rows
 }
 
 /// One statement of [`rows`] and how to run it.
@@ -344,24 +393,30 @@ impl Read<'_> {
     }
 
     /// Keys looked up through an index, in chunks sized by time.
-    async fn by_keys(&self, keys: &[Vec<String>]) -> Result<Vec<Loaded>, SimError> {
+    async fn by_keys(
+        &self,
+        keys: &[Vec<String>],
+        chunk: &mut Chunk,
+    ) -> Result<Vec<Loaded>, SimError> {
         let mut out = Vec::new();
-        let mut size = FIRST_KEYS;
         let (mut at, mut cuts) = (0, 0);
         while at < keys.len() {
-            let chunk = &keys[at..keys.len().min(at + size)];
+            let size = usize::try_from(chunk.size).unwrap_or(usize::MAX);
+            let part = &keys[at..keys.len().min(at.saturating_add(size))];
             let started = Instant::now();
-            match self.once(chunk, None, size > 1 && cuts < MAX_CUTS).await? {
+            match self.once(part, None, size > 1 && cuts < MAX_CUTS).await? {
                 Some(rows) => {
                     out.extend(rows);
-                    at += chunk.len();
+                    at += part.len();
                     cuts = 0;
-                    size = resize(size as u64, started.elapsed(), self.target(), 1)
-                        .min(MAX_KEYS_PER_LOOKUP as u64) as usize;
+                    // A short last part says little about a full one.
+                    if part.len() == size {
+                        *chunk = chunk.grown(started.elapsed(), self.target());
+                    }
                 }
                 None => {
                     cuts += 1;
-                    size = size.div_ceil(2);
+                    *chunk = chunk.cut();
                 }
             }
         }
@@ -374,18 +429,19 @@ impl Read<'_> {
         &self,
         table: &crate::engine::catalog::Table,
         keys: &[Vec<String>],
+        chunk: &mut Chunk,
     ) -> Result<Vec<Loaded>, SimError> {
         let blocks = self.blocks(table).await?;
         let mut out = Vec::new();
-        let mut span = FIRST_BLOCKS;
-        for chunk in keys.chunks(KEYS_PER_SCAN) {
+        for part in keys.chunks(KEYS_PER_SCAN) {
             let (mut at, mut cuts) = (0u64, 0);
             loop {
+                let span = chunk.size;
                 let last = at + span >= blocks;
                 let to = if last { u64::from(u32::MAX) } else { at + span };
                 let started = Instant::now();
                 match self
-                    .once(chunk, Some((at, to)), span > 1 && cuts < MAX_CUTS)
+                    .once(part, Some((at, to)), span > 1 && cuts < MAX_CUTS)
                     .await?
                 {
                     Some(rows) => {
@@ -395,11 +451,11 @@ impl Read<'_> {
                         }
                         at = to;
                         cuts = 0;
-                        span = resize(span, started.elapsed(), self.target(), 1);
+                        *chunk = chunk.grown(started.elapsed(), self.target());
                     }
                     None => {
                         cuts += 1;
-                        span = span.div_ceil(2);
+                        *chunk = chunk.cut();
                     }
                 }
             }

@@ -218,6 +218,7 @@ pub async fn simulate(
         plan,
         limits,
         read_timeout,
+        sizes: load::Sizes::default(),
         facts: &facts,
         max_rows,
     };
@@ -246,6 +247,8 @@ struct Ctx<'a> {
     limits: &'a BatchLimits,
     /// The bound of one read of rows (`load::rows`).
     read_timeout: std::time::Duration,
+    /// The sizes of those reads so far.
+    sizes: load::Sizes,
     facts: &'a Facts,
     max_rows: u64,
 }
@@ -276,7 +279,7 @@ impl Ctx<'_> {
             let rows = load::rows(
                 self.target,
                 self.plan,
-                (self.limits, self.read_timeout),
+                (self.limits, self.read_timeout, &self.sizes),
                 table,
                 &cols,
                 &keys,

@@ -72,6 +72,7 @@ pub async fn presets(
         plan,
         limits,
         read_timeout,
+        sizes: load::Sizes::default(),
         facts: &facts,
         max_rows,
     };
