@@ -238,12 +238,14 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor, jump: bool) -> Statement
                 .ident(p);
         });
         b.sql(", c.* FROM (");
-        children(&mut b, plan, step, first, &key_cols, &|b, i| {
+        // The cursor's parent: its i-th value from `$3`.
+        let cursor_parent = |b: &mut SqlBuilder, i: usize| {
             b.sql("($3::text[])[")
                 .int(i as i64 + 1)
                 .sql("]::")
                 .ty(parent_types[i]);
-        });
+        };
+        children(&mut b, plan, step, first, &key_cols, &cursor_parent);
         if !unordered {
             b.sql(" AND (");
             cols(&mut b, 0, &key_cols);
@@ -257,12 +259,7 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor, jump: bool) -> Statement
                     first,
                     &key_cols,
                     desc,
-                    &|b, i| {
-                        b.sql("($3::text[])[")
-                            .int(i as i64 + 1)
-                            .sql("]::")
-                            .ty(parent_types[i]);
-                    },
+                    &cursor_parent,
                     Some((&key_types, np)),
                 );
             }
