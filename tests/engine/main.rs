@@ -21,6 +21,7 @@ mod kill_switch_ack;
 mod notify;
 mod operator_jobs;
 mod plan_report;
+mod precheck_reads;
 mod reconcile;
 mod schema_edges;
 mod skew;
