@@ -28,7 +28,7 @@ use time::format_description::well_known::Rfc3339;
 use super::run::{BenchError, Deprov, TimeSplit, warm};
 use super::sampler::{Sampled, TransactionSampler};
 use super::target_db::{
-    Names, admin_pool, checkpoint, compare, copy_database, key_type, tenant_exists, user_tables,
+    Names, admin_pool, checkpoint, compare, copy_database, key_type, tenant_exists,
 };
 pub use super::target_report::{TargetReport, TargetSide};
 use crate::config::{Config, ConfigError};
@@ -264,7 +264,7 @@ async fn measure(
             .connect_with(options.clone())
             .await?;
         crate::db::query("ANALYZE").execute(&pool).await?;
-        tables = user_tables(&pool).await?;
+        tables = crate::demo::all_user_tables(&pool).await?;
         warm(&pool, &tables).await?;
         pool.close().await;
     }

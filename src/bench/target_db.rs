@@ -109,23 +109,6 @@ pub(super) async fn checkpoint(admin: &PgPool, notes: &mut Vec<String>) -> Resul
     }
 }
 
-/// The ordinary and partitioned tables of every schema but PostgreSQL's own, sorted (partitions are
-/// read through their parent).
-pub(super) async fn user_tables(pool: &PgPool) -> Result<Vec<QualifiedName>, sqlx::Error> {
-    let rows: Vec<(String, String)> = crate::db::query_as(
-        "SELECT n.nspname::text, c.relname::text FROM pg_class c \
-         JOIN pg_namespace n ON n.oid = c.relnamespace \
-         WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
-         AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%' ORDER BY 1, 2",
-    )
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(s, n)| QualifiedName::new(s, n))
-        .collect())
-}
-
 /// The key column's type as `format_type` prints it.
 pub(super) async fn key_type(
     pool: &PgPool,

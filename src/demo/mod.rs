@@ -19,7 +19,7 @@ mod tests;
 pub use data::{DemoSize, DemoTenants, load};
 pub use ownership::other_tenants_digest;
 pub use verify::{
-    CascadeOutcome, DatabaseDigest, TableDigest, cascade_delete, cascade_delete_key,
-    clone_database, database_digest, differing_tables, drop_database, orphaned_rows, table_digest,
-    user_tables,
+    CascadeOutcome, DatabaseDigest, TableDigest, all_user_tables, cascade_delete,
+    cascade_delete_key, clone_database, database_digest, differing_tables, drop_database,
+    orphaned_rows, table_digest, user_tables,
 };

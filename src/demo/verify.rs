@@ -35,9 +35,26 @@ pub type DatabaseDigest = BTreeMap<QualifiedName, TableDigest>;
 /// # Errors
 /// Any database error.
 pub async fn user_tables(pool: &PgPool, schema: &str) -> Result<Vec<QualifiedName>, sqlx::Error> {
+    tables_of(pool, Some(schema)).await
+}
+
+/// [`user_tables`] of every schema but PostgreSQL's own (`pg_*`, `information_schema`).
+///
+/// # Errors
+/// Any database error.
+pub async fn all_user_tables(pool: &PgPool) -> Result<Vec<QualifiedName>, sqlx::Error> {
+    tables_of(pool, None).await
+}
+
+/// [`user_tables`] of `schema`, or of every user schema when `None`.
+async fn tables_of(pool: &PgPool, schema: Option<&str>) -> Result<Vec<QualifiedName>, sqlx::Error> {
     let rows: Vec<(String, String)> = sqlx::query_as(
         "SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1, 2",
+         WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
+         AND CASE WHEN $1::text IS NULL \
+             THEN n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%' \
+             ELSE n.nspname = $1 END \
+         ORDER BY 1, 2",
     )
     .bind(schema)
     .fetch_all(pool)
@@ -204,14 +221,15 @@ pub async fn cascade_delete(
     key_column: &str,
     tenant_id: i64,
 ) -> Result<CascadeOutcome, sqlx::Error> {
-    let mut b = SqlBuilder::new();
-    b.sql("DELETE FROM ")
-        .table(root_table)
-        .sql(" WHERE ")
-        .ident(key_column)
-        .sql(" = ")
-        .param(1);
-    run_cascade(pool, &b.build(), tenant_id).await
+    let bigint = SqlType::from_catalog("bigint".into());
+    cascade_delete_key(
+        pool,
+        root_table,
+        key_column,
+        &bigint,
+        &tenant_id.to_string(),
+    )
+    .await
 }
 
 /// [`cascade_delete`] for a tenant key given as text, as deprov receives it: `$1` is cast to
@@ -239,14 +257,11 @@ pub async fn cascade_delete_key(
 }
 
 /// Runs `delete` (one parameter, `key`) in one transaction and reads its per-table counts.
-async fn run_cascade<K>(
+async fn run_cascade(
     pool: &PgPool,
     delete: &Statement,
-    key: K,
-) -> Result<CascadeOutcome, sqlx::Error>
-where
-    K: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + 'static,
-{
+    key: String,
+) -> Result<CascadeOutcome, sqlx::Error> {
     let started = Instant::now();
     let mut tx = pool.begin().await?;
     let done = sqlx::query(delete.as_query())

@@ -273,9 +273,11 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor, jump: bool) -> Statement
         b.sql("par.").ident(p);
     });
     b.sql(", c.* FROM par CROSS JOIN LATERAL (");
-    children(&mut b, plan, step, first, &key_cols, &|b, i| {
+    // The lateral parent: its i-th value from `par`.
+    let par_parent = |b: &mut SqlBuilder, i: usize| {
         b.sql("par.").ident(&pnames[i]);
-    });
+    };
+    children(&mut b, plan, step, first, &key_cols, &par_parent);
     if !unordered {
         if jump {
             first_child(
@@ -285,9 +287,7 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor, jump: bool) -> Statement
                 first,
                 &key_cols,
                 desc,
-                &|b, i| {
-                    b.sql("par.").ident(&pnames[i]);
-                },
+                &par_parent,
                 None,
             );
         }
