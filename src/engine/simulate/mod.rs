@@ -38,6 +38,7 @@
 
 mod load;
 mod preset;
+mod scope;
 mod state;
 mod store;
 
@@ -212,7 +213,8 @@ pub async fn simulate(
     read_timeout: std::time::Duration,
     max_rows: u64,
 ) -> Result<Verdict, SimError> {
-    let facts = load::facts(target, plan, limits).await?;
+    let mut facts = load::facts(target, plan, limits).await?;
+    scope::narrow(&mut facts, plan);
     let ctx = Ctx {
         target,
         plan,

@@ -1,0 +1,68 @@
+//! Which foreign keys' delete actions the simulation must follow: only those whose rows can bear on
+//! the verdict. The rest of the closure is never read.
+//!
+//! A verdict is decided by the *conditional* keys ([`super::needs_simulation`]): whether a row
+//! referencing a deleted row through one of them is still present when its trigger fires. That
+//! needs the rows of the referencing and referenced tables of those keys, and — to know which of
+//! them the cascade deletes, and when — the rows of every table above them on a cascade path. A
+//! table outside that set only ever queues cascade deletes into tables outside it (its cascade
+//! children would otherwise be in the set, and so would it), so leaving its events out changes
+//! neither which events the kept tables receive nor their first-in-first-out order.
+//!
+//! Not narrowed when a SET NULL / SET DEFAULT key shares columns with another key of its table
+//! ([`super::detaches`]) or a SET DEFAULT key references the closure: their updates queue checks on
+//! other keys of the updated rows, whose parents must then be known.
+
+use std::collections::BTreeSet;
+
+use super::load::{Facts, Kind};
+use crate::engine::Plan;
+use crate::engine::catalog::OnDelete;
+
+/// Per foreign key of `plan.catalog` (by index): whether the simulation follows its delete action.
+pub(super) fn followed(plan: &Plan) -> Vec<bool> {
+    let fks = &plan.catalog.foreign_keys;
+    let into_closure = |to: u32| plan.closure.contains(&to);
+    let everything = super::detaches(plan)
+        || fks
+            .iter()
+            .any(|f| into_closure(f.to) && f.on_delete == OnDelete::SetDefault);
+    if everything {
+        return vec![true; fks.len()];
+    }
+    let mut tables: BTreeSet<u32> = BTreeSet::new();
+    for f in fks.iter().filter(|f| into_closure(f.to)) {
+        let conditional = match f.on_delete {
+            OnDelete::Cascade => false,
+            OnDelete::SetNull => f.blocks(),
+            _ => true,
+        };
+        if conditional {
+            tables.extend([f.from, f.to]);
+        }
+    }
+    // Every cascade parent (in the closure) of a table in the set joins it, up to the root.
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for f in fks {
+            if f.on_delete == OnDelete::Cascade
+                && into_closure(f.to)
+                && tables.contains(&f.from)
+                && tables.insert(f.to)
+            {
+                grew = true;
+            }
+        }
+    }
+    fks.iter().map(|f| tables.contains(&f.from)).collect()
+}
+
+/// Drops from `facts` the delete-action triggers of the keys the simulation does not follow
+/// ([`followed`]); check triggers stay.
+pub(super) fn narrow(facts: &mut Facts, plan: &Plan) {
+    let followed = followed(plan);
+    for triggers in facts.triggers.values_mut() {
+        triggers.retain(|t| t.kind == Kind::Check || followed[t.fk]);
+    }
+}
