@@ -145,7 +145,10 @@ impl Run {
     }
 
     /// Sets `row`'s columns and queues the checks of the foreign keys whose (non-NULL) values
-    /// changed (`RI_FKey_fk_upd_check_required`).
+    /// changed — or of every key with non-NULL values when the row was already updated in this run:
+    /// its old version was then written by the cascade's own transaction, and PostgreSQL checks
+    /// whether or not the keys changed (`RI_FKey_fk_upd_check_required`, PostgreSQL 15
+    /// `ri_triggers.c`).
     fn update(
         &mut self,
         store: &Store,
@@ -163,6 +166,7 @@ impl Run {
                 self.over_index.entry((p, k)).or_default().push(row);
             }
         }
+        let written_here = self.version.contains_key(&row);
         let version = {
             let v = self.version.entry(row).or_insert(0);
             *v += 1;
@@ -181,7 +185,7 @@ impl Run {
             let fk = &plan.catalog.foreign_keys[t.fk];
             let p = store.probe(fk.from, &fk.from_cols);
             let (before, after) = (store.key(p, &old), store.key(p, &new));
-            if after.is_none() || after == before {
+            if after.is_none() || (after == before && !written_here) {
                 continue;
             }
             let ev = Event::Check {
