@@ -3,7 +3,7 @@
 use clap::Parser;
 
 /// mimalloc instead of glibc's malloc: `deprov bench intake` spent about a fifth of the process's
-/// CPU in glibc's malloc and free (perf, session 11), and the HTTP path allocates per request.
+/// CPU in glibc's malloc and free (measured with perf), and the HTTP path allocates per request.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

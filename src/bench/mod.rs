@@ -1,5 +1,5 @@
 //! `deprov bench delete`: deprov's hard delete against the naive cascading `DELETE`, in the same run,
-//! on the same data, under the same load (issue 3's benchmark).
+//! on the same data, under the same load.
 //!
 //! See [`run::run`] for the procedure and [`run::BenchReport`] for every printed figure; with
 //! `--target-url`, [`target::run`] runs it on the user's own database instead ([`target::TargetReport`]).

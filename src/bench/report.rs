@@ -1,5 +1,5 @@
 //! How `deprov bench delete` prints its [`BenchReport`]: a table, then one `PASS`/`MISSED` line per
-//! issue 3 target.
+//! target (ratio, longest transaction, foreground p99).
 
 use super::run::{BenchReport, Side, TimeSplit};
 

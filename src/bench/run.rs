@@ -63,11 +63,10 @@ pub struct BenchArgs {
     /// `synchronous_commit = off` (0 = every batch durable and checkpointed).
     #[arg(long, default_value_t = 1000)]
     pub checkpoint_interval_ms: u64,
-    /// `[pacing] rate_limit` in rows/s (0 = unlimited, the issue's "unthrottled" figures).
+    /// `[pacing] rate_limit` in rows/s (0 = unlimited).
     #[arg(long, default_value_t = 0)]
     pub rate_limit: u32,
-    /// `[pacing] duty_cycle` of deprov's job, 0.0001..=1 (1 = no rest, the issue's "unthrottled"
-    /// figures).
+    /// `[pacing] duty_cycle` of deprov's job, 0.0001..=1 (1 = no rest).
     #[arg(long, default_value_t = 1.0, value_parser = parse_duty_cycle)]
     pub duty_cycle: f64,
     /// Seconds deprov's worker runs in the paced window: deprov on a third copy of the database
@@ -211,7 +210,7 @@ pub struct BenchReport {
     pub foreground_baseline_before_p99_ms: f64,
     /// Foreground p99 of the baseline's second half (after deprov's job), in ms.
     pub foreground_baseline_after_p99_ms: f64,
-    /// deprov rows/s ÷ cascade rows/s (issue 3's target: ≥ 0.6).
+    /// deprov rows/s ÷ cascade rows/s (target: ≥ 0.6).
     pub ratio: f64,
     /// Whether the database deprov worked on equals the cascade's copy, table by table.
     pub equals_cascade: bool,

@@ -1,5 +1,4 @@
-//! Schemas a fresh reviewer built to break the claim "equal to the cascade on any schema"
-//! (session 11), each now a fixed test.
+//! Schemas built to break the claim "equal to the cascade on any schema", each a fixed test.
 
 use deprov::queue::JobState;
 

@@ -64,7 +64,7 @@ pub struct IntakeArgs {
     /// Rounds of the latency phases: each runs a segment with the target idle, then one with it
     /// saturated. Each condition's p99 is over `rounds × secs` (24 s by default): at 3 × 3 s one
     /// stall of ~0.5 s in one segment, idle or saturated, was over 5 % of that condition's
-    /// requests and alone decided its p99 (session 14: one miss in nine runs, 2.21×).
+    /// requests and alone decided its p99.
     #[arg(long, default_value_t = 6)]
     pub latency_rounds: u32,
     /// Sessions waiting on a lock in the target database during the saturated phase.
