@@ -141,7 +141,8 @@ pub fn insert(schema: &Schema, i: usize) -> Insert {
         b.ident(n);
     });
     for &p in &t.payload {
-        b.sql(", ").sql(PAYLOAD[p].0.split(' ').next().unwrap_or("title"));
+        b.sql(", ")
+            .sql(PAYLOAD[p].0.split(' ').next().unwrap_or("title"));
     }
     b.sql(", created_at) SELECT ");
     if t.pk != PrimaryKey::Pair {

@@ -3,7 +3,7 @@
 //! `ANALYZE` after it ([`constraints`]), so the rows load without per-row checks and may form the
 //! cycle.
 
-use super::schema::{Action, ForeignKey, KeyType, PAYLOAD, PARTITIONS, PrimaryKey, Schema, Table};
+use super::schema::{Action, ForeignKey, KeyType, PARTITIONS, PAYLOAD, PrimaryKey, Schema, Table};
 use crate::sql::{SqlBuilder, Statement};
 
 /// The SQL type of a key.

@@ -115,7 +115,11 @@ pub fn config_toml(schema: &Schema) -> String {
 ///
 /// # Errors
 /// The query's error.
-pub async fn tenant_key(pool: &PgPool, schema: &Schema, ordinal: i64) -> Result<String, sqlx::Error> {
+pub async fn tenant_key(
+    pool: &PgPool,
+    schema: &Schema,
+    ordinal: i64,
+) -> Result<String, sqlx::Error> {
     let mut b = SqlBuilder::new();
     b.sql("SELECT id::text FROM ")
         .table(&schema.root().qualified())
@@ -153,10 +157,11 @@ pub async fn create_and_load(
         let root = schema.root().qualified();
         let plan = crate::engine::load_plan(&pool, &root, "id")
             .await
-            .map_err(|e| CorpusError::Invalid(format!("deprov's plan of seed {}: {e}", schema.seed)))?;
-        let (foreign_keys, unindexed): (i64, i64) = sqlx::query_as(UNINDEXED)
-            .fetch_one(&pool)
-            .await?;
+            .map_err(|e| {
+                CorpusError::Invalid(format!("deprov's plan of seed {}: {e}", schema.seed))
+            })?;
+        let (foreign_keys, unindexed): (i64, i64) =
+            sqlx::query_as(UNINDEXED).fetch_one(&pool).await?;
         let large = tenant_key(&pool, schema, schema.large).await?;
         let small = tenant_key(&pool, schema, schema.small).await?;
         Ok::<_, CorpusError>((
@@ -204,8 +209,7 @@ pub async fn run(args: &CorpusArgs) -> Result<CorpusReport, CorpusError> {
     }
     let server = match &args.url {
         Some(url) => Server::Url(
-            reqwest::Url::parse(url)
-                .map_err(|e| CorpusError::Invalid(format!("--url: {e}")))?,
+            reqwest::Url::parse(url).map_err(|e| CorpusError::Invalid(format!("--url: {e}")))?,
         ),
         None => Server::Throwaway(Throwaway::start(&ThrowawayOptions {
             unsafe_fast: false,

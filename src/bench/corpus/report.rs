@@ -134,7 +134,10 @@ impl CorpusReport {
                 .collect(),
             true,
         );
-        let longest = Spread::of(runs.iter().filter_map(CorpusRun::longest_ms).collect(), false);
+        let longest = Spread::of(
+            runs.iter().filter_map(CorpusRun::longest_ms).collect(),
+            false,
+        );
         let all_equal = !runs.is_empty() && runs.iter().all(CorpusRun::equal);
         Self {
             scale,

@@ -416,9 +416,14 @@ impl Draw {
     }
 
     fn key(&mut self) -> KeyType {
-        *[KeyType::BigInt, KeyType::BigInt, KeyType::Uuid, KeyType::Text]
-            .choose(&mut self.rng)
-            .expect("non-empty")
+        *[
+            KeyType::BigInt,
+            KeyType::BigInt,
+            KeyType::Uuid,
+            KeyType::Text,
+        ]
+        .choose(&mut self.rng)
+        .expect("non-empty")
     }
 
     fn payload(&mut self) -> Vec<usize> {
@@ -605,6 +610,26 @@ pub fn cascade_order(tables: &[Table]) -> (Vec<usize>, Vec<usize>) {
     (done, start)
 }
 
+/// The tables reached from `from` through CASCADE keys (`from` itself only through a cycle).
+pub fn cascade_descendants(tables: &[Table], from: usize) -> Vec<bool> {
+    let mut seen = vec![false; tables.len()];
+    let mut stack = vec![from];
+    while let Some(t) = stack.pop() {
+        for (i, child) in tables.iter().enumerate() {
+            if !seen[i]
+                && child
+                    .fks
+                    .iter()
+                    .any(|f| f.parent == t && f.action == Action::Cascade && i != t)
+            {
+                seen[i] = true;
+                stack.push(i);
+            }
+        }
+    }
+    seen
+}
+
 /// Rows of the large tenant below a parent with `parent_rows` rows: a fan-out of 1–15.
 fn fan_out(rng: &mut StdRng, parent_rows: i64) -> i64 {
     let f = *[1, 2, 3, 5, 8, 15].choose(rng).expect("non-empty");
@@ -661,7 +686,9 @@ pub fn generate(seed: u64, scale: f64) -> Schema {
             d.pick_table(3)
         };
         let rows = if parent == 0 {
-            *[3, 10, 30, 100, 300, 1000].choose(&mut d.rng).expect("non-empty")
+            *[3, 10, 30, 100, 300, 1000]
+                .choose(&mut d.rng)
+                .expect("non-empty")
         } else {
             let p = d.large[parent];
             fan_out(&mut d.rng, p)
@@ -759,12 +786,19 @@ pub fn generate(seed: u64, scale: f64) -> Schema {
     // NO ACTION keys between the tenant's own rows (1–3), only where the cascade succeeds: the
     // check fires per referenced row as it is deleted, so every referencing row must be gone by
     // then (see [`cascade_order`]): the pairs where the cascade succeeds.
+    // Not from a table to one of its CASCADE descendants: a NOT NULL NO ACTION key closing a cycle
+    // passes in the cascade (one statement) but no leaves-first order can delete it; deprov's job
+    // failed on one part-way through its hard delete, which this corpus, measuring speed, leaves out.
     let (done, start) = cascade_order(&d.tables);
+    let below: Vec<Vec<bool>> = (0..d.tables.len())
+        .map(|x| cascade_descendants(&d.tables, x))
+        .collect();
     let pairs: Vec<(usize, usize)> = (1..d.tables.len())
         .flat_map(|x| (1..d.tables.len()).map(move |p| (x, p)))
         .filter(|&(x, p)| {
             x != p
                 && done[x] <= start[p]
+                && !below[x][p]
                 && d.tables[p].pk == PrimaryKey::Id
                 && !d.tables[x].fks.iter().any(|f| f.parent == p)
         })
