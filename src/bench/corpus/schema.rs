@@ -988,10 +988,10 @@ pub fn generate(seed: u64, scale: f64) -> Schema {
             }
         })
         .collect();
-    for i in 0..d.tables.len() {
+    for (i, &total) in totals.iter().enumerate() {
         for k in 0..d.tables[i].fks.len() {
             let f = &d.tables[i].fks[k];
-            let visits = d.large[f.parent] * totals[i];
+            let visits = d.large[f.parent] * total;
             let leads_pk = (k == 0 && d.tables[i].pk == PrimaryKey::Pair)
                 || (Some(k) == d.tables[i].tenant_fk && d.tables[i].partitioned);
             let indexed = leads_pk || visits > SCAN_BUDGET || d.rng.random_bool(0.2);
