@@ -136,6 +136,10 @@ pub enum BenchCommand {
     /// Intake's accepted-and-durable requests/s beside pgbench's single-row INSERT rate, and its p99
     /// with the target database saturated with lock waits.
     Intake(crate::bench::replay::intake::IntakeArgs),
+    /// `bench delete --target-url` over generated SaaS schemas (20–80 tables in the tenant's
+    /// cascade, unindexed foreign keys, skew, trees, cycles, partitions): a large and a small tenant
+    /// per seed, the worst and median ratio and longest transaction.
+    Corpus(crate::bench::corpus::CorpusArgs),
 }
 
 /// Just the state database.
@@ -438,6 +442,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::DeadlineIncident(args)) => {
             let report = crate::bench::replay::deadline::run(&args).await?;
             print_report(args.json, &report, &report.to_text())?;
+        }
+        Command::Bench(BenchCommand::Corpus(args)) => {
+            let report = crate::bench::corpus::run(&args).await?;
+            print_report(args.json, &report, &report.to_text())?;
+            anyhow::ensure!(
+                report.all_equal,
+                "a run failed or deprov's result differs from the cascade's (see the table)"
+            );
         }
         Command::Bench(BenchCommand::Intake(args)) => {
             let report = crate::bench::replay::intake::run(&args).await?;

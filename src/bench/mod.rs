@@ -4,6 +4,7 @@
 //! See [`run::run`] for the procedure and [`run::BenchReport`] for every printed figure; with
 //! `--target-url`, [`target::run`] runs it on the user's own database instead ([`target::TargetReport`]).
 
+pub mod corpus;
 mod paced;
 pub mod replay;
 mod report;

@@ -8,6 +8,7 @@ use deprov::bench::replay::deadline::{self, DeadlineArgs, ServicePer};
 use deprov::bench::replay::intake::{self, IntakeArgs};
 use deprov::bench::run::{self as delete, BenchArgs};
 
+mod corpus;
 mod target;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,0 +1,244 @@
+//! What `deprov bench corpus` prints: [`CorpusReport`], one line per (schema, tenant) and the
+//! worst and median figures.
+
+use serde::Serialize;
+
+use super::data::LoadTimes;
+use crate::bench::target::TargetReport;
+
+/// One generated schema as loaded.
+#[derive(Debug, Clone, Serialize)]
+pub struct CorpusSchema {
+    /// Its seed.
+    pub seed: u64,
+    /// The scratch database it was loaded into (dropped after its runs).
+    pub database: String,
+    /// Tables, partitions not counted.
+    pub tables: usize,
+    /// Tables in the tenant's closure as deprov's plan finds them (`plan.closure.len()`).
+    pub closure_tables: usize,
+    /// Foreign keys (a partitioned table's counted once).
+    pub foreign_keys: usize,
+    /// Foreign keys without an index leading with their column.
+    pub unindexed_foreign_keys: usize,
+    /// Rows over every table.
+    pub rows: i64,
+    /// Rows of the large tenant over the closure.
+    pub large_rows: i64,
+    /// Rows of the small tenant behind the large one, over the closure.
+    pub small_rows: i64,
+    /// The load's phases, in s.
+    pub load: LoadTimes,
+}
+
+/// One benchmarked (schema, tenant).
+#[derive(Debug, Clone, Serialize)]
+pub struct CorpusRun {
+    /// The schema's seed.
+    pub seed: u64,
+    /// `large` or `small` (the small tenant behind the skew).
+    pub tenant_size: String,
+    /// The tenant key as a deletion request gives it.
+    pub tenant: String,
+    /// Tables in the closure.
+    pub closure_tables: usize,
+    /// `deprov bench delete --target-url`'s report, when the run got that far.
+    pub report: Option<TargetReport>,
+    /// Why the run failed, when it did.
+    pub error: Option<String>,
+}
+
+impl CorpusRun {
+    /// The longest transaction sampled on deprov's copy, in ms.
+    pub fn longest_ms(&self) -> Option<f64> {
+        self.report
+            .as_ref()
+            .and_then(|r| r.sampled.longest.as_ref().map(|t| t.ms))
+    }
+
+    /// Whether the run ended with deprov's copy equal to the cascade's.
+    pub fn equal(&self) -> bool {
+        self.report.as_ref().is_some_and(|r| r.equals_cascade)
+    }
+}
+
+/// The worst and the median of one figure over the runs that produced it.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Spread {
+    /// Runs that produced the figure.
+    pub runs: usize,
+    /// The worst value (lowest ratio, longest transaction).
+    pub worst: f64,
+    /// The median (mean of the two middle values for an even count).
+    pub median: f64,
+}
+
+impl Spread {
+    /// Worst and median of `values`; `lower_is_worse` for a ratio, else the highest is worst.
+    pub fn of(mut values: Vec<f64>, lower_is_worse: bool) -> Self {
+        if values.is_empty() {
+            return Self::default();
+        }
+        values.sort_by(f64::total_cmp);
+        let n = values.len();
+        let median = if n % 2 == 1 {
+            values[n / 2]
+        } else {
+            (values[n / 2 - 1] + values[n / 2]) / 2.0
+        };
+        Self {
+            runs: n,
+            worst: if lower_is_worse {
+                values[0]
+            } else {
+                values[n - 1]
+            },
+            median,
+        }
+    }
+}
+
+/// Everything `deprov bench corpus` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct CorpusReport {
+    /// Row scale (1.0: the large tenant owns at least 320k rows).
+    pub scale: f64,
+    /// The schemas, by seed.
+    pub schemas: Vec<CorpusSchema>,
+    /// The runs, two per schema (large, then small).
+    pub runs: Vec<CorpusRun>,
+    /// Cascade wall time ÷ deprov request to completion, over the runs.
+    pub ratio: Spread,
+    /// The longest transaction sampled on deprov's copy, in ms, over the runs.
+    pub longest_transaction_ms: Spread,
+    /// Whether every run completed with deprov's copy equal to the cascade's.
+    pub all_equal: bool,
+}
+
+fn one_line(query: &str, max: usize) -> String {
+    let flat = query.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let cut: String = flat.chars().take(max).collect();
+        format!("{cut}…")
+    }
+}
+
+impl CorpusReport {
+    /// Builds the summary figures from the schemas and runs.
+    pub fn new(scale: f64, schemas: Vec<CorpusSchema>, runs: Vec<CorpusRun>) -> Self {
+        let ratio = Spread::of(
+            runs.iter()
+                .filter_map(|r| r.report.as_ref().map(|r| r.ratio))
+                .collect(),
+            true,
+        );
+        let longest = Spread::of(
+            runs.iter().filter_map(CorpusRun::longest_ms).collect(),
+            false,
+        );
+        let all_equal = !runs.is_empty() && runs.iter().all(CorpusRun::equal);
+        Self {
+            scale,
+            schemas,
+            runs,
+            ratio,
+            longest_transaction_ms: longest,
+            all_equal,
+        }
+    }
+
+    /// The report as `deprov bench corpus` prints it.
+    pub fn to_text(&self) -> String {
+        let mut out = format!("corpus at scale {}\n\n", self.scale);
+        out.push_str("schemas:\n");
+        for s in &self.schemas {
+            out.push_str(&format!(
+                "  seed {:>3}: {} tables, {} in the closure, {} of {} foreign keys unindexed, {} rows \
+                 (large tenant {}, small {}), loaded in {:.1} s (tables {:.1}, rows {:.1}, keys+indexes+ANALYZE {:.1})\n",
+                s.seed,
+                s.tables,
+                s.closure_tables,
+                s.unindexed_foreign_keys,
+                s.foreign_keys,
+                s.rows,
+                s.large_rows,
+                s.small_rows,
+                s.load.total_s(),
+                s.load.tables_s,
+                s.load.rows_s,
+                s.load.constraints_s
+            ));
+        }
+        out.push('\n');
+        out.push_str(&format!(
+            "{:>4} {:<5} {:>7} {:>8} {:>9} {:>8} {:>6} {:>9} {:>9} {:>7} {:>8} {:>8} {:>5}  {}\n",
+            "seed",
+            "tnt",
+            "closure",
+            "rows",
+            "cascade s",
+            "deprov s",
+            "ratio",
+            "longest",
+            "precheck",
+            "batches",
+            "rolledbk",
+            "bookkeep",
+            "equal",
+            "longest transaction's query"
+        ));
+        for r in &self.runs {
+            match &r.report {
+                Some(t) => {
+                    let longest = t.sampled.longest.as_ref();
+                    out.push_str(&format!(
+                        "{:>4} {:<5} {:>7} {:>8} {:>9.2} {:>8.2} {:>6.2} {:>9} {:>9} {:>7} {:>8.0} {:>8.0} {:>5}  {}\n",
+                        r.seed,
+                        r.tenant_size,
+                        r.closure_tables,
+                        t.cascade.rows,
+                        t.cascade.elapsed_s,
+                        t.deprov.elapsed_s,
+                        t.ratio,
+                        longest.map_or_else(|| "-".into(), |l| format!("{:.1}", l.ms)),
+                        t.before_soft_delete_ms
+                            .map_or_else(|| "-".into(), |m| format!("{m:.0}")),
+                        t.batches,
+                        t.rolled_back_ms,
+                        t.bookkeeping_ms,
+                        if t.equals_cascade { "yes" } else { "NO" },
+                        longest.map_or_else(String::new, |l| one_line(&l.query, 70)),
+                    ));
+                }
+                None => out.push_str(&format!(
+                    "{:>4} {:<5} {:>7}  FAILED: {}\n",
+                    r.seed,
+                    r.tenant_size,
+                    r.closure_tables,
+                    r.error.as_deref().unwrap_or("unknown")
+                )),
+            }
+        }
+        out.push_str(
+            "\n(longest: longest transaction on deprov's copy, ms, sampled from pg_stat_activity \
+             every 5 ms; precheck: ms from the request to the soft delete; rolledbk, bookkeep: ms)\n",
+        );
+        out.push_str(&format!(
+            "ratio cascade ÷ deprov over {} runs: worst {:.2}, median {:.2}\n",
+            self.ratio.runs, self.ratio.worst, self.ratio.median
+        ));
+        out.push_str(&format!(
+            "longest transaction over {} runs: worst {:.1} ms, median {:.1} ms\n",
+            self.longest_transaction_ms.runs,
+            self.longest_transaction_ms.worst,
+            self.longest_transaction_ms.median
+        ));
+        out.push_str(&format!(
+            "every copy equals the cascade's: {}\n",
+            if self.all_equal { "PASS" } else { "FAIL" }
+        ));
+        out
+    }
+}
