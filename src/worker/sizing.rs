@@ -50,19 +50,40 @@ impl Sizing {
     }
 }
 
-/// Parents for the next batch of `next_rows` rows, from the last batch's fan-out: a full batch came
-/// from `parents_used` parents; a batch that ran out of parents held `selected` rows from `parents`.
-/// Always within `1..=next_rows`.
-pub fn next_parents(parents: i64, rows: i64, batch: &BatchResult, next_rows: i64) -> i64 {
-    let scale = |p: i64, per: i64| (p as f64 * next_rows as f64 / per.max(1) as f64).ceil() as i64;
-    let next = if batch.selected >= rows {
-        scale(batch.parents_used.max(1), rows)
-    } else if batch.parents >= parents {
-        scale(parents, batch.selected)
-    } else {
-        parents
-    };
-    next.clamp(1, next_rows.max(1))
+/// Parents for the next batch of `next_rows` rows, from the last batch's fan-out. A full batch came
+/// from `parents_used` parents: the next takes as many per row, at most `next_rows`. A batch that
+/// read all its `parents` and still held fewer rows than asked scales them to the rows wanted — up
+/// to `next_rows` parents, or up to the batch's time factor (×4 when fast, ÷4 when slow) times
+/// `parents` where that is more: a step whose parents are mostly childless walks them in growing
+/// strides, not a few per batch. Within `1..=max_rows`.
+impl Sizing {
+    pub fn next_parents(
+        &self,
+        parents: i64,
+        rows: i64,
+        batch: &BatchResult,
+        next_rows: i64,
+    ) -> i64 {
+        let scale =
+            |p: i64, per: i64| (p as f64 * next_rows as f64 / per.max(1) as f64).ceil() as i64;
+        if batch.selected >= rows {
+            return scale(batch.parents_used.max(1), rows).clamp(1, next_rows.max(1));
+        }
+        if batch.parents < parents {
+            return parents; // the step's parents ran out: it ends with this batch
+        }
+        let secs = batch.elapsed.as_secs_f64().max(1e-4);
+        let factor = (self.target.as_secs_f64() / secs).clamp(MAX_SHRINK, MAX_GROWTH);
+        let by_time = (parents as f64 * factor).ceil() as i64;
+        let by_fan_out = if batch.selected == 0 {
+            self.max_rows
+        } else {
+            scale(parents, batch.selected)
+        };
+        by_fan_out
+            .min(by_time.max(next_rows))
+            .clamp(1, self.max_rows)
+    }
 }
 
 #[cfg(test)]
@@ -102,12 +123,35 @@ mod tests {
 
     #[test]
     fn parents_follow_the_fan_out() {
+        let s = Sizing::new(Duration::from_millis(100), 50_000);
+        // One parent and no child: as many parents as rows at once.
+        assert_eq!(s.next_parents(1, 1000, &batch(0, 1, 0), 1000), 1000);
         // 1000 rows came from 10 parents (100 children each): 2000 rows need 20.
-        assert_eq!(next_parents(50, 1000, &batch(1000, 50, 10), 2000), 20);
+        assert_eq!(s.next_parents(50, 1000, &batch(1000, 50, 10), 2000), 20);
         // 8 parents gave only 400 rows: 1000 rows need 20.
-        assert_eq!(next_parents(8, 1000, &batch(400, 8, 8), 1000), 20);
+        assert_eq!(s.next_parents(8, 1000, &batch(400, 8, 8), 1000), 20);
         // The parents ran out before the limit: keep it.
-        assert_eq!(next_parents(8, 1000, &batch(400, 3, 3), 1000), 8);
-        assert_eq!(next_parents(1, 1000, &batch(0, 1, 0), 1000), 1000);
+        assert_eq!(s.next_parents(8, 1000, &batch(400, 3, 3), 1000), 8);
+    }
+
+    #[test]
+    fn childless_parents_are_walked_in_growing_strides() {
+        let s = Sizing::new(Duration::from_millis(100), 50_000);
+        // One parent, no child, a fast batch: four times as many, though the batch is one row.
+        assert_eq!(s.next_parents(1, 1, &batch(0, 1, 0), 1), 4);
+        let mut parents = 1;
+        let mut batches = 0;
+        while parents < 50_000 {
+            parents = s.next_parents(parents, 1, &batch(0, parents, 0), 1);
+            batches += 1;
+        }
+        assert_eq!(batches, 8, "1 → 50,000 parents in ×4 strides");
+        // A slow empty batch walks fewer parents next time.
+        let mut slow = batch(0, 1000, 0);
+        slow.elapsed = Duration::from_millis(200);
+        assert_eq!(s.next_parents(1000, 10, &slow, 10), 250);
+        // A sparse fan-out (one child per 100 parents) asks for as many parents as the rows need.
+        assert_eq!(s.next_parents(100, 10, &batch(1, 100, 1), 10), 400);
+        assert_eq!(s.next_parents(400, 10, &batch(4, 400, 4), 10), 1000);
     }
 }

@@ -12,7 +12,6 @@ use crate::telemetry;
 use crate::worker::backoff;
 use crate::worker::pacing::Pacer;
 use crate::worker::progress::Checkpoint;
-use crate::worker::sizing;
 
 mod rest;
 use rest::{REST_SHOWN, rfc3339_after};
@@ -356,7 +355,7 @@ impl JobRun {
             let rows = self
                 .sizing
                 .next_rows(cp.rows, batch.selected, batch.elapsed);
-            cp.parents = sizing::next_parents(cp.parents, cp.rows, &batch, rows);
+            cp.parents = self.sizing.next_parents(cp.parents, cp.rows, &batch, rows);
             cp.rows = rows;
             cp.kept_back += batch.selected - batch.deleted;
             cp.pass_deleted += batch.deleted;
