@@ -110,17 +110,26 @@ pub(super) async fn facts(
     )
     .fetch_all(&mut *tx)
     .await?;
-    // NOT NULL and defaults of the referencing tables' columns; `volatile` when the default's node
-    // tree calls a volatile function (`nextval`, `random`, ...).
-    let from_tables: Vec<i64> = fks.iter().map(|fk| i64::from(fk.from)).collect();
+    // NOT NULL and default of each column a SET NULL / SET DEFAULT action writes; `volatile` when
+    // the default's node tree calls a volatile function (`nextval`, `random`, ...). Only those
+    // columns: reading every default of every referencing table is a long catalog transaction on
+    // a wide schema.
+    let (rels, names): (Vec<i64>, Vec<String>) = set_cols
+        .iter()
+        .filter(|(from, con, _)| index.contains_key(&(*from as u32, con.as_str())))
+        .flat_map(|(from, _, cols)| cols.iter().map(move |c| (*from, c.clone())))
+        .unzip();
     let columns: Vec<(i64, String, bool, Option<String>, bool)> = crate::db::query_as(
         "SELECT a.attrelid::int8, a.attname::text, a.attnotnull, pg_get_expr(d.adbin, d.adrelid), \
            coalesce(EXISTS (SELECT 1 FROM regexp_matches(d.adbin::text, ':(?:op)?funcid (\\d+)', 'g') m \
              JOIN pg_proc p ON p.oid = m[1]::oid WHERE p.provolatile = 'v'), false) \
-         FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
-         WHERE a.attrelid::int8 = ANY ($1::int8[]) AND a.attnum > 0 AND NOT a.attisdropped",
+         FROM unnest($1::int8[], $2::text[]) AS w(rel, col) \
+           JOIN pg_attribute a ON a.attrelid = w.rel::oid AND a.attname = w.col \
+           LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+         WHERE a.attnum > 0 AND NOT a.attisdropped",
     )
-    .bind(&from_tables)
+    .bind(&rels)
+    .bind(&names)
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;
