@@ -43,7 +43,11 @@ ANALYZE;
 
 #[tokio::test]
 async fn the_pre_checks_reads_of_an_unindexed_table_stay_within_their_bound() {
-    let env = env_with_schema(&config_hard("", "id", ""), &[SCHEMA, AUDIT_ON_EVENTS].concat()).await;
+    let env = env_with_schema(
+        &config_hard("", "id", ""),
+        &[SCHEMA, AUDIT_ON_EVENTS].concat(),
+    )
+    .await;
     let plan = load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
         .await
         .unwrap();
@@ -120,5 +124,8 @@ async fn the_pre_check_reads_only_the_tables_its_verdict_depends_on() {
     )
     .await
     .unwrap();
-    assert!(matches!(refused, Verdict::Fails(ref f) if f.constraint == "audit_ref_fkey"), "{refused:?}");
+    assert!(
+        matches!(refused, Verdict::Fails(ref f) if f.constraint == "audit_ref_fkey"),
+        "{refused:?}"
+    );
 }
