@@ -90,9 +90,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 200)]
     pub rate: u32,
     /// Seconds of foreground (and tenant writer) with no deletion, before the deletions and again
-    /// after them; the foreground's baseline p99 pools both. 15 s each: the two halves' p99 moved
-    /// between 0.49 and 1.38 ms from one 5 s half to the other on this project's machine, more
-    /// than the 1.25× the paced window is held to; 2 × 15 s are as many operations as its 30 s.
+    /// after them; the foreground's baseline p99 pools both. A short baseline's p99 varies more
+    /// between its halves than the 1.25× the paced window is held to.
     #[arg(long, default_value_t = 15)]
     pub baseline_secs: u64,
     /// The server's `shared_buffers`.

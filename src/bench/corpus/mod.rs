@@ -27,14 +27,14 @@ use crate::throwaway::{Throwaway, ThrowawayOptions};
 /// `deprov bench corpus` arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CorpusArgs {
-    /// Schemas to generate and run (seeds `--first-seed` on).
-    #[arg(long, default_value_t = 8)]
+    /// Schemas to generate and run (seeds `--first-seed` on), at least 1.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
     pub seeds: u64,
     /// The first seed.
     #[arg(long, default_value_t = 1)]
     pub first_seed: u64,
-    /// Row counts relative to scale 1, where the large tenant owns at least 320k rows.
-    #[arg(long, default_value_t = 1.0)]
+    /// Row counts relative to scale 1, where the large tenant owns at least 320k rows; positive.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub scale: f64,
     /// A server to use (a `postgres://` URL; databases are created and dropped on it, named
     /// `deprov_corpus_<seed>` and as `bench delete --target-url` names its copies) instead of a
