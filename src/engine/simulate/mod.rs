@@ -49,7 +49,7 @@ use std::fmt;
 
 use sqlx::PgPool;
 
-use super::catalog::OnDelete;
+use super::catalog::{ForeignKey, OnDelete};
 use super::{BatchLimits, EngineError, Plan};
 use crate::sql::QualifiedName;
 use load::Facts;
@@ -189,14 +189,22 @@ impl From<SimError> for EngineError {
 /// ([`detaches`]): then the simulation's updates are applied before the batches ([`presets`]).
 pub fn needs_simulation(plan: &Plan) -> bool {
     detaches(plan)
-        || plan.catalog.foreign_keys.iter().any(|fk| {
-            plan.closure.contains(&fk.to)
-                && match fk.on_delete {
-                    OnDelete::Cascade => false,
-                    OnDelete::SetNull => fk.blocks(),
-                    _ => true,
-                }
-        })
+        || plan
+            .catalog
+            .foreign_keys
+            .iter()
+            .any(|fk| conditional(plan, fk))
+}
+
+/// Whether `fk` references the closure with an action that can make the cascade fail (see
+/// [`needs_simulation`]).
+fn conditional(plan: &Plan, fk: &ForeignKey) -> bool {
+    plan.closure.contains(&fk.to)
+        && match fk.on_delete {
+            OnDelete::Cascade => false,
+            OnDelete::SetNull => fk.blocks(),
+            _ => true,
+        }
 }
 
 /// Simulates `DELETE FROM root WHERE key = tenant` (see the module docs). Read-only: every query is

@@ -31,15 +31,8 @@ pub(super) fn followed(plan: &Plan) -> Vec<bool> {
         return vec![true; fks.len()];
     }
     let mut tables: BTreeSet<u32> = BTreeSet::new();
-    for f in fks.iter().filter(|f| into_closure(f.to)) {
-        let conditional = match f.on_delete {
-            OnDelete::Cascade => false,
-            OnDelete::SetNull => f.blocks(),
-            _ => true,
-        };
-        if conditional {
-            tables.extend([f.from, f.to]);
-        }
+    for f in fks.iter().filter(|f| super::conditional(plan, f)) {
+        tables.extend([f.from, f.to]);
     }
     // Every cascade parent (in the closure) of a table in the set joins it, up to the root.
     let mut grew = true;
