@@ -36,8 +36,7 @@ impl Sizing {
     /// `elapsed`. A batch that found fewer rows than asked says little about cost per row; its size is
     /// kept unless it was already too slow.
     pub fn next_rows(&self, rows: i64, selected: i64, elapsed: Duration) -> i64 {
-        let secs = elapsed.as_secs_f64().max(1e-4);
-        let factor = (self.target.as_secs_f64() / secs).clamp(MAX_SHRINK, MAX_GROWTH);
+        let factor = self.time_factor(elapsed);
         if selected < rows && factor > 1.0 {
             return rows.clamp(1, self.max_rows);
         }
@@ -48,15 +47,20 @@ impl Sizing {
     pub fn after_timeout(&self, rows: i64) -> i64 {
         (rows / 4).clamp(1, self.max_rows)
     }
-}
 
-/// Parents for the next batch of `next_rows` rows, from the last batch's fan-out. A full batch came
-/// from `parents_used` parents: the next takes as many per row, at most `next_rows`. A batch that
-/// read all its `parents` and still held fewer rows than asked scales them to the rows wanted — up
-/// to `next_rows` parents, or up to the batch's time factor (×4 when fast, ÷4 when slow) times
-/// `parents` where that is more: a step whose parents are mostly childless walks them in growing
-/// strides, not a few per batch. Within `1..=max_rows`.
-impl Sizing {
+    /// The growth factor a batch that took `elapsed` earns: target ÷ elapsed, within
+    /// `MAX_SHRINK..=MAX_GROWTH`.
+    fn time_factor(&self, elapsed: Duration) -> f64 {
+        let secs = elapsed.as_secs_f64().max(1e-4);
+        (self.target.as_secs_f64() / secs).clamp(MAX_SHRINK, MAX_GROWTH)
+    }
+
+    /// Parents for the next batch of `next_rows` rows, from the last batch's fan-out. A full batch
+    /// came from `parents_used` parents: the next takes as many per row, at most `next_rows`. A
+    /// batch that read all its `parents` and still held fewer rows than asked scales them to the
+    /// rows wanted — up to `next_rows` parents, or up to the batch's time factor (×4 when fast, ÷4
+    /// when slow) times `parents` where that is more: a step whose parents are mostly childless
+    /// walks them in growing strides, not a few per batch. Within `1..=max_rows`.
     pub fn next_parents(
         &self,
         parents: i64,
@@ -72,9 +76,7 @@ impl Sizing {
         if batch.parents < parents {
             return parents; // the step's parents ran out: it ends with this batch
         }
-        let secs = batch.elapsed.as_secs_f64().max(1e-4);
-        let factor = (self.target.as_secs_f64() / secs).clamp(MAX_SHRINK, MAX_GROWTH);
-        let by_time = (parents as f64 * factor).ceil() as i64;
+        let by_time = (parents as f64 * self.time_factor(batch.elapsed)).ceil() as i64;
         let by_fan_out = if batch.selected == 0 {
             self.max_rows
         } else {
