@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use deprov::bench::sampler::TransactionSampler;
 use deprov::engine::simulate::{self, Verdict};
-use deprov::engine::{BatchLimits, load_plan};
+use deprov::engine::{BatchLimits, Plan, load_plan};
 use deprov::sql::QualifiedName;
 
-use crate::harness::{config_hard, env_with_schema};
+use crate::harness::{Env, config_hard, env_with_schema};
 
 /// 1,200,000 events on 2,000 projects, with no index on `project_id`; tenant 1 owns the even
 /// projects and the odd events. An audit table's NO ACTION key makes the pre-check simulate the
@@ -41,6 +41,21 @@ INSERT INTO app.audit SELECT g, 1 + 2 * (g % 1000) FROM generate_series(1, 1000)
 ANALYZE;
 ";
 
+/// The simulation of `tenant`'s cascade, each read bounded at 40 ms.
+async fn simulated(env: &Env, plan: &Plan, tenant: &str) -> Verdict {
+    let limits = BatchLimits::from(&env.config.hard_delete);
+    simulate::simulate(
+        &env.db,
+        plan,
+        tenant,
+        &limits,
+        Duration::from_millis(40),
+        10_000_000,
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn the_pre_checks_reads_of_an_unindexed_table_stay_within_their_bound() {
     let env = env_with_schema(
@@ -52,7 +67,6 @@ async fn the_pre_checks_reads_of_an_unindexed_table_stay_within_their_bound() {
         .await
         .unwrap();
     assert!(simulate::needs_simulation(&plan));
-    let limits = BatchLimits::from(&env.config.hard_delete);
     let sampler = TransactionSampler::start(
         &env.server.url("postgres").parse().unwrap(),
         "target",
@@ -60,16 +74,7 @@ async fn the_pre_checks_reads_of_an_unindexed_table_stay_within_their_bound() {
     )
     .await
     .unwrap();
-    let verdict = simulate::simulate(
-        &env.db,
-        &plan,
-        "1",
-        &limits,
-        Duration::from_millis(40),
-        10_000_000,
-    )
-    .await
-    .unwrap();
+    let verdict = simulated(&env, &plan, "1").await;
     let seen = sampler.stop().await.unwrap();
     // Tenant 1's 1,000 projects and their 600,000 events.
     assert!(
@@ -100,30 +105,11 @@ async fn the_pre_check_reads_only_the_tables_its_verdict_depends_on() {
         .await
         .unwrap();
     assert!(simulate::needs_simulation(&plan));
-    let limits = BatchLimits::from(&env.config.hard_delete);
-    let verdict = simulate::simulate(
-        &env.db,
-        &plan,
-        "1",
-        &limits,
-        Duration::from_millis(40),
-        10_000_000,
-    )
-    .await
-    .unwrap();
+    let verdict = simulated(&env, &plan, "1").await;
     // The account, its 1,000 projects, and no audit row (none references them).
     assert_eq!(verdict, Verdict::Succeeds { rows_read: 1_001 });
     // Tenant 2 is referenced: the same reads find it.
-    let refused = simulate::simulate(
-        &env.db,
-        &plan,
-        "2",
-        &limits,
-        Duration::from_millis(40),
-        10_000_000,
-    )
-    .await
-    .unwrap();
+    let refused = simulated(&env, &plan, "2").await;
     assert!(
         matches!(refused, Verdict::Fails(ref f) if f.constraint == "audit_ref_fkey"),
         "{refused:?}"
