@@ -112,7 +112,7 @@ pub struct TargetReport {
 }
 
 /// `query` on one line, at most `max` characters.
-fn one_line(query: &str, max: usize) -> String {
+pub(super) fn one_line(query: &str, max: usize) -> String {
     let flat = query.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() <= max {
         flat

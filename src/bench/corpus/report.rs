@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::data::LoadTimes;
 use crate::bench::target::TargetReport;
+use crate::bench::target_report::one_line;
 
 /// One generated schema as loaded.
 #[derive(Debug, Clone, Serialize)]
@@ -113,16 +114,6 @@ pub struct CorpusReport {
     pub longest_transaction_ms: Spread,
     /// Whether every run completed with deprov's copy equal to the cascade's.
     pub all_equal: bool,
-}
-
-fn one_line(query: &str, max: usize) -> String {
-    let flat = query.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= max {
-        flat
-    } else {
-        let cut: String = flat.chars().take(max).collect();
-        format!("{cut}…")
-    }
 }
 
 impl CorpusReport {
