@@ -185,6 +185,12 @@ pub struct HardDeleteConfig {
     /// it fails or deletes nothing ([`crate::engine::trial`]; default true). `false` for schemas
     /// whose delete triggers do something outside the database that must not happen twice.
     pub trial_cascade: bool,
+    /// With `trial_cascade`: the trial commits when it succeeds, the soft-delete statements in
+    /// the same transaction ([`crate::engine::whole`]; default true). A tenant whose whole
+    /// cascade fits the trial's bound is then deleted by one transaction, as PostgreSQL's
+    /// cascade deletes it, with no batches; a larger one rolls back and is deleted in batches.
+    /// With a grace period it runs when the grace period ends, without the soft delete.
+    pub whole_cascade: bool,
     /// What to do when the tenant's tables have user triggers on `DELETE`
     /// ([`crate::engine::trial::delete_triggers`]): `refuse` the job before anything is deleted
     /// (default), or `allow` them when they do not depend on the order rows go in.
@@ -234,6 +240,7 @@ impl Default for HardDeleteConfig {
             max_simulated_rows: 5_000_000,
             checkpoint_interval: Duration::from_secs(1),
             trial_cascade: true,
+            whole_cascade: true,
             user_triggers: UserTriggers::Refuse,
         }
     }

@@ -98,7 +98,7 @@ impl Plan {
             }
         }
         self.steps.retain(|s| !absorbed.contains(&s.table));
-        self.absorbed = absorbed;
+        self.absorbed.extend(absorbed);
         self.cascade_estimate = cost.into_iter().filter(|(_, c)| *c > 1.0).collect();
         self
     }

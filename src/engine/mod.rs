@@ -9,6 +9,7 @@
 
 pub mod absorb;
 pub mod catalog;
+pub mod cycles;
 mod durability;
 pub use durability::{Incarnation, check_unchanged, flush, incarnation};
 pub mod plan;
@@ -19,6 +20,7 @@ pub mod report;
 pub mod simulate;
 pub mod statements;
 pub mod trial;
+pub mod whole;
 
 use std::time::{Duration, Instant};
 
@@ -392,9 +394,10 @@ pub(crate) async fn cascaded_since(
         .collect())
 }
 
-/// Deletes the tenant rows of `table` that its batches kept back, all in one short transaction
-/// ([`queries::sweep`]) under `limits`' lock and statement timeouts, after [`check_unchanged`]
-/// with `unchanged`. Returns the rows deleted.
+/// Deletes the tenant rows of `table` that its batches kept back (or, at a cycle's entry, all its
+/// rows left: [`cycles`]), in one short transaction ([`queries::sweep`]) under `limits`' lock and
+/// statement timeouts, after [`check_unchanged`] with `unchanged`. Returns the rows deleted in
+/// `table` and those PostgreSQL's cascade deleted in absorbed tables, per table oid.
 ///
 /// # Errors
 /// [`EngineError::Db`], including 57014 / 55P03 when the rows take longer than the timeouts.
@@ -405,16 +408,23 @@ pub async fn run_sweep(
     tenant: &str,
     limits: &BatchLimits,
     unchanged: Option<&Incarnation>,
-) -> Result<i64, EngineError> {
+) -> Result<(i64, Vec<(u32, i64)>), EngineError> {
     let stmt = queries::sweep(plan, table);
     let mut tx = crate::db::begin(target, limits.bounds()).await?;
     check_unchanged(&mut tx, unchanged).await?;
+    let below: Vec<u32> = if plan.absorbs_below(table) {
+        plan.absorbed.iter().copied().collect()
+    } else {
+        Vec::new()
+    };
+    let before = deleted_so_far(&mut tx, &below).await?;
     let deleted: i64 = crate::db::query_scalar(stmt.as_query())
         .bind(tenant)
         .fetch_one(&mut *tx)
         .await?;
+    let cascaded = cascaded_since(&mut tx, &before).await?;
     tx.commit().await?;
-    Ok(deleted)
+    Ok((deleted, cascaded))
 }
 
 /// The tenant key as PostgreSQL reads it into the root's key column, printed back
@@ -461,6 +471,9 @@ pub(crate) async fn deleted_so_far(
     tx: &mut PgConnection,
     tables: &[u32],
 ) -> Result<Vec<(u32, i64)>, sqlx::Error> {
+    if tables.is_empty() {
+        return Ok(Vec::new());
+    }
     let oids: Vec<i64> = tables.iter().map(|&t| i64::from(t)).collect();
     let counts: Vec<(i64, i64)> = crate::db::query_as(
         "SELECT o, pg_stat_get_xact_tuples_deleted(o::oid) FROM unnest($1::int8[]) WITH ORDINALITY u(o, i) ORDER BY i",

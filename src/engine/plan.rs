@@ -79,6 +79,14 @@ pub struct Plan {
     /// Estimated rows one row of a table deletes with the cascade to its absorbed descendants, for
     /// tables that have some (itself included; see [`Plan::first_batch_rows`]).
     pub cascade_estimate: BTreeMap<u32, f64>,
+    /// Tables of a foreign-key cycle with an order-sensitive key that the cascade deletes under the
+    /// cycle's entry table: they have no steps, whatever [`Plan::absorb`] decides
+    /// ([`super::cycles`]). Also in `absorbed`.
+    pub cycle_absorbed: BTreeSet<u32>,
+    /// Order-sensitive keys (RESTRICT, NO ACTION, SET NULL into NOT NULL, SET DEFAULT) on foreign-key
+    /// cycles the leaves-first order cannot honour (indexes into `catalog.foreign_keys`;
+    /// [`super::cycles`]): a tenant of such a plan is deleted only by one bounded cascade.
+    pub unordered: Vec<usize>,
 }
 
 impl Plan {
@@ -172,7 +180,7 @@ impl Plan {
             .filter(|(_, fk)| closure.contains(&fk.to) && !fk.indexed)
             .map(|(i, _)| i)
             .collect();
-        Ok(Self {
+        let mut plan = Self {
             root: root_oid,
             key_column: key_column.into(),
             key_type,
@@ -184,8 +192,16 @@ impl Plan {
             tree_paths,
             absorbed: BTreeSet::new(),
             cascade_estimate: BTreeMap::new(),
+            cycle_absorbed: BTreeSet::new(),
+            unordered: Vec::new(),
             catalog,
-        })
+        };
+        let cycles = super::cycles::cycle_shapes(&plan);
+        plan.steps.retain(|s| !cycles.absorbed.contains(&s.table));
+        plan.absorbed = cycles.absorbed.clone();
+        plan.cycle_absorbed = cycles.absorbed;
+        plan.unordered = cycles.unordered;
+        Ok(plan)
     }
 
     /// The qualified name of a table oid in this plan.

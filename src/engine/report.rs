@@ -123,6 +123,10 @@ pub struct PlanReport {
     pub side_effects: Vec<String>,
     /// Foreign keys into the tenant's tables whose referencing columns lack an index.
     pub unindexed_foreign_keys: Vec<String>,
+    /// Order-sensitive foreign keys on cycles of the tenant's tables that batches cannot order
+    /// ([`super::cycles`]): the tenant is deleted only when its whole cascade fits one transaction
+    /// of the batch bound, and refused otherwise.
+    pub unordered_foreign_keys: Vec<String>,
     /// User triggers on `DELETE` on the tenant's tables (`table: trigger`,
     /// [`super::trial::delete_triggers`]); with `[hard_delete] user_triggers = "refuse"` any of
     /// them makes deprov refuse the tenant.
@@ -269,6 +273,7 @@ impl PlanReport {
             cascade,
             side_effects: plan.side_effects.iter().map(|&i| fk_text(i)).collect(),
             unindexed_foreign_keys: plan.unindexed.iter().map(|&i| fk_text(i)).collect(),
+            unordered_foreign_keys: plan.unordered.iter().map(|&i| fk_text(i)).collect(),
             user_triggers: Vec::new(),
             refused_for_triggers: false,
             trial: None,
@@ -348,6 +353,10 @@ impl PlanReport {
             (
                 "foreign keys without an index (slow cascades)",
                 &self.unindexed_foreign_keys,
+            ),
+            (
+                "foreign keys on cycles batches cannot order (deleted only as one whole cascade within the batch bound, else refused)",
+                &self.unordered_foreign_keys,
             ),
         ] {
             let _ = writeln!(

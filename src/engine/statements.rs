@@ -176,12 +176,25 @@ pub async fn soft_delete(
     limits: &BatchLimits,
 ) -> Result<u64, EngineError> {
     let mut tx = crate::db::begin(target, limits.bounds()).await?;
+    let rows = soft_delete_in(&mut tx, statements, tenant).await?;
+    tx.commit().await?;
+    Ok(rows)
+}
+
+/// The soft-delete statements inside the caller's transaction. Returns rows affected.
+///
+/// # Errors
+/// As [`soft_delete`].
+pub(crate) async fn soft_delete_in(
+    tx: &mut PgConnection,
+    statements: &[String],
+    tenant: &str,
+) -> Result<u64, EngineError> {
     let mut rows = 0;
     for sql in statements {
-        let q = bind_tenant(&mut tx, sql, tenant).await?;
+        let q = bind_tenant(&mut *tx, sql, tenant).await?;
         rows += q.execute(&mut *tx).await?.rows_affected();
     }
-    tx.commit().await?;
     Ok(rows)
 }
 

@@ -130,54 +130,69 @@ pub async fn trial_cascade(
 ) -> Result<Trial, EngineError> {
     let started = std::time::Instant::now();
     let mut tx = db::begin(target, Bounds::new(lock_timeout, statement_timeout)).await?;
-    let outcome = async {
-        let present: i64 = db::query_scalar(queries::count_root(plan).as_query())
-            .bind(tenant)
-            .fetch_one(&mut *tx)
-            .await?;
-        if present == 0 {
-            return Ok(Trial::NoTenant);
-        }
-        let deleted = db::query(queries::delete_root(plan).as_query())
-            .bind(tenant)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if deleted == 0 {
-            return Ok(Trial::DeletesNothing);
-        }
-        // The deferred checks get what is left of the budget, so the whole trial holds its locks
-        // for about `statement_timeout`, not twice that.
-        let left = statement_timeout.saturating_sub(started.elapsed());
-        if left < Duration::from_millis(1) {
-            return Ok(Trial::Undecided(
-                "the DELETE used the whole statement_timeout; deferred checks not run".into(),
-            ));
-        }
-        db::set_local_statement_timeout(&mut tx, left).await?;
-        db::query("SET CONSTRAINTS ALL IMMEDIATE")
-            .execute(&mut *tx)
-            .await?;
-        Ok::<_, sqlx::Error>(Trial::Succeeds)
-    }
-    .await;
+    let outcome = cascade_in(&mut tx, plan, tenant, statement_timeout, started).await;
     // Whatever happened, nothing of it stays: the trial only asks.
     tx.rollback().await?;
     match outcome {
         Ok(trial) => Ok(trial),
-        Err(e @ sqlx::Error::Database(_)) => {
-            let code = e
-                .as_database_error()
-                .and_then(|d| d.code())
-                .map(|c| c.into_owned())
-                .unwrap_or_default();
-            match answer_of(&code) {
-                Answer::Retry => Err(EngineError::Db(e)),
-                Answer::Undecided => Ok(Trial::Undecided(db::errors::error_text(&e))),
-                Answer::Fails => Ok(Trial::Fails(db::errors::error_text(&e))),
-            }
-        }
-        Err(e) => Err(EngineError::Db(e)),
+        Err(e) => verdict_of(e),
+    }
+}
+
+/// The tenant's cascading `DELETE` inside `tx`, begun at `started` with a `statement_timeout` of
+/// `budget`: counts the root row, deletes it, and checks every deferred constraint
+/// (`SET CONSTRAINTS ALL IMMEDIATE`) within what is left of `budget`. The caller commits or rolls
+/// back. An error PostgreSQL reports is returned as is: [`verdict_of`] reads it.
+pub(super) async fn cascade_in(
+    tx: &mut sqlx::PgConnection,
+    plan: &Plan,
+    tenant: &str,
+    budget: Duration,
+    started: std::time::Instant,
+) -> Result<Trial, sqlx::Error> {
+    let present: i64 = db::query_scalar(queries::count_root(plan).as_query())
+        .bind(tenant)
+        .fetch_one(&mut *tx)
+        .await?;
+    if present == 0 {
+        return Ok(Trial::NoTenant);
+    }
+    let deleted = db::query(queries::delete_root(plan).as_query())
+        .bind(tenant)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if deleted == 0 {
+        return Ok(Trial::DeletesNothing);
+    }
+    // The deferred checks get what is left of the budget, so the whole transaction holds its locks
+    // for about `budget`, not twice that.
+    let left = budget.saturating_sub(started.elapsed());
+    if left < Duration::from_millis(1) {
+        return Ok(Trial::Undecided(
+            "the DELETE used the whole statement_timeout; deferred checks not run".into(),
+        ));
+    }
+    db::set_local_statement_timeout(tx, left).await?;
+    db::query("SET CONSTRAINTS ALL IMMEDIATE")
+        .execute(&mut *tx)
+        .await?;
+    Ok(Trial::Succeeds)
+}
+
+/// The verdict an error inside a trial (or a whole cascade) gives, by its SQLSTATE.
+///
+/// # Errors
+/// [`EngineError::Db`] when the error says nothing about the data: the connection or the server
+/// went away (retryable).
+pub(super) fn verdict_of(e: sqlx::Error) -> Result<Trial, EngineError> {
+    let Some(code) = e.as_database_error().map(|d| d.code().map(|c| c.into_owned())) else {
+        return Err(EngineError::Db(e));
+    };
+    match answer_of(&code.unwrap_or_default()) {
+        Answer::Retry => Err(EngineError::Db(e)),
+        Answer::Undecided => Ok(Trial::Undecided(db::errors::error_text(&e))),
+        Answer::Fails => Ok(Trial::Fails(db::errors::error_text(&e))),
     }
 }
 

@@ -35,6 +35,9 @@ pub struct Progress {
     pub tables: Vec<TableProgress>,
     /// Batches committed.
     pub batches: i64,
+    /// Whether the tenant was deleted by its whole cascade in one transaction, counted as one
+    /// batch (`engine::whole`).
+    pub whole_cascade: bool,
     /// Longest batch transaction, BEGIN to COMMIT, in milliseconds (committed batches).
     pub longest_batch_ms: f64,
     /// Batches that hit `statement_timeout` or `lock_timeout`, rolled back and were retried smaller.

@@ -103,6 +103,12 @@ fn trial_cascade(seed: u64) -> bool {
     seed % 4 < 2
 }
 
+/// One seed in eight (a quarter of those with the trial) lets the trial commit when the whole
+/// cascade fits (`engine::whole`); the others keep their tenants to the batches this test checks.
+fn whole_cascade(seed: u64) -> bool {
+    seed % 8 == 0
+}
+
 /// deprov's configuration for the case (built as TOML data: every name is quoted by `quote_ident`).
 fn config(case: &Case) -> Config {
     let root = ddl::name(case, case.root());
@@ -125,6 +131,7 @@ fn config(case: &Case) -> Config {
             "max_batch_duration": "800ms", "statement_timeout": "900ms", "lock_timeout": "100ms",
             "cascade_rows": cascade_rows(case.seed),
             "trial_cascade": trial_cascade(case.seed),
+            "whole_cascade": whole_cascade(case.seed),
         },
         "worker": { "lease": "1s", "backoff_base": "1ms", "backoff_max": "2ms", "max_attempts": 3 },
     }))

@@ -58,6 +58,8 @@ cascade_rows = 0
 checkpoint_interval = "1s"
 statement_timeout = "2s"
 user_triggers = "allow"
+# The tenant fits one transaction; these tests watch the batches between checkpoints.
+whole_cascade = false
 [pacing]
 rate_limit = 300
 [worker]

@@ -49,8 +49,14 @@ pub fn config_for(batch_rows: u32, lookup_column: &str, extra: &str) -> String {
 
 /// [`config_for`] with the given `[hard_delete]` keys (besides `statement_timeout = "900ms"` and
 /// `user_triggers = "allow"`: tests watch deletions with triggers; `schema_edges` checks the
-/// default, which refuses them).
+/// default, which refuses them). `whole_cascade` is off unless `hard_delete` sets it: these
+/// tenants are small enough for one transaction, and the tests watch the batches.
 pub fn config_hard(hard_delete: &str, lookup_column: &str, extra: &str) -> String {
+    let whole = if hard_delete.contains("whole_cascade") {
+        ""
+    } else {
+        "whole_cascade = false"
+    };
     format!(
         r#"
 [sources.billing]
@@ -62,6 +68,7 @@ key_column = "id"
 statements = ["UPDATE app.accounts SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL"]
 [hard_delete]
 {hard_delete}
+{whole}
 statement_timeout = "900ms"
 user_triggers = "allow"
 [worker]

@@ -39,6 +39,9 @@ impl JobRun {
             Ok(succeeded) => succeeded,
             Err(refusal) => return Ok(Some(refusal)),
         };
+        if let Some(refusal) = self.refuse_unordered(plan) {
+            return Ok(Some(refusal));
+        }
         // Whether the cascading DELETE would fail: decided by simulating PostgreSQL's referential
         // triggers over the rows (engine::simulate). Only needed when a non-CASCADE key references
         // the closure; every blocker is one. find_blockers, a per-table count of referencing rows
@@ -104,6 +107,49 @@ impl JobRun {
         Ok(None)
     }
 
+    /// Before the hard delete starts, the job's refusal when the plan has order-sensitive keys on
+    /// foreign-key cycles that leaves-first batches cannot order ([`engine::cycles`]): such a
+    /// tenant is deleted only by the whole cascade in one transaction
+    /// ([`Self::whole_cascade`]), which did not run or did not fit.
+    fn refuse_unordered(&self, plan: &engine::Plan) -> Option<String> {
+        if plan.unordered.is_empty() || !self.before_hard_delete() {
+            return None;
+        }
+        let keys: Vec<String> = plan
+            .unordered
+            .iter()
+            .map(|&i| {
+                let fk = &plan.catalog.foreign_keys[i];
+                format!(
+                    "{} of {} ({}, referencing {})",
+                    fk.name,
+                    plan.name(fk.from),
+                    fk.on_delete.as_sql(),
+                    plan.name(fk.to)
+                )
+            })
+            .collect();
+        let hd = &self.worker.config.hard_delete;
+        let why = if hd.trial_cascade && hd.whole_cascade {
+            format!(
+                "its cascade did not finish within one transaction of {} ms ({})",
+                engine::trial::budget(hd).as_millis(),
+                self.progress.trial.as_deref().unwrap_or("not tried")
+            )
+        } else {
+            "[hard_delete] trial_cascade and whole_cascade, which delete such a tenant in one \
+             transaction, are not both on"
+                .to_owned()
+        };
+        Some(format!(
+            "refused: foreign keys on a cycle of the tenant's tables make the order of deletion \
+             matter in a way batches cannot follow: {}; such a tenant is deleted only as one \
+             cascade, and {why}; {}",
+            keys.join(", "),
+            self.done_so_far()
+        ))
+    }
+
     /// Whether no hard-delete statement has run for this job yet.
     pub(super) fn before_hard_delete(&self) -> bool {
         self.progress.hard_delete_started_at.is_none()
@@ -117,7 +163,10 @@ impl JobRun {
         plan: &engine::Plan,
     ) -> Result<Option<String>, Stop> {
         let hd = &self.worker.config.hard_delete;
-        if hd.user_triggers == crate::config::UserTriggers::Allow || !self.before_hard_delete() {
+        if hd.user_triggers == crate::config::UserTriggers::Allow
+            || !self.before_hard_delete()
+            || self.whole_tried
+        {
             return Ok(None);
         }
         let found = engine::trial::delete_triggers(
@@ -151,7 +200,7 @@ impl JobRun {
         tenant: &str,
     ) -> Result<Result<bool, String>, Stop> {
         let hd = &self.worker.config.hard_delete;
-        if !hd.trial_cascade || !self.before_hard_delete() {
+        if !hd.trial_cascade || !self.before_hard_delete() || self.whole_tried {
             return Ok(Ok(false));
         }
         let started = std::time::Instant::now();

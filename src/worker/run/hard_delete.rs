@@ -13,6 +13,7 @@ use crate::worker::backoff;
 use crate::worker::pacing::Pacer;
 use crate::worker::progress::Checkpoint;
 
+mod cycle;
 mod rest;
 use rest::{REST_SHOWN, rfc3339_after};
 
@@ -247,7 +248,12 @@ impl JobRun {
                     self.progress.jumps += 1;
                     continue;
                 }
-                Err(e) if e.sqlstate().as_deref() == Some("57014") && cascades && cp.rows <= 1 => {
+                Err(e)
+                    if e.sqlstate().as_deref() == Some("57014")
+                        && cascades
+                        && cp.rows <= 1
+                        && cascade_rows > 0 =>
+                {
                     // One parent row's cascade alone outlasts the budget: its subtree is larger
                     // than estimated. Re-plan with an eighth of the cascade allowance (at the end,
                     // leaves first: every row by its own batch) and start the steps over; what is
@@ -318,6 +324,17 @@ impl JobRun {
                             .await?;
                         pacer.rested();
                     }
+                    continue;
+                }
+                Err(e)
+                    if e.sqlstate().as_deref() == Some("23503") && plan.cycle_entry(step.table) =>
+                {
+                    // Rows of one entry row's cycle reference rows below another's: the batch
+                    // failed a NO ACTION check the cascade passes, deleting them all in one
+                    // statement (engine::cycles). So does deprov, still under the gate.
+                    self.note_rollback(began.get().copied());
+                    self.sweep_cycle(&plan, &mut cp, tenant, deferred).await?;
+                    drop(gate);
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -391,7 +408,7 @@ impl JobRun {
                         if let Err(e) = &swept {
                             telemetry::batch_failed(e.sqlstate().as_deref());
                         }
-                        let n = swept?;
+                        let (n, _) = swept?;
                         let elapsed = started.elapsed();
                         // A sweep is one more short batch transaction of this table.
                         telemetry::batch_committed(elapsed, n);

@@ -21,6 +21,7 @@ use crate::queue::kill_switch;
 
 mod checks;
 mod hard_delete;
+mod whole;
 
 /// Statement or lock timeouts in a row a run absorbs by shrinking (and, for a lock, pausing) before
 /// it hands the job back for a retry with backoff.
@@ -63,6 +64,9 @@ pub(super) struct JobRun {
     /// The job's `stalled_attempts` as the last heartbeat left it (0 once this run advanced the
     /// job; the claim's count until then): what [`Self::classify`] holds against `max_attempts`.
     stalled: AtomicI32,
+    /// Whether this run tried the whole cascade ([`Self::whole_cascade`]): its verdict stands for
+    /// the trial's.
+    whole_tried: bool,
 }
 
 impl JobRun {
@@ -81,6 +85,7 @@ impl JobRun {
             key_form: None,
             started: Some(tokio::time::Instant::now()),
             stalled,
+            whole_tried: false,
         }
     }
 
@@ -280,6 +285,9 @@ impl JobRun {
         // Keyed now by the tenant as the key column reads it: a tenant switch on that key holds
         // the job before the pre-check, which would otherwise fail it for a held tenant.
         drop(self.may_destroy().await?);
+        if let Some(outcome) = self.whole_cascade(&plan, &tenant).await? {
+            return Ok(outcome);
+        }
         if let Some(refusal) = self.pre_checks(&plan, &tenant).await? {
             return Ok(Outcome::Failed(refusal));
         }

@@ -1,0 +1,118 @@
+//! The whole cascade in one bounded transaction: the trial cascade ([`super::trial`]) that commits.
+//!
+//! A tenant whose cascading `DELETE` finishes within the batch bound needs no batches: deprov runs
+//! the soft-delete statements and the cascade in one transaction under the trial's bounds
+//! (`statement_timeout` the trial's budget, `lock_timeout`), forces deferred constraints to be
+//! checked (`SET CONSTRAINTS ALL IMMEDIATE`), and commits. The result is the cascade's by
+//! construction, in PostgreSQL's own order, and the transaction is no longer than a batch. When
+//! the cascade fails, deletes nothing, finds no tenant or does not finish within the bounds, the
+//! transaction rolls back — the soft delete with it — and the verdict is the trial's: nothing was
+//! deleted, and the worker goes on as after a trial.
+
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+
+use super::trial::{Trial, cascade_in, verdict_of};
+use super::{EngineError, Plan, statements};
+use crate::db::{self, Bounds};
+
+/// What the whole cascade did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Whole {
+    /// Committed: the tenant is deleted.
+    Committed {
+        /// Rows the soft-delete statements affected.
+        soft_deleted: u64,
+        /// Rows deleted per closure table (oid; partitions summed into their table), those with any,
+        /// from `pg_stat_get_xact_tuples_deleted` before the commit (PostgreSQL docs, *The
+        /// Cumulative Statistics System*, "Statistics Functions").
+        deleted: Vec<(u32, i64)>,
+    },
+    /// Rolled back with this verdict (never [`Trial::Succeeds`]).
+    RolledBack(Trial),
+}
+
+/// Runs `soft_delete` and the cascading `DELETE` of `tenant` in one transaction on `target`,
+/// everything within `budget` (the trial's, [`super::trial::budget`]) and each lock wait within
+/// `lock_timeout`, and commits when the cascade succeeded.
+///
+/// # Errors
+/// [`EngineError::Db`] when the target cannot be reached or the connection fails (retryable);
+/// [`EngineError::Statement`] when a soft-delete statement cannot take the tenant key. Any other
+/// error PostgreSQL reports is the verdict ([`Whole::RolledBack`]).
+pub async fn whole_cascade(
+    target: &PgPool,
+    plan: &Plan,
+    soft_delete: &[String],
+    tenant: &str,
+    lock_timeout: Duration,
+    budget: Duration,
+) -> Result<Whole, EngineError> {
+    let started = Instant::now();
+    let mut tx = db::begin(target, Bounds::new(lock_timeout, budget)).await?;
+    let outcome = async {
+        // The backend's counts include earlier transactions' not yet flushed to the statistics
+        // system (PostgreSQL 15 flushes them at most once a second): only the difference is this
+        // transaction's.
+        let before = deleted_per_table(&mut tx, plan).await?;
+        let soft_deleted = statements::soft_delete_in(&mut tx, soft_delete, tenant).await?;
+        if !soft_delete.is_empty() {
+            let left = budget.saturating_sub(started.elapsed());
+            db::set_local_statement_timeout(&mut tx, left.max(Duration::from_millis(1))).await?;
+        }
+        let trial = cascade_in(&mut tx, plan, tenant, budget, started).await?;
+        if trial != Trial::Succeeds {
+            return Ok(Err(trial));
+        }
+        let after = deleted_per_table(&mut tx, plan).await?;
+        let deleted = after
+            .into_iter()
+            .zip(before)
+            .map(|((oid, n), (_, m))| (oid, n - m))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        Ok::<_, EngineError>(Ok((soft_deleted, deleted)))
+    }
+    .await;
+    match outcome {
+        Ok(Ok((soft_deleted, deleted))) => {
+            tx.commit().await?;
+            Ok(Whole::Committed {
+                soft_deleted,
+                deleted,
+            })
+        }
+        Ok(Err(trial)) => {
+            tx.rollback().await?;
+            Ok(Whole::RolledBack(trial))
+        }
+        Err(EngineError::Db(e)) => {
+            tx.rollback().await?;
+            verdict_of(e).map(Whole::RolledBack)
+        }
+        Err(e) => {
+            tx.rollback().await?;
+            Err(e)
+        }
+    }
+}
+
+/// Rows deleted per closure table of `plan` as the backend counts them
+/// (`pg_stat_get_xact_tuples_deleted`), partitions summed into their partitioned table, in oid order.
+async fn deleted_per_table(
+    tx: &mut sqlx::PgConnection,
+    plan: &Plan,
+) -> Result<Vec<(u32, i64)>, sqlx::Error> {
+    let oids: Vec<i64> = plan.closure.iter().map(|&o| i64::from(o)).collect();
+    let counts: Vec<(i64, i64)> = db::query_as(
+        "SELECT r.o, sum(pg_stat_get_xact_tuples_deleted(p.relid))::int8 \
+         FROM unnest($1::int8[]) r(o) CROSS JOIN LATERAL \
+           (SELECT r.o::oid AS relid UNION SELECT relid FROM pg_partition_tree(r.o::oid)) p \
+         GROUP BY r.o ORDER BY r.o",
+    )
+    .bind(oids)
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(counts.into_iter().map(|(o, n)| (o as u32, n)).collect())
+}

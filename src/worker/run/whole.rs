@@ -1,0 +1,109 @@
+//! A job whose tenant's whole cascade fits one batch's bound: deleted by one transaction
+//! ([`engine::whole`]) instead of a trial, a soft delete and batches.
+
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::{JobRun, Stop};
+use crate::db::{self, Bounds};
+use crate::engine::trial::Trial;
+use crate::engine::whole::Whole;
+use crate::engine::{self};
+use crate::queue::jobs::Outcome;
+
+impl JobRun {
+    /// Before the pre-checks: with `[hard_delete] trial_cascade` and `whole_cascade`, before any
+    /// hard-delete statement, and with no grace period left to wait — runs the soft delete (when
+    /// the job has not soft-deleted yet) and the tenant's cascade in one bounded transaction under
+    /// the kill-switch gate, and commits when the cascade succeeds.
+    ///
+    /// `Ok(Some(Completed))` when it committed; `Ok(Some(Failed))` with the refusal when the
+    /// cascade fails or deletes nothing (rolled back: nothing was deleted by it); `Ok(None)` when
+    /// it did not run, found no tenant, or did not finish within the bounds — the verdict is then
+    /// in `progress.trial`, and the pre-checks do not run the trial again in this run.
+    pub(super) async fn whole_cascade(
+        &mut self,
+        plan: &engine::Plan,
+        tenant: &str,
+    ) -> Result<Option<Outcome>, Stop> {
+        let w = self.worker.clone();
+        let hd = &w.config.hard_delete;
+        let soft_delete_first = matches!(self.job.step.as_str(), "soft_delete" | "resolve");
+        let applies = hd.trial_cascade
+            && hd.whole_cascade
+            && self.before_hard_delete()
+            && if soft_delete_first {
+                hd.grace_period.is_zero()
+            } else {
+                self.grace_remaining().is_none()
+            };
+        if !applies {
+            return Ok(None);
+        }
+        if let Some(refusal) = self.refuse_user_triggers(plan).await? {
+            return Ok(Some(Outcome::Failed(refusal)));
+        }
+        let statements: &[String] = if soft_delete_first {
+            &w.config.soft_delete.statements
+        } else {
+            &[]
+        };
+        let gate = self.may_destroy().await?;
+        let started = std::time::Instant::now();
+        let whole = engine::whole::whole_cascade(
+            &w.pools.target,
+            plan,
+            statements,
+            tenant,
+            hd.lock_timeout,
+            engine::trial::budget(hd),
+        )
+        .await?;
+        drop(gate);
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.progress.trial_ms = ms;
+        self.whole_tried = true;
+        match whole {
+            Whole::Committed {
+                soft_deleted,
+                deleted,
+            } => {
+                self.progress.trial = Some(Trial::Succeeds.label());
+                self.progress.whole_cascade = true;
+                self.progress.longest_batch_ms = self.progress.longest_batch_ms.max(ms);
+                self.progress.batches += 1;
+                let now = OffsetDateTime::now_utc().format(&Rfc3339).ok();
+                if soft_delete_first {
+                    self.progress.soft_deleted_rows = Some(soft_deleted);
+                    self.progress.soft_deleted_at = now.clone();
+                }
+                let rows: i64 = deleted.iter().map(|(_, n)| n).sum();
+                crate::telemetry::batch_committed(started.elapsed(), rows);
+                for (oid, rows) in deleted {
+                    let name = plan.name(oid).to_string();
+                    self.progress.record_cascaded(&name, rows);
+                    self.progress.table_mut(&name).done = true;
+                }
+                self.progress.hard_delete_started_at = now;
+                // Recorded for the job's history; the tenant is deleted whatever this says.
+                let mut tx = db::begin(&w.pools.queue, Bounds::STATE).await?;
+                crate::queue::grace::mark_hard_delete_started(&mut *tx, self.job.id, &w.id)
+                    .await?;
+                tx.commit().await?;
+                Ok(Some(Outcome::Completed))
+            }
+            Whole::RolledBack(verdict) => {
+                self.progress.longest_rolled_back_ms = self.progress.longest_rolled_back_ms.max(ms);
+                self.progress.trial = Some(verdict.label());
+                let Some(why) = verdict.refusal() else {
+                    return Ok(None);
+                };
+                let listed = self.blockers_listed(plan, tenant).await?;
+                Ok(Some(Outcome::Failed(format!(
+                    "refused: {why} (PostgreSQL's answer, in a transaction rolled back); {}{listed}",
+                    self.done_so_far()
+                ))))
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! `[hard_delete] whole_cascade`: a tenant whose cascade fits the trial's bound is deleted by one
+//! transaction with its soft delete (`engine::whole`); one that fails is refused with nothing
+//! deleted; one too large goes on in batches.
+
+use deprov::queue::JobState;
+
+use crate::harness::{config_hard, delete_tenant_1, digest, env_with_schema};
+
+const SCHEMA: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.projects (id int PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE TABLE app.items (id int PRIMARY KEY,
+    project_id int NOT NULL REFERENCES app.projects ON DELETE CASCADE);
+CREATE INDEX ON app.projects (account_id);
+CREATE INDEX ON app.items (project_id);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.projects SELECT g, 1 + g % 2 FROM generate_series(1, 40) g;
+INSERT INTO app.items SELECT g, 1 + g % 40 FROM generate_series(1, 2000) g;
+ANALYZE;
+";
+
+fn config(max_batch_duration: &str) -> String {
+    config_hard(
+        &format!(
+            "batch_rows = 10\nmax_batch_rows = 10\nmax_batch_duration = \"{max_batch_duration}\"\n\
+             lock_timeout = \"50ms\"\ncascade_rows = 0\nwhole_cascade = true"
+        ),
+        "id",
+        "",
+    )
+}
+
+#[tokio::test]
+async fn a_tenant_whose_cascade_fits_is_deleted_by_one_transaction() {
+    let progress = delete_tenant_1(SCHEMA, &config("800ms")).await;
+    // 1 account, 20 projects, 1,000 items; the soft delete's UPDATE ran in the same transaction.
+    assert!(progress.whole_cascade, "{progress:?}");
+    assert_eq!(
+        (progress.rows_deleted, progress.batches, progress.soft_deleted_rows),
+        (1021, 1, Some(1)),
+        "{progress:?}"
+    );
+    let items = progress.table(r#""app"."items""#).expect("items counted");
+    assert_eq!((items.rows_deleted, items.done), (1000, true), "{progress:?}");
+    assert_eq!(progress.trial.as_deref(), Some("succeeds"));
+}
+
+#[tokio::test]
+async fn a_cascade_that_fails_is_refused_with_nothing_deleted_not_even_soft() {
+    let schema = format!(
+        "{SCHEMA}
+CREATE TABLE app.audit (id int PRIMARY KEY, project_id int REFERENCES app.projects);
+INSERT INTO app.audit VALUES (1, 3);"
+    );
+    let env = env_with_schema(&config("800ms"), &schema).await;
+    let before = digest(&env.db).await;
+    let id = env.request("2").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(id).await;
+    assert_eq!(job.state(), JobState::Failed, "{job:?}");
+    let error = job.last_error.clone().unwrap_or_default();
+    assert!(
+        error.contains("refused") && error.contains("nothing was deleted"),
+        "{error}"
+    );
+    assert_eq!(digest(&env.db).await, before);
+}
+
+#[tokio::test]
+async fn a_cascade_longer_than_the_bound_goes_on_in_batches() {
+    // Each item's delete takes 2 ms: the whole cascade (1,000 items) cannot finish within the
+    // bound of a 100 ms batch (80 ms); batches of 10 items can.
+    let schema = format!(
+        "{SCHEMA}
+CREATE FUNCTION app.slow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(0.002); RETURN OLD; END $$;
+CREATE TRIGGER slow BEFORE DELETE ON app.items FOR EACH ROW EXECUTE FUNCTION app.slow();"
+    );
+    let progress = delete_tenant_1(&schema, &config("100ms")).await;
+    assert!(!progress.whole_cascade, "{progress:?}");
+    assert!(
+        progress.trial.as_deref().unwrap_or("").starts_with("undecided"),
+        "{progress:?}"
+    );
+    assert_eq!(progress.rows_deleted, 1021, "{progress:?}");
+    assert!(progress.batches > 20, "{progress:?}");
+}
