@@ -63,6 +63,10 @@ pub struct BenchArgs {
     /// `synchronous_commit = off` (0 = every batch durable and checkpointed).
     #[arg(long, default_value_t = 1000)]
     pub checkpoint_interval_ms: u64,
+    /// `[hard_delete] whole_cascade = false`: the tenant goes in batches even when its whole
+    /// cascade fits one transaction of the batch bound.
+    #[arg(long)]
+    pub no_whole_cascade: bool,
     /// `[pacing] rate_limit` in rows/s (0 = unlimited).
     #[arg(long, default_value_t = 0)]
     pub rate_limit: u32,
@@ -516,7 +520,11 @@ impl Deprov {
                 "duty_cycle = 1 ",
                 &format!("duty_cycle = {:?} ", run.duty_cycle),
             )
-            .replace("poll_interval = \"500ms\"", "poll_interval = \"10ms\"");
+            .replace("poll_interval = \"500ms\"", "poll_interval = \"10ms\"")
+            .replace(
+                "whole_cascade = true ",
+                &format!("whole_cascade = {} ", !args.no_whole_cascade),
+            );
         let config = std::sync::Arc::new(
             Config::from_toml(&text).map_err(|e| BenchError::Config(e.to_string()))?,
         );

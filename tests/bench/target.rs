@@ -67,6 +67,7 @@ statements = ["UPDATE shop.orgs SET deleted_at = now() WHERE id = $1 AND deleted
 grace_period = "1h"
 batch_rows = 20
 max_batch_duration = "100ms"
+whole_cascade = false
 
 [worker]
 poll_interval = "10ms"
