@@ -180,11 +180,29 @@ async fn corpus_schemas_have_the_features_and_runs_equal_the_cascade() {
         scale: SCALE,
         url: Some(server.url("postgres")),
         json: true,
+        keep: true,
     })
     .await
     .expect("the corpus runs");
     assert_eq!(report.schemas.len(), 2);
     assert_eq!(report.runs.len(), 4);
+    // `--keep`: the generated databases stay, as loaded.
+    for schema in &report.schemas {
+        let kept = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&server.url(&schema.database))
+            .await
+            .unwrap_or_else(|e| panic!("{} kept: {e}", schema.database));
+        let rows: i64 = sqlx::query_scalar(
+            "SELECT sum(greatest(reltuples, 0))::int8 FROM pg_class \
+             WHERE relkind = 'r' AND relnamespace = 'app'::regnamespace",
+        )
+        .fetch_one(&kept)
+        .await
+        .unwrap();
+        assert!(rows > 0, "{}: {rows}", schema.database);
+        kept.close().await;
+    }
     for r in &report.runs {
         let t = r.report.as_ref().unwrap_or_else(|| panic!("{r:#?}"));
         assert!(t.equals_cascade, "{}", t.to_text());

@@ -44,6 +44,10 @@ pub struct CorpusArgs {
     /// Print the whole report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// With `--url`: keep each generated database (`deprov_corpus_<seed>`, as loaded, before any
+    /// delete) to inspect or to run `deprov plan` and `bench delete --target-url` on.
+    #[arg(long, requires = "url")]
+    pub keep: bool,
 }
 
 /// Why the corpus could not run (a failed run is recorded in its [`CorpusRun`] instead).
@@ -276,7 +280,9 @@ pub async fn run(args: &CorpusArgs) -> Result<CorpusReport, CorpusError> {
                 report: outcome.ok(),
             });
         }
-        drop_database(&admin, &database).await?;
+        if !args.keep {
+            drop_database(&admin, &database).await?;
+        }
         schemas.push(described);
     }
     admin.close().await;
