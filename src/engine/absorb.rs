@@ -114,6 +114,15 @@ impl Plan {
         ((batch_rows as f64 / per_row).floor() as i64).max(1)
     }
 
+    /// The size of a step's first batch: for a block step ([`Plan::block_step`]), `batch_rows`
+    /// blocks of its table; else [`Plan::first_batch_rows`] of its table.
+    pub fn first_batch(&self, step: &super::plan::Step, batch_rows: i64) -> i64 {
+        if self.block_step(step) {
+            return batch_rows.max(1);
+        }
+        self.first_batch_rows(step.table, batch_rows)
+    }
+
     /// Whether deleting a row of `table` makes PostgreSQL scan a whole referencing table: a foreign
     /// key into it has no index on its referencing columns.
     fn delete_scans(&self, table: u32) -> bool {

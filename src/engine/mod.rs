@@ -8,6 +8,7 @@
 //! [`crate::db::query`], so they are unnamed behind a transaction pooler.
 
 pub mod absorb;
+mod blocks;
 pub mod catalog;
 pub mod cycles;
 mod durability;
@@ -284,6 +285,10 @@ pub async fn run_batch(
         began,
         jump,
     } = at;
+    if plan.block_step(&plan.steps[step]) {
+        return blocks::run_blocks(target, plan, step, cursor, tenant, limits, unchanged, began)
+            .await;
+    }
     if let Cursor::Within(parent, last) = cursor
         && large_parent
         && plan.range_step(&plan.steps[step])
@@ -307,6 +312,8 @@ pub async fn run_batch(
         Cursor::Start => Vec::new(),
         Cursor::AfterParent(p) => p.clone(),
         Cursor::Within(p, k) => p.iter().chain(k).cloned().collect(),
+        // A step that ran block ranges under an earlier plan: start its batches over.
+        Cursor::Block(_) => Vec::new(),
     };
     // Timed from BEGIN: the wait for a connection holds no lock.
     let conn = crate::db::acquire(target).await?;

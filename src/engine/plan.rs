@@ -263,6 +263,25 @@ impl Plan {
             && self.held_self_refs(step.table).is_empty()
     }
 
+    /// Whether a step's batches are block ranges of its table ([`super::queries::block_batch`]):
+    /// the step has a parent, its foreign key to it has no index, and the table is not partitioned,
+    /// not a tree, keeps no rows back (no non-CASCADE reference to itself) and is referenced by no
+    /// foreign key without an index (deleting one of its rows would scan that referencing table, so
+    /// its batches must be able to shrink to one row, not one block's rows).
+    pub fn block_step(&self, step: &Step) -> bool {
+        step.path
+            .first()
+            .is_some_and(|&fk| !self.catalog.foreign_keys[fk].indexed)
+            && !self.partitioned(step.table)
+            && !self.is_tree(step.table)
+            && self.held_self_refs(step.table).is_empty()
+            && !self
+                .catalog
+                .foreign_keys
+                .iter()
+                .any(|fk| fk.to == step.table && !fk.indexed)
+    }
+
     /// Human-readable path of a step: `app.deployments → app.environments → app.accounts`.
     pub fn describe_path(&self, step: &Step) -> String {
         let mut parts = vec![self.name(step.table).to_string()];

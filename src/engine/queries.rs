@@ -6,7 +6,9 @@
 use super::plan::{Plan, Step};
 use crate::sql::{SqlBuilder, Statement};
 
+mod blocks;
 mod range;
+pub use blocks::block_batch;
 pub use range::{children_count, range_bound, range_delete};
 
 /// Alias bases so nested sub-queries never shadow each other's aliases.
@@ -66,6 +68,8 @@ pub enum Cursor {
     AfterParent(Vec<String>),
     /// Children of this parent (first values) are gone up to this child key (last values).
     Within(Vec<String>, Vec<String>),
+    /// A block-range step ([`block_batch`]) has read the table's blocks before this one.
+    Block(i64),
 }
 
 /// `a, b, c` for columns of alias `alias`.

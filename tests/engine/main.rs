@@ -4,6 +4,7 @@
 mod absorb;
 mod attempts;
 mod batch_bound;
+mod blocks;
 mod cascade_check;
 mod crash_resume;
 mod cycles;

@@ -99,7 +99,7 @@ impl JobRun {
             rows: plan
                 .steps
                 .first()
-                .map_or(batch_rows, |s| plan.first_batch_rows(s.table, batch_rows)),
+                .map_or(batch_rows, |s| plan.first_batch(s, batch_rows)),
             cascade_rows: lowered(cascade_rows),
             kept_back: 0,
             pass_deleted: 0,
@@ -236,7 +236,8 @@ impl JobRun {
                     if e.sqlstate().as_deref() == Some("57014")
                         && limits.statement_timeout < self.limits.statement_timeout
                         && !jumped
-                        && !step.path.is_empty() =>
+                        && !step.path.is_empty()
+                        && !plan.block_step(step) =>
                 {
                     // The batch bound cut the batch short. Before shrinking it or blaming a
                     // cascade, retry it once with the same size reading first where its rows
@@ -369,9 +370,14 @@ impl JobRun {
                 self.progress
                     .record_cascaded(&plan.name(oid).to_string(), rows);
             }
-            let rows = self
-                .sizing
-                .next_rows(cp.rows, batch.selected, batch.elapsed);
+            // A block range is read whole, however few of its rows are the tenant's: it is sized
+            // by time alone.
+            let full = if plan.block_step(step) {
+                cp.rows
+            } else {
+                batch.selected
+            };
+            let rows = self.sizing.next_rows(cp.rows, full, batch.elapsed);
             cp.parents = self.sizing.next_parents(cp.parents, cp.rows, &batch, rows);
             cp.rows = rows;
             cp.kept_back += batch.selected - batch.deleted;
@@ -423,7 +429,7 @@ impl JobRun {
                     cp.kept_back = 0;
                     cp.pass_deleted = 0;
                     cp.rows = plan.steps.get(cp.step).map_or(self.limits.rows, |s| {
-                        plan.first_batch_rows(s.table, self.limits.rows)
+                        plan.first_batch(s, self.limits.rows)
                     });
                 }
                 None => {
@@ -437,7 +443,7 @@ impl JobRun {
                     // Cost per row differs per table (a parent's delete checks every child table):
                     // each step starts small again and grows by measurement.
                     cp.rows = plan.steps.get(cp.step).map_or(self.limits.rows, |s| {
-                        plan.first_batch_rows(s.table, self.limits.rows)
+                        plan.first_batch(s, self.limits.rows)
                     });
                     if !plan.steps[cp.step..].iter().any(|s| s.table == step.table) {
                         self.progress.table_mut(&table).done = true;

@@ -62,7 +62,7 @@ impl JobRun {
         cp.kept_back = 0;
         cp.pass_deleted = 0;
         cp.rows = plan.steps.get(cp.step).map_or(self.limits.rows, |s| {
-            plan.first_batch_rows(s.table, self.limits.rows)
+            plan.first_batch(s, self.limits.rows)
         });
         Ok(())
     }

@@ -1,0 +1,66 @@
+//! Running a block-range batch ([`queries::block_batch`]) for a step whose foreign key to its
+//! parent has no index ([`Plan::block_step`]).
+
+use std::time::Instant;
+
+use sqlx::PgPool;
+
+use super::{
+    BatchLimits, BatchResult, Cursor, EngineError, Incarnation, Plan, cascaded_since,
+    check_unchanged, deleted_so_far, queries,
+};
+
+/// Deletes the tenant rows of step `step` in the blocks from `cursor` (`Cursor::Block`, else the
+/// first block) on, `limits.rows` blocks, in one transaction under `limits`, after
+/// [`check_unchanged`] with `unchanged`; `began` is set at its `BEGIN`. The result's `selected`
+/// and `deleted` are the rows deleted, `next` the block after the range while the table has more
+/// blocks, `cascaded` what PostgreSQL's cascade deleted in absorbed tables below.
+///
+/// # Errors
+/// Database errors (timeouts are retryable: the batch rolled back and can run again).
+pub(super) async fn run_blocks(
+    target: &PgPool,
+    plan: &Plan,
+    step: usize,
+    cursor: &Cursor,
+    tenant: &str,
+    limits: &BatchLimits,
+    unchanged: Option<&Incarnation>,
+    began: &std::sync::OnceLock<Instant>,
+) -> Result<BatchResult, EngineError> {
+    let lo = match cursor {
+        Cursor::Block(b) => *b,
+        _ => 0,
+    };
+    let hi = lo.saturating_add(limits.rows.max(1));
+    let stmt = queries::block_batch(plan, &plan.steps[step]);
+    let conn = crate::db::acquire(target).await?;
+    let started = *began.get_or_init(Instant::now);
+    let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
+    check_unchanged(&mut tx, unchanged).await?;
+    let table = plan.steps[step].table;
+    let below: Vec<u32> = if plan.absorbs_below(table) {
+        plan.absorbed.iter().copied().collect()
+    } else {
+        Vec::new()
+    };
+    let before = deleted_so_far(&mut tx, &below).await?;
+    let (deleted, blocks): (i64, i64) = crate::db::query_as(stmt.as_query())
+        .persistent(false)
+        .bind(tenant)
+        .bind(lo)
+        .bind(hi)
+        .fetch_one(&mut *tx)
+        .await?;
+    let cascaded = cascaded_since(&mut tx, &before).await?;
+    tx.commit().await?;
+    Ok(BatchResult {
+        selected: deleted,
+        deleted,
+        parents: 0,
+        parents_used: 0,
+        next: (hi < blocks).then_some(Cursor::Block(hi)),
+        cascaded,
+        elapsed: started.elapsed(),
+    })
+}
