@@ -236,8 +236,7 @@ fn table(
         all.push(own);
         parent_fk(rng, &mut t, &all, i, tenant, format!("fk {i} self"));
         // From seed TWO_SELF_REFS_FROM on (earlier seeds keep their shapes), often a second
-        // reference to itself: a tree with a NO ACTION "see also" link, or two held references (a
-        // review found the keep-back wrong for the first shape).
+        // reference to itself: a tree with a NO ACTION "see also" link, or two held references.
         if two_self && rng.random_bool(0.8) {
             let own = Table {
                 rows: Vec::new(),

@@ -395,11 +395,10 @@ CREATE TRIGGER log_item AFTER DELETE ON app.items FOR EACH ROW EXECUTE FUNCTION 
     assert_eq!(digest(&target).await, digest(&s.expected).await);
 }
 
-/// What a reviewer saw: statistics resets (`pg_stat_reset_shared('bgwriter')`, which look like a
-/// restart) during a job in deferred mode each rewound it and spent an attempt, and their rewinds
-/// added up in `rows_deleted`. Now the first one rewinds the run, which goes on at once with every
-/// batch durable: a second reset changes nothing, no attempt is spent, and `rows_deleted` misses at
-/// most one checkpoint interval of rows.
+/// Statistics resets (`pg_stat_reset_shared('bgwriter')`, which look like a restart) during a job
+/// in deferred mode: the first one rewinds the run, which goes on at once with every batch
+/// durable; a second reset changes nothing, no attempt is spent, and `rows_deleted` misses at most
+/// one checkpoint interval of rows (rewinds do not add up in it).
 #[tokio::test]
 async fn statistics_resets_cost_one_rewind_and_no_attempt() {
     let schema = SCHEMA

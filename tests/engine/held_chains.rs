@@ -1,8 +1,8 @@
 //! A non-CASCADE reference of a table to itself, with a row kept back (still referenced from
-//! outside its batch) that itself references another row of the same batch (review finding): the
-//! batch deleted that other row while the kept-back row still referenced it, the NO ACTION check
-//! failed (23503), and the job ended `failed` part-way although the cascading `DELETE` succeeds.
-//! A batch now keeps back, recursively, what kept-back rows reference.
+//! outside its batch) that itself references another row of the same batch: deleting that other
+//! row while the kept-back row still references it would fail the NO ACTION check (23503) and end
+//! the job `failed` part-way although the cascading `DELETE` succeeds. A batch keeps back,
+//! recursively, what kept-back rows reference.
 
 use deprov::queue::JobState;
 
@@ -40,7 +40,7 @@ async fn rows_a_kept_back_row_references_are_kept_back_too() {
 
 /// A job that fails part-way (a trigger refuses one row) after batches that committed deferred
 /// (`checkpoint_interval`): they are made durable and checkpointed before the job ends, so its
-/// progress counts the rows really deleted (review finding: it said 0 after a rewind). The trial
+/// progress counts the rows really deleted, not 0 after a rewind. The trial
 /// cascade is off: it would refuse this tenant before anything is deleted (`schema_edges`).
 #[tokio::test]
 async fn a_job_that_fails_part_way_counts_what_it_deleted() {
@@ -105,7 +105,7 @@ CREATE TRIGGER refuse BEFORE DELETE ON app.items FOR EACH ROW WHEN (OLD.id = 500
 
 /// A tree whose parents have higher keys than their children: a batch, in descending key order,
 /// meets each chain's parent first, and PostgreSQL's cascade deletes the rest of the chain under
-/// it. Those rows are counted too (review finding: 22,110 of 200,000 were).
+/// it. Those rows are counted too, not only the statement's own.
 #[tokio::test]
 async fn rows_a_tree_cascades_to_under_a_batch_are_counted() {
     let schema = "
@@ -134,10 +134,10 @@ INSERT INTO app.tasks SELECT g, 2, CASE WHEN g % 10 = 0 THEN NULL ELSE g + 1 END
     );
 }
 
-/// A tree (CASCADE reference to itself) with a NO ACTION reference to itself as well (second
-/// review): row 3 is kept back for row 1's reference, and its tree parent, row 2, deleted in a
-/// later batch, took it along by the cascade while row 1 still referenced it (23503). A kept-back
-/// row now keeps back its tree parent too.
+/// A tree (CASCADE reference to itself) with a NO ACTION reference to itself as well: row 3 is kept
+/// back for row 1's reference, and its tree parent, row 2, deleted in a later batch, would take it
+/// along by the cascade while row 1 still references it (23503). A kept-back row keeps back its
+/// tree parent too.
 #[tokio::test]
 async fn a_kept_back_row_is_not_taken_by_its_tree_parents_cascade() {
     let schema = "

@@ -1,8 +1,8 @@
-//! A table without a primary key, its foreign key indexed, and one parent with many rows in it
-//! (review finding): its batches continued inside the parent by `ctid > $cursor ORDER BY ctid`,
-//! an order no index gives, so every batch read and sorted all of the parent's remaining rows and
-//! the time-sized batches shrank to one row: a job that would not end. Now a parent's rows are
-//! taken in the index's order, and a batch reads about as many rows as it deletes.
+//! A table without a primary key, its foreign key indexed, and one parent with many rows in it.
+//! Continuing inside the parent by `ctid > $cursor ORDER BY ctid`, an order no index gives, would
+//! make every batch read and sort all of the parent's remaining rows and the time-sized batches
+//! shrink to one row: a job that would not end. A parent's rows are taken in the index's order,
+//! and a batch reads about as many rows as it deletes.
 
 use deprov::engine::{Cursor, load_plan, queries};
 use deprov::sql::QualifiedName;

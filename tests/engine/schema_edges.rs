@@ -340,9 +340,9 @@ INSERT INTO app.pin VALUES (1, 'ab', 2), (2, 'ab ', 1), (3, 'cd', 3);";
 }
 
 /// A delete trigger that looks at the parent row: the cascade (root first) deletes members while
-/// their account is gone, so the trigger lets the owner go; deprov (leaves first) deleted the
-/// notes, then met the owner with its account still there, and failed part-way (review). The trial
-/// runs in the cascade's order and cannot see it. By default (`user_triggers = "refuse"`) such a
+/// their account is gone, so the trigger lets the owner go; leaves first, deprov would delete the
+/// notes, then meet the owner with its account still there, and fail part-way. The trial runs in
+/// the cascade's order and cannot see it. By default (`user_triggers = "refuse"`) such a
 /// tenant is refused before anything is deleted, naming the trigger.
 #[tokio::test]
 async fn user_delete_triggers_are_refused_by_default_naming_them() {
@@ -385,8 +385,8 @@ INSERT INTO app.notes SELECT g, 1 + g % 20 FROM generate_series(1, 60) g;";
 
 /// A blocker written during the grace period, after a trial that succeeded before the soft
 /// delete: the trial is run again when the hard delete starts (and an earlier run's trial no
-/// longer overrules the simulation), so the tenant is refused with nothing hard-deleted. The
-/// review saw an earlier build delete 50 rows and then fail.
+/// longer overrules the simulation), so the tenant is refused with nothing hard-deleted, rather
+/// than deleting some rows and then failing.
 #[tokio::test]
 async fn a_blocker_written_during_the_grace_period_is_found_before_the_hard_delete() {
     let schema = "CREATE SCHEMA app;

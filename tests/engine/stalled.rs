@@ -70,7 +70,7 @@ async fn a_batch_whose_worker_stops_sending_is_rolled_back_by_the_server() {
 /// After PgBouncer or PostgreSQL restarted, every connection idle in a pool is dead; through a
 /// transaction pooler none is pinged before use. The first statement to find one dead has the pool's
 /// idle connections closed (`db::discard_idle`, as the worker does), so the next statements get new
-/// connections instead of failing once per dead one (one job attempt each, in a reviewer's run).
+/// connections instead of failing once per dead one (one job attempt each).
 #[tokio::test]
 async fn after_one_lost_connection_the_dead_idle_ones_are_closed_not_handed_out() {
     use sqlx::postgres::PgPoolOptions;

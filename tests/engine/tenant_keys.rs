@@ -83,8 +83,7 @@ async fn a_tenant_kill_switch_holds_a_job_whose_key_is_written_differently() {
 
 /// The converse: a tenant switch engaged on another spelling of the key (the CLI stores a key as
 /// typed, `"01"`) holds the job of tenant `"1"` before anything is destroyed, the cascade
-/// pre-check included (review finding: such a job went on, or failed in the pre-check instead of
-/// being held).
+/// pre-check included (it must neither go on nor fail in the pre-check).
 #[tokio::test]
 async fn a_tenant_kill_switch_typed_differently_holds_the_tenants_job() {
     let env = env("").await;

@@ -1,8 +1,8 @@
 //! A tree (a table's own `ON DELETE CASCADE` reference) whose parents have higher keys than their
 //! children: a batch (descending keys) meets parents first, and PostgreSQL's cascade deletes their
-//! subtrees under it — more rows than the batch selected. A review saw such batches run to 493 ms
-//! against `max_batch_duration = 100ms`; every batch now runs under ⅘ of it, so one that cascades
-//! further than its size predicted is cut short and retried smaller.
+//! subtrees under it — more rows than the batch selected, for far longer than
+//! `max_batch_duration`. Every batch runs under ⅘ of it, so one that cascades further than its
+//! size predicted is cut short and retried smaller.
 
 use crate::harness::{config_hard, delete_tenant_1};
 
