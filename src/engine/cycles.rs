@@ -149,8 +149,9 @@ impl Plan {
     /// (see the module docs): a batch failing a NO ACTION check (23503) there may succeed as one
     /// statement over all the table's remaining rows.
     pub fn cycle_entry(&self, table: u32) -> bool {
-        self.catalog.foreign_keys.iter().any(|fk| {
-            fk.to == table && fk.from != table && self.cycle_absorbed.contains(&fk.from)
-        })
+        self.catalog
+            .foreign_keys
+            .iter()
+            .any(|fk| fk.to == table && fk.from != table && self.cycle_absorbed.contains(&fk.from))
     }
 }

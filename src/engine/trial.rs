@@ -186,7 +186,10 @@ pub(super) async fn cascade_in(
 /// [`EngineError::Db`] when the error says nothing about the data: the connection or the server
 /// went away (retryable).
 pub(super) fn verdict_of(e: sqlx::Error) -> Result<Trial, EngineError> {
-    let Some(code) = e.as_database_error().map(|d| d.code().map(|c| c.into_owned())) else {
+    let Some(code) = e
+        .as_database_error()
+        .map(|d| d.code().map(|c| c.into_owned()))
+    else {
         return Err(EngineError::Db(e));
     };
     match answer_of(&code.unwrap_or_default()) {

@@ -87,7 +87,11 @@ async fn a_cycle_entered_twice_is_refused_before_anything_or_deleted_whole() {
         error.contains("foreign keys on a cycle") && error.contains("nothing was deleted"),
         "{error}"
     );
-    assert_eq!(digest(&env.db).await, before, "nothing deleted, not even soft");
+    assert_eq!(
+        digest(&env.db).await,
+        before,
+        "nothing deleted, not even soft"
+    );
 
     // With the whole cascade on, the tenant fits one transaction and is deleted as the cascade
     // deletes it.

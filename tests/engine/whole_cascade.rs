@@ -38,12 +38,20 @@ async fn a_tenant_whose_cascade_fits_is_deleted_by_one_transaction() {
     // 1 account, 20 projects, 1,000 items; the soft delete's UPDATE ran in the same transaction.
     assert!(progress.whole_cascade, "{progress:?}");
     assert_eq!(
-        (progress.rows_deleted, progress.batches, progress.soft_deleted_rows),
+        (
+            progress.rows_deleted,
+            progress.batches,
+            progress.soft_deleted_rows
+        ),
         (1021, 1, Some(1)),
         "{progress:?}"
     );
     let items = progress.table(r#""app"."items""#).expect("items counted");
-    assert_eq!((items.rows_deleted, items.done), (1000, true), "{progress:?}");
+    assert_eq!(
+        (items.rows_deleted, items.done),
+        (1000, true),
+        "{progress:?}"
+    );
     assert_eq!(progress.trial.as_deref(), Some("succeeds"));
 }
 
@@ -81,7 +89,11 @@ CREATE TRIGGER slow BEFORE DELETE ON app.items FOR EACH ROW EXECUTE FUNCTION app
     let progress = delete_tenant_1(&schema, &config("100ms")).await;
     assert!(!progress.whole_cascade, "{progress:?}");
     assert!(
-        progress.trial.as_deref().unwrap_or("").starts_with("undecided"),
+        progress
+            .trial
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("undecided"),
         "{progress:?}"
     );
     assert_eq!(progress.rows_deleted, 1021, "{progress:?}");

@@ -25,10 +25,7 @@ use crate::sql::{SqlBuilder, Statement};
 /// table's size in blocks now (`pg_relation_size` ÷ `block_size`), so the caller knows when the
 /// range has passed the end.
 pub fn block_batch(plan: &Plan, step: &Step) -> Statement {
-    let (&first, rest) = step
-        .path
-        .split_first()
-        .expect("a block step has a parent");
+    let (&first, rest) = step.path.split_first().expect("a block step has a parent");
     let fk = &plan.catalog.foreign_keys[first];
     let parent = &plan.catalog.tables[&fk.to];
     let parent_types: Vec<&crate::sql::SqlType> =

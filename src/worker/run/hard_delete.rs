@@ -428,9 +428,10 @@ impl JobRun {
                     cp.parents = 1;
                     cp.kept_back = 0;
                     cp.pass_deleted = 0;
-                    cp.rows = plan.steps.get(cp.step).map_or(self.limits.rows, |s| {
-                        plan.first_batch(s, self.limits.rows)
-                    });
+                    cp.rows = plan
+                        .steps
+                        .get(cp.step)
+                        .map_or(self.limits.rows, |s| plan.first_batch(s, self.limits.rows));
                 }
                 None => {
                     if last_of_table {
@@ -442,9 +443,10 @@ impl JobRun {
                     cp.parents = 1;
                     // Cost per row differs per table (a parent's delete checks every child table):
                     // each step starts small again and grows by measurement.
-                    cp.rows = plan.steps.get(cp.step).map_or(self.limits.rows, |s| {
-                        plan.first_batch(s, self.limits.rows)
-                    });
+                    cp.rows = plan
+                        .steps
+                        .get(cp.step)
+                        .map_or(self.limits.rows, |s| plan.first_batch(s, self.limits.rows));
                     if !plan.steps[cp.step..].iter().any(|s| s.table == step.table) {
                         self.progress.table_mut(&table).done = true;
                     }

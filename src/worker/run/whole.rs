@@ -87,8 +87,7 @@ impl JobRun {
                 self.progress.hard_delete_started_at = now;
                 // Recorded for the job's history; the tenant is deleted whatever this says.
                 let mut tx = db::begin(&w.pools.queue, Bounds::STATE).await?;
-                crate::queue::grace::mark_hard_delete_started(&mut *tx, self.job.id, &w.id)
-                    .await?;
+                crate::queue::grace::mark_hard_delete_started(&mut *tx, self.job.id, &w.id).await?;
                 tx.commit().await?;
                 Ok(Some(Outcome::Completed))
             }

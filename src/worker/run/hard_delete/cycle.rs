@@ -61,9 +61,10 @@ impl JobRun {
         cp.parents = 1;
         cp.kept_back = 0;
         cp.pass_deleted = 0;
-        cp.rows = plan.steps.get(cp.step).map_or(self.limits.rows, |s| {
-            plan.first_batch(s, self.limits.rows)
-        });
+        cp.rows = plan
+            .steps
+            .get(cp.step)
+            .map_or(self.limits.rows, |s| plan.first_batch(s, self.limits.rows));
         Ok(())
     }
 }
