@@ -132,6 +132,16 @@ impl Plan {
             .any(|fk| fk.to == table && !fk.indexed)
     }
 
+    /// The tables PostgreSQL's cascade may delete rows of under a statement on `table`: the
+    /// absorbed ones when it absorbs below ([`Plan::absorbs_below`]), else none.
+    pub fn absorbed_below(&self, table: u32) -> Vec<u32> {
+        if self.absorbs_below(table) {
+            self.absorbed.iter().copied().collect()
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows.
     pub fn absorbs_below(&self, table: u32) -> bool {
         self.catalog

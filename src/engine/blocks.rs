@@ -38,12 +38,7 @@ pub(super) async fn run_blocks(
     let started = *began.get_or_init(Instant::now);
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
     check_unchanged(&mut tx, unchanged).await?;
-    let table = plan.steps[step].table;
-    let below: Vec<u32> = if plan.absorbs_below(table) {
-        plan.absorbed.iter().copied().collect()
-    } else {
-        Vec::new()
-    };
+    let below = plan.absorbed_below(plan.steps[step].table);
     let before = deleted_so_far(&mut tx, &below).await?;
     let (deleted, blocks): (i64, i64) = crate::db::query_as(stmt.as_query())
         .persistent(false)

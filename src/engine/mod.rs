@@ -325,11 +325,7 @@ pub async fn run_batch(
     // (not a partitioned one: its statistics are its partitions', so there only the statement's
     // rows are counted).
     let table = plan.steps[step].table;
-    let mut counted: Vec<u32> = if plan.absorbs_below(table) {
-        plan.absorbed.iter().copied().collect()
-    } else {
-        Vec::new()
-    };
+    let mut counted = plan.absorbed_below(table);
     if plan.is_tree(table) && !plan.catalog.tables[&table].partitioned && !counted.contains(&table)
     {
         counted.push(table);
@@ -419,12 +415,7 @@ pub async fn run_sweep(
     let stmt = queries::sweep(plan, table);
     let mut tx = crate::db::begin(target, limits.bounds()).await?;
     check_unchanged(&mut tx, unchanged).await?;
-    let below: Vec<u32> = if plan.absorbs_below(table) {
-        plan.absorbed.iter().copied().collect()
-    } else {
-        Vec::new()
-    };
-    let before = deleted_so_far(&mut tx, &below).await?;
+    let before = deleted_so_far(&mut tx, &plan.absorbed_below(table)).await?;
     let deleted: i64 = crate::db::query_scalar(stmt.as_query())
         .bind(tenant)
         .fetch_one(&mut *tx)
@@ -471,9 +462,10 @@ pub async fn canonical_tenant_key(
     Ok(key)
 }
 
-/// Rows deleted in each of `tables` (oids) by this backend and not yet reported to the statistics
-/// system (`pg_stat_get_xact_tuples_deleted`, PostgreSQL docs §28.2.25: it accumulates across
-/// transactions until the backend flushes its statistics, so a batch takes the difference).
+/// Rows deleted in each of `tables` (oids; a partitioned table's partitions summed into it) by
+/// this backend and not yet reported to the statistics system (`pg_stat_get_xact_tuples_deleted`,
+/// PostgreSQL docs §28.2.25: it accumulates across transactions until the backend flushes its
+/// statistics, so a batch takes the difference).
 pub(crate) async fn deleted_so_far(
     tx: &mut PgConnection,
     tables: &[u32],
@@ -483,7 +475,9 @@ pub(crate) async fn deleted_so_far(
     }
     let oids: Vec<i64> = tables.iter().map(|&t| i64::from(t)).collect();
     let counts: Vec<(i64, i64)> = crate::db::query_as(
-        "SELECT o, pg_stat_get_xact_tuples_deleted(o::oid) FROM unnest($1::int8[]) WITH ORDINALITY u(o, i) ORDER BY i",
+        "SELECT o, (SELECT sum(pg_stat_get_xact_tuples_deleted(p.relid))::int8 \
+           FROM (SELECT o::oid AS relid UNION SELECT relid FROM pg_partition_tree(o::oid)) p) \
+         FROM unnest($1::int8[]) WITH ORDINALITY u(o, i) ORDER BY i",
     )
     .bind(oids)
     .fetch_all(&mut *tx)

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 
 use super::trial::{Trial, cascade_in, verdict_of};
-use super::{EngineError, Plan, statements};
+use super::{EngineError, Plan, cascaded_since, deleted_so_far, statements};
 use crate::db::{self, Bounds};
 
 /// What the whole cascade did.
@@ -52,10 +52,8 @@ pub async fn whole_cascade(
     let started = Instant::now();
     let mut tx = db::begin(target, Bounds::new(lock_timeout, budget)).await?;
     let outcome = async {
-        // The backend's counts include earlier transactions' not yet flushed to the statistics
-        // system (PostgreSQL 15 flushes them at most once a second): only the difference is this
-        // transaction's.
-        let before = deleted_per_table(&mut tx, plan).await?;
+        let closure: Vec<u32> = plan.closure.iter().copied().collect();
+        let before = deleted_so_far(&mut tx, &closure).await?;
         let soft_deleted = statements::soft_delete_in(&mut tx, soft_delete, tenant).await?;
         if !soft_delete.is_empty() {
             let left = budget.saturating_sub(started.elapsed());
@@ -65,13 +63,7 @@ pub async fn whole_cascade(
         if trial != Trial::Succeeds {
             return Ok(Err(trial));
         }
-        let after = deleted_per_table(&mut tx, plan).await?;
-        let deleted = after
-            .into_iter()
-            .zip(before)
-            .map(|((oid, n), (_, m))| (oid, n - m))
-            .filter(|&(_, n)| n > 0)
-            .collect();
+        let deleted = cascaded_since(&mut tx, &before).await?;
         Ok::<_, EngineError>(Ok((soft_deleted, deleted)))
     }
     .await;
@@ -96,23 +88,4 @@ pub async fn whole_cascade(
             Err(e)
         }
     }
-}
-
-/// Rows deleted per closure table of `plan` as the backend counts them
-/// (`pg_stat_get_xact_tuples_deleted`), partitions summed into their partitioned table, in oid order.
-async fn deleted_per_table(
-    tx: &mut sqlx::PgConnection,
-    plan: &Plan,
-) -> Result<Vec<(u32, i64)>, sqlx::Error> {
-    let oids: Vec<i64> = plan.closure.iter().map(|&o| i64::from(o)).collect();
-    let counts: Vec<(i64, i64)> = db::query_as(
-        "SELECT r.o, sum(pg_stat_get_xact_tuples_deleted(p.relid))::int8 \
-         FROM unnest($1::int8[]) r(o) CROSS JOIN LATERAL \
-           (SELECT r.o::oid AS relid UNION SELECT relid FROM pg_partition_tree(r.o::oid)) p \
-         GROUP BY r.o ORDER BY r.o",
-    )
-    .bind(oids)
-    .fetch_all(&mut *tx)
-    .await?;
-    Ok(counts.into_iter().map(|(o, n)| (o as u32, n)).collect())
 }

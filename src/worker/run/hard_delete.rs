@@ -13,8 +13,8 @@ use crate::worker::backoff;
 use crate::worker::pacing::Pacer;
 use crate::worker::progress::Checkpoint;
 
-mod cycle;
 mod rest;
+mod sweep;
 use rest::{REST_SHOWN, rfc3339_after};
 
 impl JobRun {
@@ -401,37 +401,13 @@ impl JobRun {
                             .position(|s| s.table == step.table)
                             .expect("the step's own table");
                     } else {
-                        let started = std::time::Instant::now();
-                        let swept = engine::run_sweep(
-                            &w.pools.target,
-                            &plan,
-                            step.table,
-                            tenant,
-                            &self.limits,
-                            deferred.unchanged(),
-                        )
-                        .await;
-                        if let Err(e) = &swept {
-                            telemetry::batch_failed(e.sqlstate().as_deref());
-                        }
-                        let (n, _) = swept?;
-                        let elapsed = started.elapsed();
-                        // A sweep is one more short batch transaction of this table.
-                        telemetry::batch_committed(elapsed, n);
+                        self.sweep(&plan, step.table, tenant, deferred).await?;
                         self.progress.held_sweeps += 1;
-                        self.progress
-                            .record_batch(&table, n, elapsed.as_secs_f64() * 1000.0);
                         cp.step += 1;
-                        self.progress.table_mut(&table).done = true;
                     }
-                    cp.cursor = Cursor::Start;
-                    cp.parents = 1;
                     cp.kept_back = 0;
                     cp.pass_deleted = 0;
-                    cp.rows = plan
-                        .steps
-                        .get(cp.step)
-                        .map_or(self.limits.rows, |s| plan.first_batch(s, self.limits.rows));
+                    start_step(&mut cp, &plan, self.limits.rows);
                 }
                 None => {
                     if last_of_table {
@@ -439,14 +415,7 @@ impl JobRun {
                         cp.pass_deleted = 0;
                     }
                     cp.step += 1;
-                    cp.cursor = Cursor::Start;
-                    cp.parents = 1;
-                    // Cost per row differs per table (a parent's delete checks every child table):
-                    // each step starts small again and grows by measurement.
-                    cp.rows = plan
-                        .steps
-                        .get(cp.step)
-                        .map_or(self.limits.rows, |s| plan.first_batch(s, self.limits.rows));
+                    start_step(&mut cp, &plan, self.limits.rows);
                     if !plan.steps[cp.step..].iter().any(|s| s.table == step.table) {
                         self.progress.table_mut(&table).done = true;
                     }
@@ -587,6 +556,18 @@ impl JobRun {
         }
         Ok(())
     }
+}
+
+/// Puts `cp` at the start of its step `cp.step`: no cursor, one parent, and the step's first batch
+/// size ([`Plan::first_batch`] of `batch_rows`). Cost per row differs per table (a parent's delete
+/// checks every child table): each step starts small again and grows by measurement.
+fn start_step(cp: &mut Checkpoint, plan: &Plan, batch_rows: i64) {
+    cp.cursor = Cursor::Start;
+    cp.parents = 1;
+    cp.rows = plan
+        .steps
+        .get(cp.step)
+        .map_or(batch_rows, |s| plan.first_batch(s, batch_rows));
 }
 
 /// What of a run's hard delete is durable on the target.
