@@ -21,10 +21,20 @@
 //!   the fan-out `reltuples(child) / reltuples(parent)`, summed over all absorbed children — stays
 //!   within `max_rows` (`[hard_delete] cascade_rows`).
 //!
+//! A table is *covered* (its steps are reduced to those straight to the root) when it has a NOT
+//! NULL `ON DELETE CASCADE` foreign key to the root and other cascading paths besides, and it is not
+//! the root, not absorbed, not partitioned, has no reference to itself and is on no reference cycle
+//! within the closure. Every row whose key to the root names the tenant is found by the direct
+//! step; a row reached only through another path names another tenant there, so walking every
+//! parent on that path again finds almost nothing for the price of one probe per parent. Such rows
+//! (and rows written after the direct step) are deleted by PostgreSQL's cascade under the batches
+//! of their parents on the other paths, and counted there as an absorbed table's rows are.
+//!
 //! The estimate is an average: a parent row with far more descendants than average makes its batch
 //! slow. Batches are sized by time, so the next batch takes fewer parents; a single parent row whose
-//! cascade alone exceeds the absorbing step's statement timeout makes the worker fall back to the
-//! plain leaves-first plan for the rest of the job (see `worker::run`).
+//! cascade alone exceeds the absorbing step's statement timeout makes the worker re-plan with a
+//! smaller allowance, and at last fall back to the plain leaves-first plan, every path its own
+//! steps, for the rest of the job (see `worker::run`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,7 +43,8 @@ use super::plan::Plan;
 
 impl Plan {
     /// This plan with the tables that PostgreSQL's cascade may delete under their parents' batches
-    /// removed from the steps (see the module docs). `max_rows` ≤ 0 returns the plan unchanged.
+    /// removed from the steps, and the covered tables' steps reduced to those straight to the root
+    /// (see the module docs). `max_rows` ≤ 0 returns the plan unchanged.
     pub fn absorb(mut self, max_rows: f64) -> Plan {
         if max_rows <= 0.0 {
             return self;
@@ -100,7 +111,40 @@ impl Plan {
         self.steps.retain(|s| !absorbed.contains(&s.table));
         self.absorbed.extend(absorbed);
         self.cascade_estimate = cost.into_iter().filter(|(_, c)| *c > 1.0).collect();
+        self.cover();
         self
+    }
+
+    /// Reduces each covered table's steps to those through a NOT NULL foreign key straight to the
+    /// root (see the module docs).
+    fn cover(&mut self) {
+        let fks = &self.catalog.foreign_keys;
+        let direct = |s: &super::plan::Step| s.path.len() == 1 && fks[s.path[0]].not_null;
+        let mut covered = BTreeSet::new();
+        for &table in &self.closure {
+            if table == self.root
+                || self.absorbed.contains(&table)
+                || self.catalog.tables[&table].partitioned
+                || !self.self_refs(table).is_empty()
+                || reaches(self, table, table)
+            {
+                continue;
+            }
+            let (mut some_direct, mut some_other) = (false, false);
+            for s in self.steps.iter().filter(|s| s.table == table) {
+                if direct(s) {
+                    some_direct = true;
+                } else {
+                    some_other = true;
+                }
+            }
+            if some_direct && some_other {
+                covered.insert(table);
+            }
+        }
+        self.steps
+            .retain(|s| !covered.contains(&s.table) || direct(s));
+        self.covered = covered;
     }
 
     /// Rows for the first batch of a step on `table`: `batch_rows` rows' worth of work by estimate —
@@ -133,21 +177,29 @@ impl Plan {
     }
 
     /// The tables PostgreSQL's cascade may delete rows of under a statement on `table`: the
-    /// absorbed ones when it absorbs below ([`Plan::absorbs_below`]), else none.
+    /// absorbed and covered ones other than `table` when it absorbs below
+    /// ([`Plan::absorbs_below`]), else none.
     pub fn absorbed_below(&self, table: u32) -> Vec<u32> {
         if self.absorbs_below(table) {
-            self.absorbed.iter().copied().collect()
+            self.absorbed
+                .union(&self.covered)
+                .copied()
+                .filter(|&t| t != table)
+                .collect()
         } else {
             Vec::new()
         }
     }
 
-    /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows.
+    /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows, or a
+    /// covered table's rows reached through `table`.
     pub fn absorbs_below(&self, table: u32) -> bool {
-        self.catalog
-            .foreign_keys
-            .iter()
-            .any(|fk| fk.to == table && self.absorbed.contains(&fk.from))
+        self.catalog.foreign_keys.iter().any(|fk| {
+            fk.to == table
+                && fk.from != table
+                && (self.absorbed.contains(&fk.from)
+                    || (self.covered.contains(&fk.from) && fk.on_delete == OnDelete::Cascade))
+        })
     }
 }
 

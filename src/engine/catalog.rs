@@ -120,13 +120,15 @@ pub struct ForeignKey {
     /// `from_cols`) include a NOT NULL one: setting them fails, so such a reference blocks like
     /// RESTRICT.
     pub nulls_not_null: bool,
+    /// Every referencing column is NOT NULL: each referencing row references some row.
+    pub not_null: bool,
     /// Whether an index leads with exactly the referencing columns (else each cascaded delete of a
     /// referenced row scans the referencing table).
     pub indexed: bool,
 }
 
 /// `(name, from oid, from columns, to oid, to columns, confdeltype, deferrable, nulls a NOT NULL
-/// column, indexed)`.
+/// column, all referencing columns NOT NULL, indexed)`.
 type FkRow = (
     String,
     i64,
@@ -134,6 +136,7 @@ type FkRow = (
     i64,
     Vec<String>,
     String,
+    bool,
     bool,
     bool,
     bool,
@@ -192,6 +195,8 @@ impl Catalog {
                c.confdeltype::text, c.condeferrable, \
                EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.conrelid AND a.attnotnull \
                  AND a.attnum = ANY (coalesce(c.confdelsetcols, c.conkey))), \
+               NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.conrelid \
+                 AND NOT a.attnotnull AND a.attnum = ANY (c.conkey)), \
                EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.conrelid AND i.indpred IS NULL \
                  AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] @> c.conkey \
                  AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] <@ c.conkey) \
@@ -240,7 +245,18 @@ impl Catalog {
                 }
             }
         }
-        for (name, from, from_cols, to, to_cols, action, deferrable, nulls_not_null, indexed) in fks
+        for (
+            name,
+            from,
+            from_cols,
+            to,
+            to_cols,
+            action,
+            deferrable,
+            nulls_not_null,
+            not_null,
+            indexed,
+        ) in fks
         {
             let (from, to) = (from as u32, to as u32);
             if catalog.tables.contains_key(&from) && catalog.tables.contains_key(&to) {
@@ -253,6 +269,7 @@ impl Catalog {
                     on_delete: OnDelete::from_code(&action),
                     deferrable,
                     nulls_not_null,
+                    not_null,
                     indexed,
                 });
             }

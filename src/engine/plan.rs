@@ -76,6 +76,12 @@ pub struct Plan {
     /// Tables without steps: PostgreSQL's cascade deletes their rows under their parents' batches
     /// (empty unless [`Plan::absorb`] was applied).
     pub absorbed: BTreeSet<u32>,
+    /// Tables whose only steps are those through a NOT NULL foreign key straight to the root: that
+    /// step finds every tenant row the table's keys to the root name. A row reached only through
+    /// another path (one naming another tenant, or none) is deleted by PostgreSQL's cascade under
+    /// the batches of its parent on that path (empty unless [`Plan::absorb`] was applied; see
+    /// [`super::absorb`]).
+    pub covered: BTreeSet<u32>,
     /// Estimated rows one row of a table deletes with the cascade to its absorbed descendants, for
     /// tables that have some (itself included; see [`Plan::first_batch_rows`]).
     pub cascade_estimate: BTreeMap<u32, f64>,
@@ -191,6 +197,7 @@ impl Plan {
             unindexed,
             tree_paths,
             absorbed: BTreeSet::new(),
+            covered: BTreeSet::new(),
             cascade_estimate: BTreeMap::new(),
             cycle_absorbed: BTreeSet::new(),
             unordered: Vec::new(),
@@ -201,7 +208,27 @@ impl Plan {
         plan.absorbed = cycles.absorbed.clone();
         plan.cycle_absorbed = cycles.absorbed;
         plan.unordered = cycles.unordered;
+        plan.block_steps_first();
         Ok(plan)
+    }
+
+    /// Puts each table's block-range steps before its other steps. A block-range step reads the
+    /// whole table once whatever runs before it, so running it first lets it delete the rows in
+    /// table order, and the table's index-driven steps find only what it could not reach.
+    /// Correctness does not depend on the order of one table's steps: each deletes the table's
+    /// rows found through its own path, and the table's children are already empty.
+    fn block_steps_first(&mut self) {
+        let mut ordered = Vec::with_capacity(self.steps.len());
+        let mut rest = std::mem::take(&mut self.steps).into_iter().peekable();
+        while let Some(first) = rest.next() {
+            let mut group = vec![first];
+            while let Some(next) = rest.next_if(|s| s.table == group[0].table) {
+                group.push(next);
+            }
+            group.sort_by_key(|s| !self.block_step(s));
+            ordered.extend(group);
+        }
+        self.steps = ordered;
     }
 
     /// The qualified name of a table oid in this plan.
@@ -304,6 +331,10 @@ impl Plan {
         }
         for &t in &self.absorbed {
             h.update(b"absorbed ");
+            h.update(self.name(t).to_string().as_bytes());
+        }
+        for &t in &self.covered {
+            h.update(b"covered ");
             h.update(self.name(t).to_string().as_bytes());
         }
         hex::encode(&h.finalize()[..8])

@@ -53,8 +53,7 @@ pub(super) async fn run_range(
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
     super::check_unchanged(&mut tx, unchanged).await?;
     let before = if plan.absorbs_below(s.table) {
-        let absorbed: Vec<u32> = plan.absorbed.iter().copied().collect();
-        Some(deleted_so_far(&mut tx, &absorbed).await?)
+        Some(deleted_so_far(&mut tx, &plan.absorbed_below(s.table)).await?)
     } else {
         None
     };

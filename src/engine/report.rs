@@ -23,6 +23,10 @@ pub struct TableReport {
     /// through PostgreSQL's own cascade (empty = the table has batches of its own; see
     /// [`super::absorb`]).
     pub cascaded_by: Vec<String>,
+    /// With `[hard_delete] cascade_rows` > 0: the table's batches are only those through its NOT
+    /// NULL key to the root; a row reached only through another path is deleted by PostgreSQL's
+    /// cascade under that path's parent's batches (see [`super::absorb`]).
+    pub direct_only: bool,
 }
 
 /// The cascade pre-check's answer ([`simulate::simulate`]).
@@ -184,6 +188,7 @@ impl PlanReport {
             && config.hard_delete.user_triggers == crate::config::UserTriggers::Refuse;
         // `tables` follows `counts`, one entry per table.
         for (t, &(oid, _)) in report.tables.iter_mut().zip(&counts) {
+            t.direct_only = absorbing.covered.contains(&oid);
             if absorbing.absorbed.contains(&oid) {
                 t.cascaded_by = plan
                     .catalog
@@ -258,6 +263,7 @@ impl PlanReport {
                     .collect(),
                 rows: *rows,
                 cascaded_by: Vec::new(),
+                direct_only: false,
             })
             .collect();
         let root_rows = counts
@@ -297,6 +303,12 @@ impl PlanReport {
             let _ = writeln!(out, "  {:>3}. {:<50} {:>12} rows", t.order, t.table, t.rows);
             for p in &t.paths {
                 let _ = writeln!(out, "       via {p}");
+            }
+            if t.direct_only {
+                let _ = writeln!(
+                    out,
+                    "       batches only through its key to the root: a row reached only through another path goes with that path's parent's cascade"
+                );
             }
             if !t.cascaded_by.is_empty() {
                 let _ = writeln!(

@@ -6,6 +6,7 @@ mod attempts;
 mod batch_bound;
 mod blocks;
 mod cascade_check;
+mod covered;
 mod crash_resume;
 mod cycles;
 mod deferred_commit;

@@ -363,6 +363,19 @@ impl JobRun {
             // A parent that alone filled this batch is continued as a key range.
             large_parent = batch.parents_used == 1 && batch.selected >= cp.rows;
             let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
+            tracing::debug!(
+                job = %self.job.id,
+                step = cp.step,
+                table = %table,
+                block = plan.block_step(step),
+                rows = cp.rows,
+                parents = cp.parents,
+                selected = batch.selected,
+                deleted = batch.deleted,
+                cascaded,
+                ms = batch.elapsed.as_secs_f64() * 1000.0,
+                "batch committed"
+            );
             telemetry::batch_committed(batch.elapsed, batch.deleted + cascaded);
             self.progress
                 .record_batch(&table, batch.deleted, batch.elapsed.as_secs_f64() * 1000.0);
