@@ -1,0 +1,142 @@
+//! What a batch that rolled back leads to: a retry reading first where its rows begin, a smaller
+//! retry, a re-plan with less cascade, an unbounded step, a pause behind a lock holder, a sweep of
+//! a cycle's entry table — or the end of the run.
+
+use std::time::Instant;
+
+use super::super::{JobRun, MAX_LOCAL_TIMEOUTS, Stop};
+use super::Deferred;
+use super::state::Batches;
+use crate::engine::{BatchLimits, EngineError, Plan};
+use crate::worker::backoff;
+use crate::worker::presence::Gate;
+
+/// SQLSTATE `query_canceled`: a statement timeout (or a cancel request).
+const QUERY_CANCELED: &str = "57014";
+/// SQLSTATE `lock_not_available`: a lock timeout.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+/// SQLSTATE `foreign_key_violation`.
+const FOREIGN_KEY_VIOLATION: &str = "23503";
+
+impl JobRun {
+    /// Handles the error `e` of the batch that ran under `limits` since `began` (its `BEGIN`) with
+    /// the kill-switch `gate` held, and leaves `b` ready for the next batch. `leaves_first` is the
+    /// plan without cascade allowance (what a re-plan starts from).
+    ///
+    /// # Errors
+    /// [`Stop`] when the error ends the run: not a timeout, or more than
+    /// [`MAX_LOCAL_TIMEOUTS`] timeouts in a row, or the pause or sweep it leads to stops it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn on_failed(
+        &mut self,
+        b: &mut Batches,
+        e: EngineError,
+        limits: &BatchLimits,
+        began: Option<Instant>,
+        gate: Gate,
+        leaves_first: &Plan,
+        tenant: &str,
+        deferred: &mut Deferred,
+    ) -> Result<(), Stop> {
+        let w = self.worker.clone();
+        let hd = &w.config.hard_delete;
+        let step = &b.plan.steps[b.cp.step];
+        let table = b.plan.name(step.table).to_string();
+        let state = e.sqlstate();
+        let canceled = state.as_deref() == Some(QUERY_CANCELED);
+        // The batch bound, not the server's own statement_timeout, cut the batch short.
+        let bound_cut = canceled && limits.statement_timeout < self.limits.statement_timeout;
+        if bound_cut && !b.jumped && !step.path.is_empty() && !b.plan.block_step(step) {
+            // Before shrinking the batch or blaming a cascade, retry it once with the same size
+            // reading first where its rows begin: a tenant whose rows sit behind other tenants'
+            // rows in key order makes the ordered scan walk theirs, at any batch size.
+            self.note_rollback(began);
+            drop(gate);
+            (b.jump, b.jumped) = (true, true);
+            self.progress.jumps += 1;
+            return Ok(());
+        }
+        if canceled && b.plan.absorbs_below(step.table) && b.cp.rows <= 1 && b.cascade_rows > 0 {
+            // One parent row's cascade alone outlasts the budget: its subtree is larger than
+            // estimated. Re-plan with an eighth of the cascade allowance (at the end, leaves
+            // first: every row by its own batch) and start the steps over; what is deleted stays
+            // deleted.
+            self.note_rollback(began);
+            b.cascade_rows = if b.cascade_rows >= 64 {
+                b.cascade_rows / 8
+            } else {
+                0
+            };
+            self.progress.note = Some(format!(
+                "a single row of {table} cascaded for longer than {} ms; re-planned with cascade_rows = {}",
+                limits.statement_timeout.as_millis(),
+                b.cascade_rows
+            ));
+            self.progress.replans += 1;
+            self.progress.cascade_rows = Some(b.cascade_rows);
+            b.plan = leaves_first.clone().absorb(f64::from(b.cascade_rows));
+            b.cp = Batches::fresh(&b.plan, b.cascade_rows, hd, self.limits.rows);
+            b.unbounded_step = None;
+            self.progress.plan_hash = Some(b.plan.hash());
+            return Ok(());
+        }
+        if bound_cut {
+            // The batch was slower than the sizing expected. Retry smaller (a bound cut is not a
+            // failure: it does not count towards the run's timeouts, and the size reaches one row
+            // within a few cuts). When one row alone does not fit the bound (a SET NULL fan-out
+            // to many rows, a slow trigger), the step's batches get the full statement_timeout
+            // instead; the longest transaction then shows it.
+            self.note_rollback(began);
+            drop(gate);
+            if b.cp.rows <= 1 {
+                b.unbounded_step = Some(b.cp.step);
+                self.progress.unbounded_steps += 1;
+                self.progress.note = Some(format!(
+                    "a single row of {table} could not be deleted within {} ms; the step runs under the full statement_timeout",
+                    limits.statement_timeout.as_millis()
+                ));
+            } else {
+                self.shrink(b);
+            }
+            return Ok(());
+        }
+        let lock_timeout = state.as_deref() == Some(LOCK_NOT_AVAILABLE);
+        if (canceled || lock_timeout) && b.timeouts < MAX_LOCAL_TIMEOUTS {
+            // The batch hit statement_timeout or lock_timeout and rolled back: retry smaller;
+            // after a lock timeout first give the lock holder a moment.
+            self.note_rollback(began);
+            drop(gate);
+            b.timeouts += 1;
+            self.shrink(b);
+            if lock_timeout {
+                self.settle(deferred, &b.cp).await;
+                let pause = backoff(
+                    b.timeouts,
+                    w.config.pacing.backoff,
+                    w.config.pacing.backoff_max,
+                );
+                self.pause(pause, "lock_timeout: another session holds a lock".into())
+                    .await?;
+                b.pacer.rested();
+            }
+            return Ok(());
+        }
+        if state.as_deref() == Some(FOREIGN_KEY_VIOLATION) && b.plan.cycle_entry(step.table) {
+            // Rows of one entry row's cycle reference rows below another's: the batch failed a
+            // NO ACTION check the cascade passes, deleting them all in one statement
+            // (engine::cycles). So does deprov, still under the gate.
+            self.note_rollback(began);
+            self.sweep_cycle(&b.plan, &mut b.cp, tenant, deferred)
+                .await?;
+            drop(gate);
+            return Ok(());
+        }
+        Err(e.into())
+    }
+
+    /// The next batch after a timeout: a quarter of the rows, no more parents than rows.
+    fn shrink(&self, b: &mut Batches) {
+        b.cp.rows = self.sizing.after_timeout(b.cp.rows);
+        b.cp.parents = b.cp.parents.min(b.cp.rows);
+    }
+}
