@@ -26,6 +26,7 @@ pub mod queue;
 pub mod sources;
 pub mod sql;
 pub mod sqlcheck;
+pub mod sqlstate;
 pub mod telemetry;
 pub mod throwaway;
 pub mod worker;

@@ -249,7 +249,15 @@ pub fn connection_lost(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => true,
         sqlx::Error::Database(d) => d.code().is_some_and(|c| {
-            c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03" | "25P03")
+            use crate::sqlstate::*;
+            is_connection_exception(&c)
+                || matches!(
+                    c.as_ref(),
+                    ADMIN_SHUTDOWN
+                        | CRASH_SHUTDOWN
+                        | CANNOT_CONNECT_NOW
+                        | IDLE_IN_TRANSACTION_SESSION_TIMEOUT
+                )
         }),
         _ => false,
     }
@@ -590,7 +598,11 @@ pub async fn pending_migrations(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> 
         .await
     {
         Ok(v) => v,
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Vec::new(),
+        Err(sqlx::Error::Database(e))
+            if e.code().as_deref() == Some(crate::sqlstate::UNDEFINED_TABLE) =>
+        {
+            Vec::new()
+        }
         Err(e) => return Err(e),
     };
     Ok(sqlx::migrate!("./migrations")

@@ -96,7 +96,12 @@ pub fn is_retryable(e: &sqlx::Error) -> bool {
     crate::db::connection_lost(e)
         || match e {
             sqlx::Error::Database(d) => d.code().is_some_and(|c| {
-                matches!(c.as_ref(), "55P03" | "57014" | "40001" | "40P01" | "53300")
+                use crate::sqlstate::*;
+                is_timeout(&c)
+                    || matches!(
+                        c.as_ref(),
+                        SERIALIZATION_FAILURE | DEADLOCK_DETECTED | TOO_MANY_CONNECTIONS
+                    )
             }),
             sqlx::Error::PoolTimedOut => true,
             _ => false,

@@ -159,7 +159,7 @@ pub async fn kill_dead_entries(
             }
             Err(e) => {
                 let e = EngineError::from(e);
-                if e.sqlstate().as_deref() != Some("57014") {
+                if e.sqlstate().as_deref() != Some(crate::sqlstate::QUERY_CANCELED) {
                     return Err(e);
                 }
                 tx.rollback().await?;

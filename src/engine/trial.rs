@@ -213,10 +213,13 @@ enum Answer {
 }
 
 fn answer_of(code: &str) -> Answer {
+    use crate::sqlstate::*;
     match code {
-        "57P01" | "57P02" | "57P03" | "53300" => Answer::Retry,
-        _ if code.starts_with("08") => Answer::Retry,
-        "57014" | "55P03" => Answer::Undecided,
+        ADMIN_SHUTDOWN | CRASH_SHUTDOWN | CANNOT_CONNECT_NOW | TOO_MANY_CONNECTIONS => {
+            Answer::Retry
+        }
+        _ if is_connection_exception(code) => Answer::Retry,
+        QUERY_CANCELED | LOCK_NOT_AVAILABLE => Answer::Undecided,
         _ if ["40", "53", "54", "58"].iter().any(|c| code.starts_with(c)) => Answer::Undecided,
         _ => Answer::Fails,
     }

@@ -210,11 +210,10 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
         | sqlx::Error::Tls(_) => true,
         sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|c| {
-            c.starts_with("08")
+            crate::sqlstate::is_connection_exception(&c)
                 || c.starts_with("57P")
                 || c.starts_with("53")
-                || c == "55P03"
-                || c == "57014"
+                || crate::sqlstate::is_timeout(&c)
         }),
         _ => false,
     }

@@ -199,8 +199,8 @@ pub fn batch_committed(elapsed: Duration, rows: i64) {
 /// Records a hard-delete batch that failed with `sqlstate` (only timeouts are counted).
 pub fn batch_failed(sqlstate: Option<&str>) {
     match sqlstate {
-        Some("55P03") => counter!(LOCK_TIMEOUTS).increment(1),
-        Some("57014") => counter!(STATEMENT_TIMEOUTS).increment(1),
+        Some(crate::sqlstate::LOCK_NOT_AVAILABLE) => counter!(LOCK_TIMEOUTS).increment(1),
+        Some(crate::sqlstate::QUERY_CANCELED) => counter!(STATEMENT_TIMEOUTS).increment(1),
         _ => {}
     }
 }

@@ -394,7 +394,9 @@ impl Read<'_> {
                 tx.commit().await?;
                 Ok(Some(rows))
             }
-            Err(sqlx::Error::Database(e)) if may_cut && e.code().as_deref() == Some("57014") => {
+            Err(sqlx::Error::Database(e))
+                if may_cut && e.code().as_deref() == Some(crate::sqlstate::QUERY_CANCELED) =>
+            {
                 Ok(None)
             }
             Err(e) => Err(e.into()),

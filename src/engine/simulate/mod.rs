@@ -98,7 +98,7 @@ impl CascadeFailure {
                 " when the check fires"
             }
         );
-        Self::of(plan, fk, "23503", message)
+        Self::of(plan, fk, crate::sqlstate::FOREIGN_KEY_VIOLATION, message)
     }
 
     fn missing_parent(plan: &Plan, fk: usize, key: &[String]) -> Self {
@@ -112,7 +112,7 @@ impl CascadeFailure {
             key.join(", "),
             plan.name(f.to)
         );
-        Self::of(plan, fk, "23503", message)
+        Self::of(plan, fk, crate::sqlstate::FOREIGN_KEY_VIOLATION, message)
     }
 
     fn not_null(plan: &Plan, fk: usize, column: &str) -> Self {
@@ -124,7 +124,7 @@ impl CascadeFailure {
             f.on_delete.as_sql(),
             f.name
         );
-        Self::of(plan, fk, "23502", message)
+        Self::of(plan, fk, crate::sqlstate::NOT_NULL_VIOLATION, message)
     }
 }
 

@@ -8,15 +8,9 @@ use super::super::{JobRun, MAX_LOCAL_TIMEOUTS, Stop};
 use super::Deferred;
 use super::state::Batches;
 use crate::engine::{BatchLimits, EngineError, Plan};
+use crate::sqlstate::{FOREIGN_KEY_VIOLATION, LOCK_NOT_AVAILABLE, QUERY_CANCELED};
 use crate::worker::backoff;
 use crate::worker::presence::Gate;
-
-/// SQLSTATE `query_canceled`: a statement timeout (or a cancel request).
-const QUERY_CANCELED: &str = "57014";
-/// SQLSTATE `lock_not_available`: a lock timeout.
-const LOCK_NOT_AVAILABLE: &str = "55P03";
-/// SQLSTATE `foreign_key_violation`.
-const FOREIGN_KEY_VIOLATION: &str = "23503";
 
 impl JobRun {
     /// Handles the error `e` of the batch that ran under `limits` since `began` (its `BEGIN`) with
