@@ -335,11 +335,7 @@ pub async fn run_batch(
     {
         counted.push(table);
     }
-    let before = if counted.is_empty() {
-        None
-    } else {
-        Some(deleted_so_far(&mut tx, &counted).await?)
-    };
+    let before = deleted_so_far(&mut tx, &counted).await?;
     let (selected, deleted, seen, used, last_parent, last_row) =
         crate::db::query_as::<(i64, i64, i64, i64, Option<Vec<String>>, Option<Vec<String>>)>(
             stmt.as_query(),
@@ -351,10 +347,7 @@ pub async fn run_batch(
         .bind(parents.max(1))
         .fetch_one(&mut *tx)
         .await?;
-    let mut cascaded = match &before {
-        Some(before) => cascaded_since(&mut tx, before).await?,
-        None => Vec::new(),
-    };
+    let mut cascaded = cascaded_since(&mut tx, &before).await?;
     // The step's own table counts the statement's rows too: only those beyond them cascaded.
     for (oid, n) in &mut cascaded {
         if *oid == table {
@@ -470,7 +463,7 @@ pub async fn canonical_tenant_key(
 /// Rows deleted in each of `tables` (oids; a partitioned table's partitions summed into it) by
 /// this backend and not yet reported to the statistics system (`pg_stat_get_xact_tuples_deleted`,
 /// PostgreSQL docs §28.2.25: it accumulates across transactions until the backend flushes its
-/// statistics, so a batch takes the difference).
+/// statistics, so a batch takes the difference). No query for no tables.
 pub(crate) async fn deleted_so_far(
     tx: &mut PgConnection,
     tables: &[u32],

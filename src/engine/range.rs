@@ -52,11 +52,7 @@ pub(super) async fn run_range(
     let started = *began.get_or_init(Instant::now);
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
     super::check_unchanged(&mut tx, unchanged).await?;
-    let before = if plan.absorbs_below(s.table) {
-        Some(deleted_so_far(&mut tx, &plan.absorbed_below(s.table)).await?)
-    } else {
-        None
-    };
+    let before = deleted_so_far(&mut tx, &plan.absorbed_below(s.table)).await?;
     let (selected, end): (i64, Option<Vec<String>>) =
         crate::db::query_as(queries::range_bound(plan, s, jump).as_query())
             .persistent(false)
@@ -76,10 +72,7 @@ pub(super) async fn run_range(
         }
         None => 0,
     };
-    let cascaded = match &before {
-        Some(before) => cascaded_since(&mut tx, before).await?,
-        None => Vec::new(),
-    };
+    let cascaded = cascaded_since(&mut tx, &before).await?;
     tx.commit().await?;
     let next = match end {
         Some(end) if selected >= limits.rows => Cursor::Within(parent.to_vec(), end),

@@ -135,7 +135,8 @@ impl JobRun {
                     continue;
                 }
             };
-            self.on_committed(&mut b, &batch, limits.deferred, tenant, deferred)
+            let rows = self
+                .on_committed(&mut b, &batch, limits.deferred, tenant, deferred)
                 .await?;
             drop(gate);
             deferred.position = Some(b.cp.clone());
@@ -147,7 +148,8 @@ impl JobRun {
                 // The last batch: no rest after it (the duty cycle is the job's; the job is done).
                 break;
             }
-            self.between_batches(&mut b, &batch, deferred).await?;
+            self.between_batches(&mut b, rows, batch.elapsed, deferred)
+                .await?;
         }
         if deferred.pending {
             // The last batches are made durable and checkpointed before the job may complete.

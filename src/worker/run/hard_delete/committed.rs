@@ -12,8 +12,31 @@ use crate::engine::{self, BatchResult, Cursor};
 use crate::telemetry;
 
 impl JobRun {
-    /// Records the committed `batch` of `b`'s current step and moves `b` on. The caller holds the
-    /// kill-switch gate: a sweep of held rows runs under it.
+    /// Records a committed batch transaction of `table` (its quoted name) that took `elapsed`:
+    /// `deleted` rows of the table itself and `cascaded` rows per table oid of `plan` under it, in
+    /// the metrics and the job's progress. Returns the rows it deleted in all.
+    pub(super) fn record_committed(
+        &mut self,
+        plan: &crate::engine::Plan,
+        table: &str,
+        deleted: i64,
+        cascaded: &[(u32, i64)],
+        elapsed: Duration,
+    ) -> i64 {
+        let rows = deleted + cascaded.iter().map(|(_, n)| n).sum::<i64>();
+        telemetry::batch_committed(elapsed, rows);
+        self.progress
+            .record_batch(table, deleted, elapsed.as_secs_f64() * 1000.0);
+        for &(oid, n) in cascaded {
+            self.progress
+                .record_cascaded(&plan.name(oid).to_string(), n);
+        }
+        rows
+    }
+
+    /// Records the committed `batch` of `b`'s current step and moves `b` on. Returns the rows the
+    /// batch deleted in all, its cascade included. The caller holds the kill-switch gate: a sweep
+    /// of held rows runs under it.
     ///
     /// # Errors
     /// [`Stop`] when a sweep of held rows fails.
@@ -24,7 +47,7 @@ impl JobRun {
         deferred_batch: bool,
         tenant: &str,
         deferred: &mut Deferred,
-    ) -> Result<(), Stop> {
+    ) -> Result<i64, Stop> {
         let w = self.worker.clone();
         let hd = &w.config.hard_delete;
         b.timeouts = 0;
@@ -32,6 +55,7 @@ impl JobRun {
         deferred.pending |= deferred_batch;
         let step = b.plan.steps[b.cp.step].clone();
         let table = b.plan.name(step.table).to_string();
+        let block = b.plan.block_step(&step);
         if b.large_parent
             && b.plan.range_step(&step)
             && let Some(Cursor::AfterParent(parent)) = &batch.next
@@ -51,34 +75,29 @@ impl JobRun {
         }
         // A parent that alone filled this batch is continued as a key range.
         b.large_parent = batch.parents_used == 1 && batch.selected >= b.cp.rows;
-        let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
+        let total = self.record_committed(
+            &b.plan,
+            &table,
+            batch.deleted,
+            &batch.cascaded,
+            batch.elapsed,
+        );
         tracing::debug!(
             job = %self.job.id,
             step = b.cp.step,
             table = %table,
-            block = b.plan.block_step(&step),
+            block,
             rows = b.cp.rows,
             parents = b.cp.parents,
             selected = batch.selected,
             deleted = batch.deleted,
-            cascaded,
+            cascaded = total - batch.deleted,
             ms = batch.elapsed.as_secs_f64() * 1000.0,
             "batch committed"
         );
-        telemetry::batch_committed(batch.elapsed, batch.deleted + cascaded);
-        self.progress
-            .record_batch(&table, batch.deleted, batch.elapsed.as_secs_f64() * 1000.0);
-        for &(oid, rows) in &batch.cascaded {
-            self.progress
-                .record_cascaded(&b.plan.name(oid).to_string(), rows);
-        }
         // A block range is read whole, however few of its rows are the tenant's: it is sized by
         // time alone.
-        let full = if b.plan.block_step(&step) {
-            b.cp.rows
-        } else {
-            batch.selected
-        };
+        let full = if block { b.cp.rows } else { batch.selected };
         let rows = self.sizing.next_rows(b.cp.rows, full, batch.elapsed);
         b.cp.parents = self
             .sizing
@@ -90,7 +109,7 @@ impl JobRun {
             Some(cursor) => b.cp.cursor = cursor.clone(),
             None => self.step_done(b, step.table, tenant, deferred).await?,
         }
-        Ok(())
+        Ok(total)
     }
 
     /// `b`'s current step on `table` has no rows left. Rows kept back as still referenced through
@@ -138,7 +157,8 @@ impl JobRun {
         Ok(())
     }
 
-    /// Between two batches, after `batch`: the duty cycle's rest and the rate limit's wait, with
+    /// Between two batches, after one that took `elapsed` and deleted `rows` in all: the duty
+    /// cycle's rest and the rate limit's wait, with
     /// the lease renewed through them every third of the lease (a live worker never looks gone)
     /// and a kill switch engaged meanwhile holding the job at once; then a pause when the target
     /// is under pressure (`[pacing]`).
@@ -148,7 +168,8 @@ impl JobRun {
     pub(super) async fn between_batches(
         &mut self,
         b: &mut Batches,
-        batch: &BatchResult,
+        rows: i64,
+        elapsed: Duration,
         deferred: &mut Deferred,
     ) -> Result<(), Stop> {
         let w = self.worker.clone();
@@ -159,8 +180,7 @@ impl JobRun {
             self.checkpoint(deferred, &b.cp).await?;
             b.checkpointed = std::time::Instant::now();
         }
-        let cascaded: i64 = batch.cascaded.iter().map(|(_, n)| n).sum();
-        let admit = b.pacer.admit(batch.deleted + cascaded, &w.stop);
+        let admit = b.pacer.admit(rows, &w.stop);
         let waited = self
             .wait_through(admit, deferred, &b.cp, &mut b.checkpointed)
             .await?;
@@ -170,7 +190,7 @@ impl JobRun {
         }
         self.progress.duty_cycle_ms += waited.duty_cycle.as_secs_f64() * 1000.0;
         self.progress.rate_limited_ms += waited.rate_limit.as_secs_f64() * 1000.0;
-        if let Some((pause, reason)) = b.pacer.pause(&w.pools.target, batch.elapsed).await {
+        if let Some((pause, reason)) = b.pacer.pause(&w.pools.target, elapsed).await {
             self.settle(deferred, &b.cp).await;
             self.pause(pause, reason).await?;
             b.pacer.rested();

@@ -38,16 +38,8 @@ impl JobRun {
             telemetry::batch_failed(e.sqlstate().as_deref());
         }
         let (deleted, cascaded) = swept?;
-        let elapsed = started.elapsed();
-        let cascaded_rows: i64 = cascaded.iter().map(|(_, n)| n).sum();
         // A sweep is one more batch transaction of this table.
-        telemetry::batch_committed(elapsed, deleted + cascaded_rows);
-        self.progress
-            .record_batch(&name, deleted, elapsed.as_secs_f64() * 1000.0);
-        for (oid, rows) in cascaded {
-            self.progress
-                .record_cascaded(&plan.name(oid).to_string(), rows);
-        }
+        self.record_committed(plan, &name, deleted, &cascaded, started.elapsed());
         self.progress.table_mut(&name).done = true;
         Ok(())
     }
