@@ -2,8 +2,8 @@
 //! blockers, soft delete, wait out the grace period, hard delete in checkpointed batches — and always
 //! hands the job back as `completed`, `failed`, `held` or `queued` (retry with backoff).
 //!
-//! Before every destructive statement the worker re-reads the kill switches (global, its job's
-//! source and tenant); engaged, it records its checkpoint and hands the job back `held`. It records the
+//! Every destructive statement starts on a fresh reading of the kill switches (global, its job's
+//! source and tenant), taken at most one batch bound before it; engaged, it records its checkpoint and hands the job back `held`. It records the
 //! switch version it acts on, and learns of changes at once while idle ([`presence`]). After every batch it heartbeats: the lease is extended and
 //! the checkpoint and progress are saved in one guarded `UPDATE` (see [`crate::queue::jobs`]). Queue
 //! statements run in transactions bounded by [`crate::db::Bounds::STATE`], the engine's by

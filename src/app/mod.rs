@@ -85,7 +85,7 @@ pub struct Settings {
     /// A URL of the state database on which the worker `LISTEN`s for kill switch changes: direct or
     /// through a session-mode pooler, never a transaction pooler (`LISTEN` needs a session). Default:
     /// `DEPROV_DATABASE_URL` in session mode; none in transaction mode, where workers then learn of
-    /// changes by heartbeat (`[worker] heartbeat_interval`) and before every batch.
+    /// changes by heartbeat (`[worker] heartbeat_interval`) and at every batch.
     #[arg(long, env = "DEPROV_NOTIFY_URL", hide_env_values = true)]
     pub notify_url: Option<String>,
 }

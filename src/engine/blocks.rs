@@ -6,13 +6,13 @@ use std::time::Instant;
 use sqlx::PgPool;
 
 use super::{
-    BatchLimits, BatchResult, Cursor, EngineError, Incarnation, Plan, cascaded_since,
-    check_unchanged, deleted_so_far, queries,
+    BatchLimits, BatchResult, Cursor, EngineError, Incarnation, Plan, before_batch, cascaded_since,
+    queries,
 };
 
 /// Deletes the tenant rows of step `step` in the blocks from `cursor` (`Cursor::Block`, else the
 /// first block) on, `limits.rows` blocks, in one transaction under `limits`, after
-/// [`check_unchanged`] with `unchanged`; `began` is set at its `BEGIN`. The result's `selected`
+/// [`super::check_unchanged`] with `unchanged`; `began` is set at its `BEGIN`. The result's `selected`
 /// and `deleted` are the rows deleted, `next` the block after the range while the table has more
 /// blocks, `cascaded` what PostgreSQL's cascade deleted in absorbed tables below.
 ///
@@ -37,9 +37,8 @@ pub(super) async fn run_blocks(
     let conn = crate::db::acquire(target).await?;
     let started = *began.get_or_init(Instant::now);
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
-    check_unchanged(&mut tx, unchanged).await?;
     let below = plan.absorbed_below(plan.steps[step].table);
-    let before = deleted_so_far(&mut tx, &below).await?;
+    let before = before_batch(&mut tx, unchanged, &below).await?;
     let (deleted, blocks): (i64, i64) = crate::db::query_as(stmt.as_query())
         .persistent(false)
         .bind(tenant)

@@ -41,6 +41,19 @@ pub struct Incarnation {
 const INCARNATION: &str = "SELECT pg_postmaster_start_time()::text, \
      (SELECT stats_reset::text FROM pg_stat_bgwriter)";
 
+/// `Ok` when the target is still `was`, else [`EngineError::TargetRestarted`] (see
+/// [`check_unchanged`]).
+pub(super) fn expect(was: &Incarnation, now: Incarnation) -> Result<(), EngineError> {
+    if *was == now {
+        Ok(())
+    } else {
+        Err(EngineError::TargetRestarted {
+            was: was.clone(),
+            now,
+        })
+    }
+}
+
 /// Reads the [`Incarnation`] of the server `conn` is connected to (one read-only statement).
 async fn read(conn: &mut PgConnection) -> Result<Incarnation, sqlx::Error> {
     let (started, stats_reset): (String, Option<String>) =
@@ -66,15 +79,7 @@ pub async fn check_unchanged(
     let Some(was) = expected else {
         return Ok(());
     };
-    let now = read(conn).await?;
-    if *was == now {
-        Ok(())
-    } else {
-        Err(EngineError::TargetRestarted {
-            was: was.clone(),
-            now,
-        })
-    }
+    expect(was, read(conn).await?)
 }
 
 /// Reads the target's current [`Incarnation`], in a short read-only transaction under `limits`'

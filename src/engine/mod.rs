@@ -324,7 +324,6 @@ pub async fn run_batch(
     let conn = crate::db::acquire(target).await?;
     let started = *began.get_or_init(Instant::now);
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
-    check_unchanged(&mut tx, unchanged).await?;
     // Tables PostgreSQL's cascade may delete rows of under the statement: the absorbed ones below
     // the step and, in a tree (a CASCADE reference of the table to itself), the step's own table
     // (not a partitioned one: its statistics are its partitions', so there only the statement's
@@ -335,7 +334,7 @@ pub async fn run_batch(
     {
         counted.push(table);
     }
-    let before = deleted_so_far(&mut tx, &counted).await?;
+    let before = before_batch(&mut tx, unchanged, &counted).await?;
     let (selected, deleted, seen, used, last_parent, last_row) =
         crate::db::query_as::<(i64, i64, i64, i64, Option<Vec<String>>, Option<Vec<String>>)>(
             stmt.as_query(),
@@ -412,8 +411,7 @@ pub async fn run_sweep(
 ) -> Result<(i64, Vec<(u32, i64)>), EngineError> {
     let stmt = queries::sweep(plan, table);
     let mut tx = crate::db::begin(target, limits.bounds()).await?;
-    check_unchanged(&mut tx, unchanged).await?;
-    let before = deleted_so_far(&mut tx, &plan.absorbed_below(table)).await?;
+    let before = before_batch(&mut tx, unchanged, &plan.absorbed_below(table)).await?;
     let deleted: i64 = crate::db::query_scalar(stmt.as_query())
         .bind(tenant)
         .fetch_one(&mut *tx)
@@ -458,6 +456,43 @@ pub async fn canonical_tenant_key(
     };
     tx.commit().await?;
     Ok(key)
+}
+
+/// In a batch's transaction, before its destructive statement: [`check_unchanged`] with `unchanged`
+/// and [`deleted_so_far`] of `tables`, in one read-only statement when both are needed (one round
+/// trip fewer per batch). Returns the rows deleted so far per table of `tables`.
+///
+/// # Errors
+/// [`EngineError::TargetRestarted`] as [`check_unchanged`] gives it; database errors.
+pub(crate) async fn before_batch(
+    tx: &mut PgConnection,
+    unchanged: Option<&Incarnation>,
+    tables: &[u32],
+) -> Result<Vec<(u32, i64)>, EngineError> {
+    let Some(was) = unchanged.filter(|_| !tables.is_empty()) else {
+        check_unchanged(tx, unchanged).await?;
+        return Ok(deleted_so_far(tx, tables).await?);
+    };
+    let oids: Vec<i64> = tables.iter().map(|&t| i64::from(t)).collect();
+    let (started, stats_reset, counts): (String, Option<String>, Vec<i64>) =
+        crate::db::query_as(
+            "SELECT pg_postmaster_start_time()::text, \
+               (SELECT stats_reset::text FROM pg_stat_bgwriter), \
+               ARRAY(SELECT (SELECT coalesce(sum(pg_stat_get_xact_tuples_deleted(p.relid)), 0)::int8 \
+                   FROM (SELECT o::oid AS relid UNION SELECT relid FROM pg_partition_tree(o::oid)) p) \
+                 FROM unnest($1::int8[]) WITH ORDINALITY u(o, i) ORDER BY i)",
+        )
+        .bind(oids)
+        .fetch_one(&mut *tx)
+        .await?;
+    durability::expect(
+        was,
+        Incarnation {
+            started,
+            stats_reset,
+        },
+    )?;
+    Ok(tables.iter().copied().zip(counts).collect())
 }
 
 /// Rows deleted in each of `tables` (oids; a partitioned table's partitions summed into it) by

@@ -16,9 +16,7 @@ use std::time::Instant;
 
 use sqlx::PgPool;
 
-use super::{
-    BatchLimits, BatchResult, Cursor, EngineError, Plan, cascaded_since, deleted_so_far, queries,
-};
+use super::{BatchLimits, BatchResult, Cursor, EngineError, Plan, cascaded_since, queries};
 
 /// How [`run_range`] runs: as [`super::BatchStart`]'s fields of the same names say.
 pub(super) struct Shape<'c> {
@@ -51,8 +49,7 @@ pub(super) async fn run_range(
     let conn = crate::db::acquire(target).await?;
     let started = *began.get_or_init(Instant::now);
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
-    super::check_unchanged(&mut tx, unchanged).await?;
-    let before = deleted_so_far(&mut tx, &plan.absorbed_below(s.table)).await?;
+    let before = super::before_batch(&mut tx, unchanged, &plan.absorbed_below(s.table)).await?;
     let (selected, end): (i64, Option<Vec<String>>) =
         crate::db::query_as(queries::range_bound(plan, s, jump).as_query())
             .persistent(false)

@@ -15,7 +15,7 @@
 //! every scope as of change N; the changed row stores N as its `version`. With only global changes,
 //! the global row's `version` counts 1, 2, 3 … as before scopes existed. Each change sends
 //! `NOTIFY deprov_kill_switch, '<N>'` (delivered at commit) for workers listening
-//! ([`crate::worker`]); workers also re-read before every batch.
+//! ([`crate::worker`]); workers also read it at every batch.
 
 use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgExecutor};

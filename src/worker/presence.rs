@@ -15,8 +15,11 @@
 //!   `NOTIFY` sent while it was not listening is lost.
 //! - Every heartbeat (`[worker] heartbeat_interval`) returns the latest version: a change missed by
 //!   the listener, or a worker without one, is acknowledged within one heartbeat.
-//! - Before every destructive statement the job run re-reads the switch anyway (and records what it
-//!   read), so destruction stops at the next batch whatever happens to notifications.
+//! - Every destructive statement starts on a reading of the switch taken at most
+//!   `[hard_delete] max_batch_duration` before it: afresh (recording what it read), or during the
+//!   batch before it (on the state database, while that batch runs on the target) when this process
+//!   recorded no version since. Destruction stops within about a batch whatever happens to
+//!   notifications.
 //!
 //! `LISTEN` needs a session of its own: it cannot pass a transaction pooler (PgBouncer
 //! `pool_mode = transaction`). Behind one, give `DEPROV_NOTIFY_URL` (a direct URL of the state

@@ -220,6 +220,11 @@ async fn engaged_mid_delete_the_last_destructive_statement_starts_within_a_secon
     .await
     .expect("every live worker acknowledges");
     let acked_after = engaged.elapsed();
+    // The promise of an acknowledgement: once `--wait` returned, no destructive statement starts.
+    let waited: time::OffsetDateTime = sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
     let st = status(&env.db).await;
     let version = st.latest_version;
     assert_eq!(st.workers.len(), 4, "four live workers");
@@ -279,6 +284,16 @@ async fn engaged_mid_delete_the_last_destructive_statement_starts_within_a_secon
     assert!(
         gap_ms <= 1000.0,
         "last destructive statement {gap_ms} ms after the engage at {engage_at}"
+    );
+    let after_wait: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM public.destructive_log WHERE at > $1")
+            .bind(waited)
+            .fetch_one(&env.db)
+            .await
+            .unwrap();
+    assert_eq!(
+        after_wait, 0,
+        "destructive statements started after every worker acknowledged"
     );
     for id in &big {
         let j = jobs::get(&env.db, *id).await.unwrap().unwrap();

@@ -86,9 +86,13 @@ impl JobRun {
         let w = self.worker.clone();
         let hd = &w.config.hard_delete;
         let mut b = self.start_batches(leaves_first, tenant, deferred).await?;
+        let mut ahead = None;
         while !b.done() {
             let checked = std::time::Instant::now();
-            let gate = match self.may_destroy().await {
+            let gate = match self
+                .may_destroy_ahead(ahead.take(), hd.max_batch_duration)
+                .await
+            {
                 Ok(gate) => gate,
                 Err(stop) => {
                     self.settle(deferred, &b.cp).await;
@@ -98,22 +102,27 @@ impl JobRun {
             self.progress.bookkeeping_ms += checked.elapsed().as_secs_f64() * 1000.0;
             let limits = b.limits(&self.limits, hd);
             let began = std::sync::OnceLock::new();
-            let result = engine::run_batch(
-                &w.pools.target,
-                &b.plan,
-                engine::BatchStart {
-                    step: b.cp.step,
-                    cursor: &b.cp.cursor,
-                    parents: b.cp.parents,
-                    large_parent: b.large_parent,
-                    unchanged: deferred.unchanged(),
-                    began: &began,
-                    jump: b.jump,
-                },
-                tenant,
-                &limits,
-            )
-            .await;
+            // The switches for the next batch are read on the state database while this one runs
+            // on the target (super::ahead).
+            let (result, read) = tokio::join!(
+                engine::run_batch(
+                    &w.pools.target,
+                    &b.plan,
+                    engine::BatchStart {
+                        step: b.cp.step,
+                        cursor: &b.cp.cursor,
+                        parents: b.cp.parents,
+                        large_parent: b.large_parent,
+                        unchanged: deferred.unchanged(),
+                        began: &began,
+                        jump: b.jump,
+                    },
+                    tenant,
+                    &limits,
+                ),
+                self.read_ahead()
+            );
+            ahead = read;
             // A jump serves one attempt: one cut short too is retried without it.
             b.jump = false;
             let batch = match result {

@@ -19,6 +19,7 @@ use crate::queue::intake::SubjectKind;
 use crate::queue::jobs::{self, Outcome};
 use crate::queue::kill_switch;
 
+mod ahead;
 mod checks;
 mod hard_delete;
 mod whole;
