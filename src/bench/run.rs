@@ -15,7 +15,7 @@
 //!    Timed from the request to the job's end (soft delete, blocker checks and checkpoints included).
 //! 6. Both databases `VACUUM (ANALYZE)`d, so autovacuum's clean-up of the deleted rows (a cost of
 //!    the deletions) runs in neither of the next two phases.
-//! 7. Paced window (`--paced-secs` > 0, [`super::paced`]): deprov again, on a third copy made with
+//! 7. Paced window (`--paced-secs` > 0, `bench::paced`): deprov again, on a third copy made with
 //!    the second, with `[pacing] duty_cycle` = `--paced-duty-cycle`, its worker running in
 //!    segments that alternate with segments of no worker (the interleaved baseline), under the
 //!    same foreground and tenant writer throughout; the copy is dropped after.

@@ -6,13 +6,13 @@ use std::time::Instant;
 use sqlx::PgPool;
 
 use super::{
-    BatchLimits, BatchResult, Cursor, EngineError, Incarnation, Plan, before_batch, cascaded_since,
+    BatchLimits, BatchResult, BatchStart, Cursor, EngineError, Plan, before_batch, cascaded_since,
     queries,
 };
 
-/// Deletes the tenant rows of step `step` in the blocks from `cursor` (`Cursor::Block`, else the
-/// first block) on, `limits.rows` blocks, in one transaction under `limits`, after
-/// [`super::check_unchanged`] with `unchanged`; `began` is set at its `BEGIN`. The result's `selected`
+/// Deletes the tenant rows of step `at.step` in the blocks from `at.cursor` (`Cursor::Block`, else
+/// the first block) on, `limits.rows` blocks, in one transaction under `limits`, after
+/// [`super::check_unchanged`] with `at.unchanged`; `at.began` is set at its `BEGIN`. The result's `selected`
 /// and `deleted` are the rows deleted, `next` the block after the range while the table has more
 /// blocks, `cascaded` what PostgreSQL's cascade deleted in absorbed tables below.
 ///
@@ -21,13 +21,17 @@ use super::{
 pub(super) async fn run_blocks(
     target: &PgPool,
     plan: &Plan,
-    step: usize,
-    cursor: &Cursor,
+    at: BatchStart<'_>,
     tenant: &str,
     limits: &BatchLimits,
-    unchanged: Option<&Incarnation>,
-    began: &std::sync::OnceLock<Instant>,
 ) -> Result<BatchResult, EngineError> {
+    let BatchStart {
+        step,
+        cursor,
+        unchanged,
+        began,
+        ..
+    } = at;
     let lo = match cursor {
         Cursor::Block(b) => *b,
         _ => 0,

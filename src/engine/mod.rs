@@ -291,8 +291,7 @@ pub async fn run_batch(
         jump,
     } = at;
     if plan.block_step(&plan.steps[step]) {
-        return blocks::run_blocks(target, plan, step, cursor, tenant, limits, unchanged, began)
-            .await;
+        return blocks::run_blocks(target, plan, at, tenant, limits).await;
     }
     if let Cursor::Within(parent, last) = cursor
         && large_parent

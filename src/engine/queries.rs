@@ -155,7 +155,7 @@ fn children(
 ///
 /// With `jump`, the batch first reads where its rows begin: the first remaining parent, and each
 /// parent's first remaining child, each found through an `OFFSET 0` fence that keeps PostgreSQL off
-/// the key's index (see [`first_child`]). A tenant whose rows sit behind many rows of other tenants
+/// the key's index (see `first_child`). A tenant whose rows sit behind many rows of other tenants
 /// in key order (a small tenant created after a large one) otherwise makes `ORDER BY key LIMIT n`
 /// walk the key's index through the other tenants' rows, planned so because the planner assumes the
 /// tenant's rows are spread evenly. The fenced read costs the parent's remaining rows, so the worker

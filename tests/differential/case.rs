@@ -106,7 +106,7 @@ fn trial_cascade(seed: u64) -> bool {
 /// One seed in eight (a quarter of those with the trial) lets the trial commit when the whole
 /// cascade fits (`engine::whole`); the others keep their tenants to the batches this test checks.
 fn whole_cascade(seed: u64) -> bool {
-    seed % 8 == 0
+    seed.is_multiple_of(8)
 }
 
 /// deprov's configuration for the case (built as TOML data: every name is quoted by `quote_ident`).
