@@ -13,11 +13,6 @@ use sqlx::PgExecutor;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-/// The channel of the `NOTIFY` sent when a job is created queued or moved back to `queued`
-/// (migration `0009_jobs_wake.sql`): idle workers listening on it claim at once instead of at their
-/// next poll. No payload.
-pub const WAKE_CHANNEL: &str = "deprov_jobs";
-
 /// A job's lifecycle state (`deprov.jobs.state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
