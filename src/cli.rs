@@ -52,6 +52,7 @@ pub enum LogFormat {
 /// Unix tools, instead of a panic in `println!`: `SIGPIPE` gets its default action back (Rust
 /// ignores it at start). Long-running commands keep ignoring it — a peer that goes away must not end
 /// a server — and see `EPIPE` as an error instead.
+#[allow(unsafe_code)] // restores SIGPIPE's default disposition; see the SAFETY note inside
 pub fn init_signals(cli: &Cli) {
     if !matches!(
         cli.command,

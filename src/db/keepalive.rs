@@ -120,6 +120,7 @@ mod imp {
 
     use super::{Keepalive, SocketKeepalive};
 
+    #[allow(unsafe_code)] // getsockopt(2) on a socket this pool owns, into a buffer of the size passed
     fn get_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
         let mut value: c_int = 0;
         let mut len = size_of::<c_int>() as socklen_t;
@@ -131,6 +132,7 @@ mod imp {
         (rc == 0).then_some(value)
     }
 
+    #[allow(unsafe_code)] // setsockopt(2) on a socket this pool owns, from a value of the size passed
     fn set_int(fd: c_int, level: c_int, name: c_int, value: c_int) -> std::io::Result<()> {
         // SAFETY: value lives for the call and its size is passed; see get_int for bad descriptors.
         let rc = unsafe {
@@ -154,6 +156,7 @@ mod imp {
     }
 
     /// The peer of `fd` when it is a connected TCP (stream, IPv4/IPv6) socket.
+    #[allow(unsafe_code)] // getpeername(2) into a zeroed sockaddr_storage, read back as the family it reports
     pub(super) fn tcp_peer(fd: c_int) -> Option<SocketAddr> {
         if get_int(fd, libc::SOL_SOCKET, libc::SO_TYPE)? != libc::SOCK_STREAM {
             return None;

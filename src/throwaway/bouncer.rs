@@ -152,6 +152,7 @@ fn accepts(port: u16) -> bool {
     .is_ok()
 }
 
+#[allow(unsafe_code)] // kill(2) with signal 0 only probes whether the pid exists
 fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists and may be signalled.
     unsafe { libc::kill(pid, 0) == 0 }
@@ -164,6 +165,7 @@ impl Bouncer {
     /// # Errors
     /// [`ThrowawayError`] when the binary is missing, it does not start, or the port is taken (tried
     /// on five free ports).
+    #[allow(unsafe_code)] // kill(2) on the pgbouncer child this function spawned
     pub fn start(server: &Throwaway, options: &BouncerOptions) -> Result<Self, ThrowawayError> {
         let bin = binary();
         if !bin.exists() {
@@ -340,6 +342,7 @@ impl Bouncer {
     }
 
     /// Stops PgBouncer now (SIGTERM; SIGKILL if still running after 10 s) and waits for it to exit.
+    #[allow(unsafe_code)] // kill(2) on the pgbouncer child this value owns
     pub fn stop(&self) {
         if !alive(self.pid) {
             return;

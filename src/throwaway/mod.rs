@@ -58,6 +58,7 @@ pub struct Throwaway {
     server_opts: String,
 }
 
+#[allow(unsafe_code)] // geteuid(2) has no preconditions and cannot fail
 pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
@@ -120,6 +121,7 @@ pub(crate) fn chown_to_postgres(path: &Path) -> Result<(), ThrowawayError> {
 }
 
 /// The cached, initdb'd data directory, made once (atomically renamed into place).
+#[allow(unsafe_code)] // geteuid(2) has no preconditions and cannot fail
 fn template(bin: &Path) -> Result<PathBuf, ThrowawayError> {
     let key: u64 = bin
         .to_string_lossy()

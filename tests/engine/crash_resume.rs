@@ -206,6 +206,7 @@ async fn sigkilled_worker_is_taken_over_and_resumes_from_its_checkpoint() {
 
 /// SIGTERM: the worker hands the job back `queued` with its checkpoint and exits 0 by itself.
 #[tokio::test]
+#[allow(unsafe_code)] // kill(2) on the worker process this test started
 async fn sigtermed_worker_hands_the_job_back_and_exits() {
     let s = Scenario::prepare().await;
     let (db, job_id) = s.fresh("work").await;

@@ -79,6 +79,7 @@ pub(crate) async fn items_left(target: &sqlx::PgPool) -> i64 {
         .unwrap()
 }
 
+#[allow(unsafe_code)] // kill(2) on a server process this test started
 fn signal(pid: i32, sig: libc::c_int) {
     // SAFETY: kill(2) with a PID read from pg_stat_activity of our own throwaway server.
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");

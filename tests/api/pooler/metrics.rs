@@ -14,6 +14,7 @@ use super::{SERVERS_PER_DB, config, scrape, setup};
 use crate::helpers::{OPERATOR_TOKEN, SOURCE_TOKEN, closed_port};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(unsafe_code)] // kill(2) on the pgbouncer process this test started
 async fn metrics_are_read_through_pgbouncer_in_transaction_mode() {
     let s = setup(BouncerOptions {
         pool_mode: PoolMode::Transaction,
