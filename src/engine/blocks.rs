@@ -12,7 +12,7 @@ use super::{
 
 /// Deletes the tenant rows of step `at.step` in the blocks from `at.cursor` (`Cursor::Block`, else
 /// the first block) on, `limits.rows` blocks, in one transaction under `limits`, after
-/// [`super::check_unchanged`] with `at.unchanged`; `at.began` is set at its `BEGIN`. The result's `selected`
+/// [`super::before_batch`] with `at.unchanged`; `at.began` is set at its `BEGIN`. The result's `selected`
 /// and `deleted` are the rows deleted, `next` the block after the range while the table has more
 /// blocks, `cascaded` what PostgreSQL's cascade deleted in absorbed tables below.
 ///

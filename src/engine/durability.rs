@@ -7,7 +7,7 @@
 //! flushes before each checkpoint, so a checkpoint never names a lost batch; but a crash *between*
 //! two batches goes unseen by the worker (its pool reconnects), and it would go on past rows that are
 //! back. The flush therefore also reads the target's [`Incarnation`], and so does each batch while
-//! deferred batches are not yet flushed ([`check_unchanged`], inside the batch's transaction): when
+//! deferred batches are not yet flushed ([`super::before_batch`], inside the batch's transaction): when
 //! it differs from the one read at the last checkpoint, the server restarted or recovered from a
 //! crash in between, and the worker goes back to that checkpoint instead of going on.
 
@@ -38,11 +38,18 @@ pub struct Incarnation {
     pub stats_reset: Option<String>,
 }
 
-const INCARNATION: &str = "SELECT pg_postmaster_start_time()::text, \
-     (SELECT stats_reset::text FROM pg_stat_bgwriter)";
+/// The `SELECT`-list columns of an [`Incarnation`], in its fields' order.
+macro_rules! incarnation_columns {
+    () => {
+        "pg_postmaster_start_time()::text, (SELECT stats_reset::text FROM pg_stat_bgwriter)"
+    };
+}
+pub(super) use incarnation_columns;
+
+const INCARNATION: &str = concat!("SELECT ", incarnation_columns!());
 
 /// `Ok` when the target is still `was`, else [`EngineError::TargetRestarted`] (see
-/// [`check_unchanged`]).
+/// [`super::before_batch`]).
 pub(super) fn expect(was: &Incarnation, now: Incarnation) -> Result<(), EngineError> {
     if *was == now {
         Ok(())
@@ -62,24 +69,6 @@ async fn read(conn: &mut PgConnection) -> Result<Incarnation, sqlx::Error> {
         started,
         stats_reset,
     })
-}
-
-/// In the transaction open on `conn`, before its first destructive statement: fails with
-/// [`EngineError::TargetRestarted`] when the target is no longer `expected`, so a batch never runs
-/// on a target that may have lost the deferred batches before it (it would go on past rows that
-/// came back, and a NO ACTION key to those rows could fail it). `None`: nothing to check (no
-/// deferred batch since the last checkpoint). One statement, read-only.
-///
-/// # Errors
-/// [`EngineError::TargetRestarted`]; database errors.
-pub async fn check_unchanged(
-    conn: &mut PgConnection,
-    expected: Option<&Incarnation>,
-) -> Result<(), EngineError> {
-    let Some(was) = expected else {
-        return Ok(());
-    };
-    expect(was, read(conn).await?)
 }
 
 /// Reads the target's current [`Incarnation`], in a short read-only transaction under `limits`'

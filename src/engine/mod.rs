@@ -12,7 +12,7 @@ mod blocks;
 pub mod catalog;
 pub mod cycles;
 mod durability;
-pub use durability::{Incarnation, check_unchanged, flush, incarnation};
+pub use durability::{Incarnation, flush, incarnation};
 pub mod plan;
 pub mod queries;
 mod range;
@@ -257,7 +257,7 @@ pub struct BatchStart<'c> {
     /// ([`queries::range_bound`]).
     pub large_parent: bool,
     /// The target's incarnation while batches committed deferred since the last checkpoint: the
-    /// batch first checks it ([`check_unchanged`]) and fails with
+    /// batch first checks it ([`before_batch`]) and fails with
     /// [`EngineError::TargetRestarted`] if the target restarted since. `None`: no check.
     pub unchanged: Option<&'c Incarnation>,
     /// Set to when the batch's transaction began (after the wait for a connection, which holds no
@@ -395,7 +395,7 @@ pub(crate) async fn cascaded_since(
 
 /// Deletes the tenant rows of `table` that its batches kept back (or, at a cycle's entry, all its
 /// rows left: [`cycles`]), in one short transaction ([`queries::sweep`]) under `limits`' lock and
-/// statement timeouts, after [`check_unchanged`] with `unchanged`. Returns the rows deleted in
+/// statement timeouts, after [`before_batch`] with `unchanged`. Returns the rows deleted in
 /// `table` and those PostgreSQL's cascade deleted in absorbed tables, per table oid.
 ///
 /// # Errors
@@ -457,30 +457,42 @@ pub async fn canonical_tenant_key(
     Ok(key)
 }
 
-/// In a batch's transaction, before its destructive statement: [`check_unchanged`] with `unchanged`
-/// and [`deleted_so_far`] of `tables`, in one read-only statement when both are needed (one round
-/// trip fewer per batch). Returns the rows deleted so far per table of `tables`.
+/// `SELECT`-list expression: the rows deleted so far in each table of `$1` (`int8[]` of oids; a
+/// partitioned table's partitions summed into it), in that order, as one `int8[]` (see
+/// [`deleted_so_far`]).
+macro_rules! deleted_counts {
+    () => {
+        "ARRAY(SELECT (SELECT sum(pg_stat_get_xact_tuples_deleted(p.relid))::int8 \
+           FROM (SELECT o::oid AS relid UNION SELECT relid FROM pg_partition_tree(o::oid)) p) \
+         FROM unnest($1::int8[]) WITH ORDINALITY u(o, i) ORDER BY i)"
+    };
+}
+
+/// In a batch's transaction, before its destructive statement: the rows deleted so far per table
+/// of `tables` (`deleted_so_far`) and, with `unchanged`, whether the target is still that
+/// [`Incarnation`] — in one read-only statement. Fails with [`EngineError::TargetRestarted`] when
+/// it is not, so a batch never runs on a target that may have lost the deferred batches before it
+/// (it would go on past rows that came back, and a NO ACTION key to those rows could fail it).
+/// `None`: nothing to check (no deferred batch since the last checkpoint).
 ///
 /// # Errors
-/// [`EngineError::TargetRestarted`] as [`check_unchanged`] gives it; database errors.
-pub(crate) async fn before_batch(
+/// [`EngineError::TargetRestarted`]; database errors.
+pub async fn before_batch(
     tx: &mut PgConnection,
     unchanged: Option<&Incarnation>,
     tables: &[u32],
 ) -> Result<Vec<(u32, i64)>, EngineError> {
-    let Some(was) = unchanged.filter(|_| !tables.is_empty()) else {
-        check_unchanged(tx, unchanged).await?;
+    let Some(was) = unchanged else {
         return Ok(deleted_so_far(tx, tables).await?);
     };
     let oids: Vec<i64> = tables.iter().map(|&t| i64::from(t)).collect();
     let (started, stats_reset, counts): (String, Option<String>, Vec<i64>) =
-        crate::db::query_as(
-            "SELECT pg_postmaster_start_time()::text, \
-               (SELECT stats_reset::text FROM pg_stat_bgwriter), \
-               ARRAY(SELECT (SELECT coalesce(sum(pg_stat_get_xact_tuples_deleted(p.relid)), 0)::int8 \
-                   FROM (SELECT o::oid AS relid UNION SELECT relid FROM pg_partition_tree(o::oid)) p) \
-                 FROM unnest($1::int8[]) WITH ORDINALITY u(o, i) ORDER BY i)",
-        )
+        crate::db::query_as(concat!(
+            "SELECT ",
+            durability::incarnation_columns!(),
+            ", ",
+            deleted_counts!()
+        ))
         .bind(oids)
         .fetch_one(&mut *tx)
         .await?;
@@ -506,15 +518,11 @@ pub(crate) async fn deleted_so_far(
         return Ok(Vec::new());
     }
     let oids: Vec<i64> = tables.iter().map(|&t| i64::from(t)).collect();
-    let counts: Vec<(i64, i64)> = crate::db::query_as(
-        "SELECT o, (SELECT sum(pg_stat_get_xact_tuples_deleted(p.relid))::int8 \
-           FROM (SELECT o::oid AS relid UNION SELECT relid FROM pg_partition_tree(o::oid)) p) \
-         FROM unnest($1::int8[]) WITH ORDINALITY u(o, i) ORDER BY i",
-    )
-    .bind(oids)
-    .fetch_all(&mut *tx)
-    .await?;
-    Ok(counts.into_iter().map(|(o, n)| (o as u32, n)).collect())
+    let counts: Vec<i64> = crate::db::query_scalar(concat!("SELECT ", deleted_counts!()))
+        .bind(oids)
+        .fetch_one(&mut *tx)
+        .await?;
+    Ok(tables.iter().copied().zip(counts).collect())
 }
 
 /// Tenant row counts per table of the plan (plan order), read-only.

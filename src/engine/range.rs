@@ -26,7 +26,7 @@ pub(super) struct Shape<'c> {
 }
 
 /// A batch continuing inside `parent` after child key `last`, as a key range (after
-/// [`super::check_unchanged`]; see [`Shape`])
+/// [`super::before_batch`]; see [`Shape`])
 /// ([`queries::range_bound`], then [`queries::range_delete`]), in one transaction like
 /// [`run_batch`]. The next cursor stays inside the parent while a full batch was found, else moves
 /// after it.

@@ -49,9 +49,7 @@ impl JobRun {
         match read.await {
             Ok(check) => Some(Ahead {
                 version: check.version,
-                clear: !check.cancel
-                    && check.blocked_by.is_none()
-                    && self.tenant_switch(&check.tenant_keys).is_none(),
+                clear: !check.cancel && self.blocked_by(&check).is_none(),
                 at: Instant::now(),
             }),
             Err(e) => {

@@ -292,7 +292,7 @@ struct Deferred {
 }
 
 impl Deferred {
-    /// What the next batch must find the target to be ([`engine::check_unchanged`]): the
+    /// What the next batch must find the target to be ([`engine::before_batch`]): the
     /// incarnation, while deferred batches are not yet flushed; else nothing to check.
     fn unchanged(&self) -> Option<&engine::Incarnation> {
         self.incarnation.as_ref().filter(|_| self.pending)

@@ -159,9 +159,7 @@ impl JobRun {
         let recorded = w.presence.record(&mut tx, &w.id, version).await?;
         tx.commit().await?;
         w.presence.note(recorded);
-        let blocked_by = check
-            .blocked_by
-            .or_else(|| self.tenant_switch(&check.tenant_keys));
+        let blocked_by = self.blocked_by(&check);
         if check.cancel {
             tracing::info!(job = %self.job.id, "cancelled by an operator: stopping");
             return Err(Stop::Outcome(Outcome::Cancelled));
@@ -171,6 +169,16 @@ impl JobRun {
             return Err(Stop::Outcome(Outcome::Held));
         }
         Ok(gate)
+    }
+
+    /// The engaged switch that blocks the job in `check`: one the state database matched as stored
+    /// (`global`, `source:…`, `tenant:…`), else a tenant switch matched in the key column's form
+    /// ([`Self::tenant_switch`]).
+    fn blocked_by(&self, check: &kill_switch::JobCheck) -> Option<String> {
+        check
+            .blocked_by
+            .clone()
+            .or_else(|| self.tenant_switch(&check.tenant_keys))
     }
 
     /// The engaged tenant switch among `keys` whose key is the job's tenant in the key column's
