@@ -259,6 +259,8 @@ impl Worker {
             tokio::select! {
                 () = cancel.cancelled() => break,
                 () = tokio::time::sleep(wait) => {}
+                // Woken by the listener when a job is queued: claimed now, not after `wait`.
+                () = self.presence.job_queued() => {}
             }
         }
     }

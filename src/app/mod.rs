@@ -82,7 +82,8 @@ pub struct Settings {
     /// with `options` and migrating at start are refused (see README, "Behind PgBouncer").
     #[arg(long, env = "DEPROV_POOLER_MODE", value_enum, default_value_t = PoolerMode::Session)]
     pub pooler_mode: PoolerMode,
-    /// A URL of the state database on which the worker `LISTEN`s for kill switch changes: direct or
+    /// A URL of the state database on which the worker `LISTEN`s for kill switch changes and queued
+    /// jobs (an idle worker then claims a new job at once, not at its next poll): direct or
     /// through a session-mode pooler, never a transaction pooler (`LISTEN` needs a session). Default:
     /// `DEPROV_DATABASE_URL` in session mode; none in transaction mode, where workers then learn of
     /// changes by heartbeat (`[worker] heartbeat_interval`) and at every batch.

@@ -28,6 +28,11 @@
 //! requests waiting; the service gives it `4 × group_commit × [pools.intake] max_connections`,
 //! whatever the number of writers, so that a stall of a few tens of milliseconds at a few
 //! thousand requests/s does not refuse anything) a request is refused at once the same way.
+//!
+//! A request that created a queued job wakes idle workers after its commit: one waker task sends
+//! [`jobs::wake_workers`] on the intake pool, at most one notification per `WAKE_INTERVAL` (wake-ups
+//! asked for meanwhile are merged into the next), so intake's own transactions never carry a
+//! `NOTIFY` and a stream of requests costs a few notifications a second, not one each.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -37,6 +42,7 @@ use sqlx::PgPool;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::intake::{self, Accepted, IntakeError, NewRequest};
+use super::jobs;
 
 type Answer = oneshot::Sender<Result<Accepted, IntakeError>>;
 
@@ -61,6 +67,8 @@ pub struct GroupCommit {
     queue: mpsc::Sender<Pending>,
     /// The intake pool's `acquire_timeout`: the longest a request waits for a writer.
     wait: Duration,
+    /// Asks the waker task to send [`jobs::wake_workers`]; holds at most one pending wake-up.
+    wake: mpsc::Sender<()>,
 }
 
 impl std::fmt::Debug for GroupCommit {
@@ -92,7 +100,20 @@ impl GroupCommit {
         for _ in 0..writers {
             tokio::spawn(write(pool.clone(), rx.clone(), group));
         }
-        Self { queue, wait }
+        let (wake, wakes) = mpsc::channel(1);
+        tokio::spawn(waker(pool, wakes));
+        Self { queue, wait, wake }
+    }
+
+    /// After `answer` was committed: when it created a queued job, asks the waker for a
+    /// notification (at once if none is pending; a pending one covers this job too).
+    fn woken_by(&self, answer: &Result<Accepted, IntakeError>) {
+        if let Ok(a) = answer
+            && !a.duplicate
+            && a.state == jobs::JobState::Queued.as_str()
+        {
+            let _ = self.wake.try_send(());
+        }
     }
 
     /// Records `req` like [`intake::record_tx`], in a group with whatever else is waiting.
@@ -124,7 +145,9 @@ impl GroupCommit {
             return gave_up();
         }
         if let Ok(answer) = tokio::time::timeout(self.wait, &mut answered).await {
-            return answer.unwrap_or(Err(IntakeError::Db(sqlx::Error::PoolTimedOut)));
+            let answer = answer.unwrap_or(Err(IntakeError::Db(sqlx::Error::PoolTimedOut)));
+            self.woken_by(&answer);
+            return answer;
         }
         if claim
             .compare_exchange(WAITING, GAVE_UP, Ordering::AcqRel, Ordering::Acquire)
@@ -136,7 +159,11 @@ impl GroupCommit {
         // PgBouncer's queue for a server beyond any server-side bound. The caller stops waiting;
         // the group goes on and may still commit the request.
         match tokio::time::timeout(self.wait, answered).await {
-            Ok(answer) => answer.unwrap_or(Err(IntakeError::Db(sqlx::Error::PoolTimedOut))),
+            Ok(answer) => {
+                let answer = answer.unwrap_or(Err(IntakeError::Db(sqlx::Error::PoolTimedOut)));
+                self.woken_by(&answer);
+                answer
+            }
             Err(_) => {
                 let waited = started.elapsed();
                 tracing::warn!(
@@ -147,6 +174,23 @@ impl GroupCommit {
                 Err(IntakeError::Unconfirmed(waited))
             }
         }
+    }
+}
+
+/// The shortest time between two notifications of the waker: under a steady stream of new jobs it
+/// sends at most 1 s / this many, on one intake connection at a time, however many requests arrive.
+/// Idle workers need one wake-up; busy ones claim their next job without it.
+const WAKE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The waker: one [`jobs::wake_workers`] per wake-up asked for, at most one per [`WAKE_INTERVAL`]
+/// (those asked for meanwhile are merged into the next), until every [`GroupCommit`] handle is
+/// dropped. A failed notification is logged; workers still find the job at their next poll.
+async fn waker(pool: PgPool, mut wakes: mpsc::Receiver<()>) {
+    while wakes.recv().await.is_some() {
+        if let Err(e) = jobs::wake_workers(&pool).await {
+            tracing::debug!(error = %e, "could not notify workers of a queued job; they find it at their next poll");
+        }
+        tokio::time::sleep(WAKE_INTERVAL).await;
     }
 }
 

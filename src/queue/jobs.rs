@@ -13,6 +13,27 @@ use sqlx::PgExecutor;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+/// The channel of the `NOTIFY` [`wake_workers`] sends after intake committed a new queued job: idle
+/// workers listening on it claim at once instead of at their next poll. No payload.
+pub const WAKE_CHANNEL: &str = "deprov_jobs";
+
+/// Sends `NOTIFY deprov_jobs` ([`WAKE_CHANNEL`]) in a transaction of its own, after (never inside)
+/// the transaction that queued a job: PostgreSQL serializes the commits of transactions that sent a
+/// notification (PostgreSQL docs, NOTIFY), so a notification inside intake's transaction would make
+/// concurrent intakes commit one at a time. The commit is not durable (`synchronous_commit = off`):
+/// a notification lost to a crash costs only the wait for the next poll.
+///
+/// # Errors
+/// Database errors; the caller logs them (workers still poll).
+pub async fn wake_workers(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    let mut tx = crate::db::begin(pool, crate::db::Bounds::STATE.deferred()).await?;
+    crate::db::query("SELECT pg_notify($1, '')")
+        .bind(WAKE_CHANNEL)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
 /// A job's lifecycle state (`deprov.jobs.state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]

@@ -21,6 +21,9 @@
 //!   recorded no version since. Destruction stops within about a batch whatever happens to
 //!   notifications.
 //!
+//! The same connection listens on [`jobs::WAKE_CHANNEL`]: an idle worker claims a job that intake
+//! has just queued at once, not at its next poll ([`Presence::job_queued`]).
+//!
 //! `LISTEN` needs a session of its own: it cannot pass a transaction pooler (PgBouncer
 //! `pool_mode = transaction`). Behind one, give `DEPROV_NOTIFY_URL` (a direct URL of the state
 //! database, or a session-mode pool) or do without: then heartbeats and the per-batch re-read do the
@@ -38,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{PoolConfig, WorkerConfig};
 use crate::db::{self, Bounds, PoolRole};
-use crate::queue::{kill_switch, workers};
+use crate::queue::{jobs, kill_switch, workers};
 
 /// Held while a destructive statement started on a kill switch reading runs (see the module docs).
 pub type Gate = OwnedMutexGuard<()>;
@@ -54,6 +57,8 @@ pub struct Presence {
     beat: Arc<Notify>,
     /// Notified when a newer version is recorded ([`Self::changed`]).
     changed: Arc<Notify>,
+    /// Notified when a job may have become claimable ([`Self::job_queued`]).
+    queued: Arc<Notify>,
 }
 
 impl Presence {
@@ -101,6 +106,14 @@ impl Presence {
     /// before the change to be woken by it (tokio's `notify_waiters` wakes the futures that exist).
     pub fn changed(&self) -> tokio::sync::futures::OwnedNotified {
         self.changed.clone().notified_owned()
+    }
+
+    /// Completes when the listener heard that intake queued a job ([`jobs::WAKE_CHANNEL`]), or
+    /// when it (re)connected (a notification may have been
+    /// missed): an idle job loop claims then instead of at its next poll. One notification wakes
+    /// one waiter; one sent while no loop waits is kept for the next wait.
+    pub async fn job_queued(&self) {
+        self.queued.notified().await;
     }
 
     /// Reads the latest version under the gate and records it.
@@ -224,16 +237,21 @@ impl Presence {
         failures: &mut u32,
     ) -> Result<(), sqlx::Error> {
         let mut listener = PgListener::connect_with(pool).await?;
-        listener.listen(kill_switch::CHANNEL).await?;
+        listener
+            .listen_all([kill_switch::CHANNEL, jobs::WAKE_CHANNEL])
+            .await?;
         *failures = 0;
         self.listening.store(true, Ordering::Release);
         self.beat.notify_one();
-        // Changes made while not listening were not delivered: read the version now.
+        // Changes made while not listening were not delivered: read the version now, and look
+        // for jobs.
         self.wake.notify_one();
+        self.queued.notify_one();
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return Ok(()),
                 got = listener.try_recv() => match got? {
+                    Some(n) if n.channel() == jobs::WAKE_CHANNEL => self.queued.notify_one(),
                     Some(_) => self.wake.notify_one(),
                     None => return Ok(()),
                 },

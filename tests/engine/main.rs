@@ -19,6 +19,7 @@ mod harness;
 mod held_chains;
 mod incarnation;
 mod index_pass;
+mod job_wake;
 mod keyless;
 mod kill_switch_ack;
 mod notify;
