@@ -131,16 +131,26 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// The columns of [`Job`]: the select list of every query that returns jobs (unqualified; a
+/// query joining another relation names that relation's columns apart).
+macro_rules! job_columns {
+    () => {
+        "id, subject_kind, subject, tenant_id, state, step, attempts, stalled_attempts, max_attempts, \
+         last_error, checkpoint, progress, created_at, started_at, finished_at, run_after, \
+         lease_owner, lease_expires_at"
+    };
+}
+
 /// One job by ID.
 ///
 /// # Errors
 /// Database errors.
 pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<Job>, sqlx::Error> {
-    crate::db::query_as(
-        "SELECT id, subject_kind, subject, tenant_id, state, step, attempts, stalled_attempts, max_attempts, last_error, \
-         checkpoint, progress, created_at, started_at, finished_at, run_after, lease_owner, lease_expires_at \
-         FROM deprov.jobs WHERE id = $1",
-    )
+    crate::db::query_as(concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM deprov.jobs WHERE id = $1"
+    ))
     .bind(id)
     .fetch_optional(db)
     .await
@@ -156,9 +166,11 @@ pub async fn list(
     limit: i64,
 ) -> Result<Vec<Job>, sqlx::Error> {
     crate::db::query_as(
-        "SELECT id, subject_kind, subject, tenant_id, state, step, attempts, stalled_attempts, max_attempts, last_error, \
-         checkpoint, progress, created_at, started_at, finished_at, run_after, lease_owner, lease_expires_at \
-         FROM deprov.jobs WHERE ($1::text IS NULL OR state = $1) ORDER BY created_at DESC, id DESC LIMIT $2",
+        concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM deprov.jobs WHERE ($1::text IS NULL OR state = $1) ORDER BY created_at DESC, id DESC LIMIT $2"
+    ),
     )
     .bind(state.map(JobState::as_str))
     .bind(limit.clamp(1, 1000))
@@ -212,9 +224,9 @@ pub async fn claim(
     worker: &str,
     lease: Duration,
 ) -> Result<Option<Job>, sqlx::Error> {
-    crate::db::query_as(
+    crate::db::query_as(concat!(
         "WITH next AS ( \
-           SELECT id FROM deprov.jobs \
+           SELECT id AS next_id FROM deprov.jobs \
            WHERE (((state = 'queued' OR state = 'held') AND run_after <= now()) \
                   OR (state = 'running' AND lease_expires_at < now())) \
              AND NOT (SELECT engaged FROM deprov.kill_switch) AND deprov.job_blocked_by(id) IS NULL \
@@ -223,12 +235,10 @@ pub async fn claim(
            stalled_attempts = j.stalled_attempts + 1, lease_owner = $1, \
            lease_expires_at = now() + make_interval(secs => $2::float8 / 1000), heartbeat_at = now(), \
            started_at = coalesce(j.started_at, now()), updated_at = now() \
-         FROM next WHERE j.id = next.id \
-         RETURNING j.id, j.subject_kind, j.subject, j.tenant_id, j.state, j.step, j.attempts, \
-           j.stalled_attempts, j.max_attempts, \
-           j.last_error, j.checkpoint, j.progress, j.created_at, j.started_at, j.finished_at, j.run_after, \
-           j.lease_owner, j.lease_expires_at",
-    )
+         FROM next WHERE j.id = next.next_id \
+         RETURNING ",
+        job_columns!()
+    ))
     .bind(worker)
     .bind(millis(lease))
     .fetch_optional(db)
