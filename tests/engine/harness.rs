@@ -271,6 +271,19 @@ pub async fn wait_for_job(db: &PgPool, id: Uuid, what: &str, pred: impl Fn(&Job)
     }
 }
 
+/// A deletion request from `source` for tenant `tenant`, deduplicated on the tenant ID.
+pub fn tenant_request(source: &str, tenant: &str) -> NewRequest {
+    NewRequest {
+        source: source.into(),
+        basis: DedupBasis::TenantId,
+        dedup_key: tenant.into(),
+        subject_kind: SubjectKind::Tenant,
+        subject: tenant.into(),
+        external_id: None,
+        reason: None,
+    }
+}
+
 /// Records a deletion request from source `billing` as intake does; returns its job.
 pub async fn record(
     pools: &Pools,

@@ -3,24 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use deprov::ids::DedupBasis;
 use deprov::queue::group_commit::GroupCommit;
-use deprov::queue::intake::{NewRequest, SubjectKind};
 
-use crate::harness::{Env, config_hard, env_with_config, wait_for_job};
+use crate::harness::{Env, config_hard, env_with_config, tenant_request, wait_for_job};
 use crate::kill_switch_ack::start_workers;
 
 /// Records a deletion request for `tenant` through intake's group commit, as the HTTP API does.
 async fn request(env: &Env, intake: &GroupCommit, tenant: &str) -> uuid::Uuid {
-    let req = NewRequest {
-        source: "billing".into(),
-        basis: DedupBasis::TenantId,
-        dedup_key: tenant.into(),
-        subject_kind: SubjectKind::Tenant,
-        subject: tenant.into(),
-        external_id: None,
-        reason: None,
-    };
+    let req = tenant_request("billing", tenant);
     let attempts = env.config.worker.max_attempts as i32;
     intake.record(req, attempts).await.unwrap().job_id
 }

@@ -2,25 +2,16 @@
 //! cancel|retry` through the CLI, and the append-only audit log they write.
 
 use clap::Parser;
-use deprov::ids::DedupBasis;
-use deprov::queue::intake::{self, NewRequest, SubjectKind};
+use deprov::queue::intake;
 use deprov::queue::kill_switch::{self, Scope};
 use deprov::queue::{JobState, audit};
 use deprov::worker::{Checkpoint, Progress, StepOutcome};
 use uuid::Uuid;
 
-use crate::harness::{Env, digest, env, wait_for_job};
+use crate::harness::{Env, digest, env, tenant_request, wait_for_job};
 
 async fn request_from(env: &Env, source: &str, tenant: &str) -> (Uuid, bool) {
-    let req = NewRequest {
-        source: source.into(),
-        basis: DedupBasis::TenantId,
-        dedup_key: tenant.into(),
-        subject_kind: SubjectKind::Tenant,
-        subject: tenant.into(),
-        external_id: None,
-        reason: None,
-    };
+    let req = tenant_request(source, tenant);
     let accepted = intake::record_tx(&env.pools.intake, &req, 5).await.unwrap();
     let held: bool = sqlx::query_scalar(
         "SELECT received_while_held FROM deprov.deletion_requests WHERE id = $1",
