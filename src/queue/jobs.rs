@@ -165,13 +165,12 @@ pub async fn list(
     state: Option<JobState>,
     limit: i64,
 ) -> Result<Vec<Job>, sqlx::Error> {
-    crate::db::query_as(
-        concat!(
+    crate::db::query_as(concat!(
         "SELECT ",
         job_columns!(),
-        " FROM deprov.jobs WHERE ($1::text IS NULL OR state = $1) ORDER BY created_at DESC, id DESC LIMIT $2"
-    ),
-    )
+        " FROM deprov.jobs WHERE ($1::text IS NULL OR state = $1) \
+         ORDER BY created_at DESC, id DESC LIMIT $2"
+    ))
     .bind(state.map(JobState::as_str))
     .bind(limit.clamp(1, 1000))
     .fetch_all(db)

@@ -109,9 +109,9 @@ impl Presence {
     }
 
     /// Completes when the listener heard that intake queued a job ([`jobs::WAKE_CHANNEL`]), or
-    /// when it (re)connected (a notification may have been
-    /// missed): an idle job loop claims then instead of at its next poll. One notification wakes
-    /// one waiter; one sent while no loop waits is kept for the next wait.
+    /// when it (re)connected (a notification may have been missed): an idle job loop claims then
+    /// instead of at its next poll. One notification wakes one waiter; one sent while no loop
+    /// waits is kept for the next wait.
     pub async fn job_queued(&self) {
         self.queued.notified().await;
     }
