@@ -29,8 +29,15 @@ pub enum Whole {
         /// Cumulative Statistics System*, "Statistics Functions").
         deleted: Vec<(u32, i64)>,
     },
-    /// Rolled back with this verdict (never [`Trial::Succeeds`]).
-    RolledBack(Trial),
+    /// Rolled back.
+    RolledBack {
+        /// The verdict (never [`Trial::Succeeds`]).
+        verdict: Trial,
+        /// When the verdict is [`Trial::Undecided`]: the rows, in the closure's tables, the cascade
+        /// had deleted when it was stopped — how far it got within the bounds. `None` otherwise,
+        /// or when they could not be read.
+        reached: Option<i64>,
+    },
 }
 
 /// Runs `soft_delete` and the cascading `DELETE` of `tenant` in one transaction on `target`,
@@ -51,9 +58,18 @@ pub async fn whole_cascade(
 ) -> Result<Whole, EngineError> {
     let started = Instant::now();
     let mut tx = db::begin(target, Bounds::new(lock_timeout, budget)).await?;
+    let closure: Vec<u32> = plan.closure.iter().copied().collect();
+    let before = match savepoint_after_counts(&mut tx, &closure).await {
+        Ok(before) => before,
+        Err(e) => {
+            tx.rollback().await?;
+            return verdict_of(e).map(|verdict| Whole::RolledBack {
+                verdict,
+                reached: None,
+            });
+        }
+    };
     let outcome = async {
-        let closure: Vec<u32> = plan.closure.iter().copied().collect();
-        let before = deleted_so_far(&mut tx, &closure).await?;
         let soft_deleted = statements::soft_delete_in(&mut tx, soft_delete, tenant).await?;
         if !soft_delete.is_empty() {
             let left = budget.saturating_sub(started.elapsed());
@@ -67,25 +83,47 @@ pub async fn whole_cascade(
         Ok::<_, EngineError>(Ok((soft_deleted, deleted)))
     }
     .await;
-    match outcome {
+    let verdict = match outcome {
         Ok(Ok((soft_deleted, deleted))) => {
             tx.commit().await?;
-            Ok(Whole::Committed {
+            return Ok(Whole::Committed {
                 soft_deleted,
                 deleted,
-            })
+            });
         }
-        Ok(Err(trial)) => {
-            tx.rollback().await?;
-            Ok(Whole::RolledBack(trial))
-        }
-        Err(EngineError::Db(e)) => {
-            tx.rollback().await?;
-            verdict_of(e).map(Whole::RolledBack)
-        }
-        Err(e) => {
-            tx.rollback().await?;
-            Err(e)
-        }
-    }
+        Ok(Err(verdict)) => Ok(verdict),
+        Err(EngineError::Db(e)) => verdict_of(e),
+        Err(e) => Err(e),
+    };
+    let reached = match verdict {
+        Ok(Trial::Undecided(_)) => reached(&mut tx, &before).await,
+        _ => None,
+    };
+    tx.rollback().await?;
+    verdict.map(|verdict| Whole::RolledBack { verdict, reached })
+}
+
+/// The closure's deleted-row counters of the transaction so far, then `SAVEPOINT whole`: what
+/// [`reached`] goes back to.
+async fn savepoint_after_counts(
+    tx: &mut sqlx::PgConnection,
+    closure: &[u32],
+) -> Result<Vec<(u32, i64)>, sqlx::Error> {
+    let before = deleted_so_far(tx, closure).await?;
+    db::query("SAVEPOINT whole").execute(&mut *tx).await?;
+    Ok(before)
+}
+
+/// `ROLLBACK TO SAVEPOINT whole` (also in a transaction the cascade's error aborted), then the rows
+/// the cascade had deleted in the closure since `before`. A subtransaction rolled back keeps its
+/// deletes in the transaction's counters (PostgreSQL's `pgstat_relation.c`,
+/// `AtEOSubXact_PgStat_Relations`: attempted actions are counted whether they commit or abort).
+/// `None` when either statement fails.
+async fn reached(tx: &mut sqlx::PgConnection, before: &[(u32, i64)]) -> Option<i64> {
+    db::query("ROLLBACK TO SAVEPOINT whole")
+        .execute(&mut *tx)
+        .await
+        .ok()?;
+    let since = cascaded_since(tx, before).await.ok()?;
+    Some(since.iter().map(|(_, rows)| rows).sum())
 }

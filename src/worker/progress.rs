@@ -81,7 +81,8 @@ pub struct Progress {
     /// The trial cascade's verdict (`engine::trial`): `succeeds`, `no tenant`, `deletes nothing`,
     /// `fails: …` or `undecided: …` (the simulation decided); none when it did not run.
     pub trial: Option<String>,
-    /// The trial cascade's transaction, BEGIN to ROLLBACK, in milliseconds.
+    /// The trial cascade's transactions, BEGIN to ROLLBACK (or COMMIT, for a whole cascade that
+    /// fitted), summed over every try of every run, in milliseconds.
     pub trial_ms: f64,
     /// Runs of the job that ran the pre-checks before the hard delete (user `DELETE` triggers,
     /// the trial cascade, the simulation: those that apply). Once the soft delete committed, runs

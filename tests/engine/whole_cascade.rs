@@ -1,6 +1,7 @@
 //! `[hard_delete] whole_cascade`: a tenant whose cascade fits the trial's bound is deleted by one
 //! transaction with its soft delete (`engine::whole`); one that fails is refused with nothing
-//! deleted; one too large goes on in batches.
+//! deleted; one too large goes on in batches; a small one whose first try missed the bound is tried
+//! once more after the pre-checks.
 
 use deprov::queue::JobState;
 
@@ -98,4 +99,67 @@ CREATE TRIGGER slow BEFORE DELETE ON app.items FOR EACH ROW EXECUTE FUNCTION app
     );
     assert_eq!(progress.rows_deleted, 1021, "{progress:?}");
     assert!(progress.batches > 20, "{progress:?}");
+}
+
+/// [`SCHEMA`] with an items trigger whose first call sleeps past the bound: the whole cascade's
+/// first try runs out of its bound after deleting the account and its 20 projects (21 rows), and
+/// every later delete is fast. The sequence counts calls outside any transaction, so the
+/// rolled-back first try still counts.
+fn slow_first_try() -> String {
+    format!(
+        "{SCHEMA}
+CREATE SEQUENCE app.item_deletes;
+CREATE FUNCTION app.slow_once() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF nextval('app.item_deletes') = 1 THEN PERFORM pg_sleep(2); END IF; RETURN OLD; END $$;
+CREATE TRIGGER slow_once BEFORE DELETE ON app.items FOR EACH ROW EXECUTE FUNCTION app.slow_once();"
+    )
+}
+
+fn config_cascade_rows(cascade_rows: u32) -> String {
+    config_hard(
+        &format!(
+            "batch_rows = 10\nmax_batch_rows = 10\nmax_batch_duration = \"800ms\"\n\
+             lock_timeout = \"50ms\"\ncascade_rows = {cascade_rows}\nwhole_cascade = true"
+        ),
+        "id",
+        "",
+    )
+}
+
+#[tokio::test]
+async fn a_small_tenant_whose_first_try_missed_the_bound_is_tried_again_after_the_pre_checks() {
+    // The first try reached 21 rows, within cascade_rows: the second try fits and deletes the
+    // tenant (1,021 rows) with its soft delete in one transaction.
+    let progress = delete_tenant_1(&slow_first_try(), &config_cascade_rows(21)).await;
+    assert!(progress.whole_cascade, "{progress:?}");
+    assert_eq!(
+        (
+            progress.rows_deleted,
+            progress.batches,
+            progress.soft_deleted_rows,
+            progress.trial.as_deref()
+        ),
+        (1021, 1, Some(1), Some("succeeds")),
+        "{progress:?}"
+    );
+    // Both tries are counted: the first ran out of its 640 ms bound.
+    assert!(progress.trial_ms >= 640.0, "{progress:?}");
+    assert!(progress.longest_rolled_back_ms >= 640.0, "{progress:?}");
+}
+
+#[tokio::test]
+async fn a_first_try_that_got_past_cascade_rows_is_not_tried_again() {
+    // 21 rows reached, above cascade_rows: the tenant goes on in batches.
+    let progress = delete_tenant_1(&slow_first_try(), &config_cascade_rows(20)).await;
+    assert!(!progress.whole_cascade, "{progress:?}");
+    assert!(
+        progress
+            .trial
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("undecided"),
+        "{progress:?}"
+    );
+    assert_eq!(progress.rows_deleted, 1021, "{progress:?}");
+    assert!(progress.batches > 1, "{progress:?}");
 }

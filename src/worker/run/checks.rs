@@ -165,7 +165,7 @@ impl JobRun {
         let hd = &self.worker.config.hard_delete;
         if hd.user_triggers == crate::config::UserTriggers::Allow
             || !self.before_hard_delete()
-            || self.whole_tried
+            || self.whole_tries > 0
         {
             return Ok(None);
         }
@@ -200,7 +200,7 @@ impl JobRun {
         tenant: &str,
     ) -> Result<Result<bool, String>, Stop> {
         let hd = &self.worker.config.hard_delete;
-        if !hd.trial_cascade || !self.before_hard_delete() || self.whole_tried {
+        if !hd.trial_cascade || !self.before_hard_delete() || self.whole_tries > 0 {
             return Ok(Ok(false));
         }
         let started = std::time::Instant::now();
@@ -213,7 +213,7 @@ impl JobRun {
         )
         .await?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
-        self.progress.trial_ms = ms;
+        self.progress.trial_ms += ms;
         self.progress.longest_rolled_back_ms = self.progress.longest_rolled_back_ms.max(ms);
         self.progress.trial = Some(verdict.label());
         let Some(why) = verdict.refusal() else {

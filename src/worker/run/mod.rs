@@ -65,9 +65,13 @@ pub(super) struct JobRun {
     /// The job's `stalled_attempts` as the last heartbeat left it (0 once this run advanced the
     /// job; the claim's count until then): what [`Self::classify`] holds against `max_attempts`.
     stalled: AtomicI32,
-    /// Whether this run tried the whole cascade ([`Self::whole_cascade`]): its verdict stands for
-    /// the trial's.
-    whole_tried: bool,
+    /// The whole cascade's tries in this run ([`Self::whole_cascade`]): at most two, the second
+    /// after the pre-checks ([`Self::whole_again`]). Any try's verdict stands for the trial's.
+    whole_tries: u8,
+    /// When the last try of the whole cascade rolled back undecided (it ran out of its bound,
+    /// waited too long for a lock, or met a deadlock): the rows it had deleted when it was stopped
+    /// (`engine::whole::Whole::RolledBack`'s `reached`).
+    whole_reached: Option<i64>,
 }
 
 impl JobRun {
@@ -86,7 +90,8 @@ impl JobRun {
             key_form: None,
             started: Some(tokio::time::Instant::now()),
             stalled,
-            whole_tried: false,
+            whole_tries: 0,
+            whole_reached: None,
         }
     }
 
@@ -309,6 +314,11 @@ impl JobRun {
             Checkpoint::from_json(self.job.checkpoint.as_ref()).as_ref(),
         )
         .await?;
+        if self.whole_again()
+            && let Some(outcome) = self.whole_cascade(&plan, &tenant).await?
+        {
+            return Ok(outcome);
+        }
 
         if self.job.step == "soft_delete" || self.job.step == "resolve" {
             let gate = self.may_destroy().await?;

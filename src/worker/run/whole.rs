@@ -1,5 +1,8 @@
 //! A job whose tenant's whole cascade fits one batch's bound: deleted by one transaction
 //! ([`engine::whole`]) instead of a trial, a soft delete and batches.
+//!
+//! It is tried before the pre-checks, and once more after them for a small tenant whose first try
+//! was undecided ([`JobRun::whole_again`]).
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -21,6 +24,7 @@ impl JobRun {
     /// cascade fails or deletes nothing (rolled back: nothing was deleted by it); `Ok(None)` when
     /// it did not run, found no tenant, or did not finish within the bounds — the verdict is then
     /// in `progress.trial`, and the pre-checks do not run the trial again in this run.
+    /// `progress.trial_ms` adds each try's transaction time.
     pub(super) async fn whole_cascade(
         &mut self,
         plan: &engine::Plan,
@@ -61,8 +65,12 @@ impl JobRun {
         .await?;
         drop(gate);
         let ms = started.elapsed().as_secs_f64() * 1000.0;
-        self.progress.trial_ms = ms;
-        self.whole_tried = true;
+        self.progress.trial_ms += ms;
+        self.whole_tries += 1;
+        self.whole_reached = match &whole {
+            Whole::RolledBack { reached, .. } => *reached,
+            Whole::Committed { .. } => None,
+        };
         match whole {
             Whole::Committed {
                 soft_deleted,
@@ -91,7 +99,7 @@ impl JobRun {
                 tx.commit().await?;
                 Ok(Some(Outcome::Completed))
             }
-            Whole::RolledBack(verdict) => {
+            Whole::RolledBack { verdict, .. } => {
                 self.progress.longest_rolled_back_ms = self.progress.longest_rolled_back_ms.max(ms);
                 self.progress.trial = Some(verdict.label());
                 let Some(why) = verdict.refusal() else {
@@ -104,5 +112,19 @@ impl JobRun {
                 ))))
             }
         }
+    }
+
+    /// Whether to try the whole cascade once more, after the pre-checks and before the soft
+    /// delete: its one try in this run was undecided (it ran out of its bound, waited too long for
+    /// a lock, or met a deadlock) having deleted at most `[hard_delete] cascade_rows` rows — no
+    /// more than one batch may let PostgreSQL cascade to. Such a tenant is small, or slow to
+    /// delete for a reason a second try may not meet again: the first try and the pre-checks read
+    /// its pages into shared buffers, and a lock may have been released. When the second try fits,
+    /// it saves the soft delete's own transaction and every batch; when it does not, it costs one
+    /// more transaction within the same bounds, rolled back. A tenant whose first try got further
+    /// goes on in batches.
+    pub(super) fn whole_again(&self) -> bool {
+        let cascade_rows = i64::from(self.worker.config.hard_delete.cascade_rows);
+        self.whole_tries == 1 && self.whole_reached.is_some_and(|rows| rows <= cascade_rows)
     }
 }
