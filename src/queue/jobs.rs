@@ -13,9 +13,26 @@ use sqlx::PgExecutor;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-/// The channel of the `NOTIFY` [`wake_workers`] sends after intake committed a new queued job: idle
-/// workers listening on it claim at once instead of at their next poll. No payload.
+/// The channel of the `NOTIFY` sent when jobs become claimable — by [`wake_workers`] after intake
+/// committed a new queued job, by [`wake_on_commit`] in an operator's retry, kill-switch release or
+/// reconcile: idle workers listening on it claim at once instead of at their next poll. No payload.
 pub const WAKE_CHANNEL: &str = "deprov_jobs";
+
+/// Sends `NOTIFY deprov_jobs` ([`WAKE_CHANNEL`]) inside the caller's transaction, delivered when it
+/// commits and never if it rolls back (PostgreSQL docs, NOTIFY). For the rare transactions that make
+/// jobs claimable outside intake — an operator's retry, a kill-switch release, reconcile — where
+/// the commit serialization a notification brings costs nothing. Identical notifications of one
+/// transaction are delivered once.
+///
+/// # Errors
+/// Database errors.
+pub async fn wake_on_commit(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
+    crate::db::query("SELECT pg_notify($1, '')")
+        .bind(WAKE_CHANNEL)
+        .execute(db)
+        .await?;
+    Ok(())
+}
 
 /// Sends `NOTIFY deprov_jobs` ([`WAKE_CHANNEL`]) in a transaction of its own, after (never inside)
 /// the transaction that queued a job: PostgreSQL serializes the commits of transactions that sent a

@@ -317,6 +317,9 @@ pub async fn set_scope(
     .execute(&mut *conn)
     .await?
     .rows_affected();
+    if !engaged && moved > 0 {
+        super::jobs::wake_on_commit(&mut *conn).await?;
+    }
     crate::db::query(
         "INSERT INTO deprov.kill_switch_history (version, scope, key, engaged, reason, actor, jobs_moved) \
          VALUES ($1, $2, $3, $4, $5, $6, $7)",

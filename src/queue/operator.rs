@@ -159,6 +159,9 @@ pub async fn retry(
     .bind(id)
     .fetch_one(&mut *conn)
     .await?;
+    if new_state == "queued" {
+        super::jobs::wake_on_commit(&mut *conn).await?;
+    }
     let details = serde_json::json!({
         "previous_state": state, "new_state": new_state,
         "previous_attempts": attempts, "previous_error": last_error,

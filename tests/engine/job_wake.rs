@@ -1,9 +1,12 @@
-//! An idle worker listening on the state database claims a job intake has just queued at once
-//! (`NOTIFY deprov_jobs`, sent after intake's commit), not at its next poll.
+//! An idle worker listening on the state database claims a job at once, not at its next poll,
+//! when intake has just queued it (`NOTIFY deprov_jobs`, sent after intake's commit) and when an
+//! operator's retry or a kill-switch release queued it again (the same `NOTIFY`, sent in their
+//! transaction).
 
 use std::time::{Duration, Instant};
 
 use deprov::queue::group_commit::GroupCommit;
+use deprov::queue::{kill_switch, operator};
 
 use crate::harness::{Env, config_hard, env_with_config, tenant_request, wait_for_job};
 use crate::kill_switch_ack::start_workers;
@@ -15,12 +18,12 @@ async fn request(env: &Env, intake: &GroupCommit, tenant: &str) -> uuid::Uuid {
     intake.record(req, attempts).await.unwrap().job_id
 }
 
-/// Polls (5 ms) until a worker has claimed the job (`started_at` set); returns how long that took,
-/// failing after `limit`.
+/// Polls (5 ms) until a worker has claimed the job (`attempts` above 0: a new job and a retried one
+/// start at 0); returns how long that took, failing after `limit`.
 async fn claimed_within(env: &Env, id: uuid::Uuid, limit: Duration) -> Duration {
     let started = Instant::now();
     loop {
-        if env.job(id).await.started_at.is_some() {
+        if env.job(id).await.attempts > 0 {
             return started.elapsed();
         }
         assert!(
@@ -32,30 +35,77 @@ async fn claimed_within(env: &Env, id: uuid::Uuid, limit: Duration) -> Duration 
     }
 }
 
-#[tokio::test]
-async fn an_idle_listening_worker_claims_a_new_job_long_before_its_next_poll() {
+/// An environment whose workers poll every 60 s: a claim within seconds is a wake-up's.
+async fn env_polling_every_minute() -> Env {
     let config = config_hard("", "installation", "")
         .replace("poll_interval = \"20ms\"", "poll_interval = \"60s\"");
     assert!(config.contains("poll_interval = \"60s\""));
-    let env = env_with_config(&config).await;
+    env_with_config(&config).await
+}
+
+/// Waits for job `id` to finish; returns its state.
+async fn finished(env: &Env, id: uuid::Uuid) -> String {
+    wait_for_job(&env.pools.queue, id, "the job to finish", |j| {
+        j.finished_at.is_some()
+    })
+    .await
+    .state
+}
+
+#[tokio::test]
+async fn an_idle_listening_worker_claims_a_new_job_long_before_its_next_poll() {
+    let env = env_polling_every_minute().await;
     let intake = GroupCommit::start(env.pools.intake.clone(), 1, 8, 64, Duration::from_secs(5));
     let workers = start_workers(&env, 1, true);
     // The first job is claimed by the worker's first poll or by the wake-up; after it the worker
     // is idle, asleep for its 60 s poll interval.
     let first = request(&env, &intake, "1").await;
     claimed_within(&env, first, Duration::from_secs(30)).await;
-    wait_for_job(&env.pools.queue, first, "the first job to finish", |j| {
-        j.finished_at.is_some()
-    })
-    .await;
+    assert_eq!(finished(&env, first).await, "completed");
     // Tenant 2's cascade fails (a RESTRICT key): claimed, it is refused at once, nothing deleted.
     let second = request(&env, &intake, "2").await;
     let took = claimed_within(&env, second, Duration::from_secs(10)).await;
     println!("a job requested while the worker was idle was claimed after {took:?}");
-    let done = wait_for_job(&env.pools.queue, second, "the second job to finish", |j| {
-        j.finished_at.is_some()
-    })
-    .await;
-    assert_eq!(done.state, "failed", "{done:?}");
+    assert_eq!(finished(&env, second).await, "failed");
+    workers.stop().await;
+}
+
+#[tokio::test]
+async fn an_operator_retry_and_a_kill_switch_release_wake_an_idle_worker() {
+    let env = env_polling_every_minute().await;
+    let intake = GroupCommit::start(env.pools.intake.clone(), 1, 8, 64, Duration::from_secs(5));
+    let workers = start_workers(&env, 1, true);
+    // Tenant 2's cascade fails (a RESTRICT key): the job fails at once, nothing deleted.
+    let refused = request(&env, &intake, "2").await;
+    claimed_within(&env, refused, Duration::from_secs(30)).await;
+    assert_eq!(finished(&env, refused).await, "failed");
+
+    let mut tx = env.pools.queue.begin().await.unwrap();
+    let state = operator::retry(&mut tx, refused, "on-call", "retry after the fix")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(state, "queued");
+    let took = claimed_within(&env, refused, Duration::from_secs(10)).await;
+    println!("a retried job was claimed after {took:?}");
+    assert_eq!(finished(&env, refused).await, "failed");
+
+    // Requested while the kill switch is engaged, the job waits held; the release queues it.
+    let mut tx = env.pools.queue.begin().await.unwrap();
+    kill_switch::set(&mut tx, true, "incident", "on-call")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let held = request(&env, &intake, "1").await;
+    assert_eq!(env.job(held).await.state, "held");
+    let mut tx = env.pools.queue.begin().await.unwrap();
+    let (_, moved) = kill_switch::set(&mut tx, false, "resolved", "on-call")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(moved, 1);
+    let took = claimed_within(&env, held, Duration::from_secs(10)).await;
+    println!("a job queued by the release was claimed after {took:?}");
+    assert_eq!(finished(&env, held).await, "completed");
     workers.stop().await;
 }

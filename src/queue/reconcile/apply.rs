@@ -172,6 +172,7 @@ pub async fn apply(
             if moved == 0 {
                 continue;
             }
+            crate::queue::jobs::wake_on_commit(&mut *conn).await?;
             let id = job.job_id;
             let run_after = pace(conn, id, next_slot(), acting.rate).await?;
             audit::record(
@@ -244,6 +245,7 @@ pub async fn apply(
             };
             let accepted = intake::record(conn, &req, acting.max_attempts).await?;
             let run_after = if accepted.state == "queued" && !accepted.duplicate {
+                crate::queue::jobs::wake_on_commit(&mut *conn).await?;
                 pace(conn, accepted.job_id, next_slot(), acting.rate).await?
             } else {
                 None
