@@ -4,6 +4,9 @@
 //! See [`run::run`] for the procedure and [`run::BenchReport`] for every printed figure; with
 //! `--target-url`, [`target::run`] runs it on the user's own database instead ([`target::TargetReport`]).
 
+// Runs on its own throwaway server, outside the service's pool rules (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 pub mod corpus;
 mod paced;
 pub mod replay;

@@ -11,6 +11,9 @@
 //!
 //! [`Bouncer`] puts a throwaway PgBouncer in front of one (see [`bouncer`]).
 
+// Starts and prepares throwaway servers, outside the service's pool rules (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 pub mod bouncer;
 
 pub use bouncer::{Bouncer, BouncerOptions, PoolMode, Show};

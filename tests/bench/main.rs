@@ -3,6 +3,9 @@
 //! that the figures are produced and agree with each other and with the database, so the benches
 //! cannot silently rot. They do not assert the goals: those are figures of a full-size run.
 
+// Tests set up and inspect databases directly (clippy.toml's rules are the service's).
+#![allow(clippy::disallowed_methods)]
+
 use deprov::bench::replay::cascade::{self, CascadeArgs};
 use deprov::bench::replay::deadline::{self, DeadlineArgs, ServicePer};
 use deprov::bench::replay::intake::{self, IntakeArgs};
