@@ -11,6 +11,7 @@ use super::error::{ApiError, Problem};
 use super::extract::ApiQuery;
 use super::intake::no_nul;
 use crate::db::{self, Bounds};
+use crate::http::operator_responses::ReadErrors;
 use crate::queue::audit::{self, Entry};
 
 /// One audit entry.
@@ -82,11 +83,8 @@ pub struct AuditList {
     responses(
         (status = 200, description = "Entries, newest first", body = AuditList),
         (status = 400, description = "Malformed query string", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "No operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "limit out of range, or U+0000 in action", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
-         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        ReadErrors,
     ),
 )]
 pub async fn list_audit(

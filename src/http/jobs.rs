@@ -11,6 +11,7 @@ use super::auth::Operator;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, ApiQuery};
 use crate::db::{self, Bounds};
+use crate::http::operator_responses::ReadErrors;
 use crate::queue::{Job, JobState, jobs};
 
 /// Default and largest page size of `GET /v1/jobs`.
@@ -143,11 +144,8 @@ pub struct JobList {
     responses(
         (status = 200, description = "The job", body = JobView),
         (status = 400, description = "Malformed job ID", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "No operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
-         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        ReadErrors,
     ),
 )]
 pub async fn get_job(
@@ -172,11 +170,8 @@ pub async fn get_job(
     responses(
         (status = 200, description = "Jobs, newest first", body = JobList),
         (status = 400, description = "Malformed query string", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "No operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Unknown state or limit out of range", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
-         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        ReadErrors,
     ),
 )]
 pub async fn list_jobs(

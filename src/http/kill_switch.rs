@@ -18,6 +18,7 @@ use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::intake::{MAX_REASON_CHARS, no_nul};
 use crate::db::{self, Bounds};
+use crate::http::operator_responses::{ReadErrors, WriteErrors};
 use crate::queue::kill_switch::{self, Scope, ScopeKind, ScopeSwitch, Status};
 use crate::queue::workers::LiveWorker;
 
@@ -277,10 +278,7 @@ impl ToSchema for SetKillSwitch {}
     security(("operator_token" = [])),
     responses(
         (status = 200, description = "Every switch and the live workers' acknowledgements", body = KillSwitchStatusView),
-        (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "No operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
-         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        ReadErrors,
     ),
 )]
 pub async fn get_kill_switch(
@@ -326,13 +324,10 @@ fn is_known_source(config: &crate::config::Config, name: &str) -> bool {
     responses(
         (status = 200, description = "The switch as changed, with the number of jobs moved", body = KillSwitchView),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only token, or no operator token exists", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Missing, invalid or unknown field, or engaging a source that is not configured", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
-         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        WriteErrors,
     ),
 )]
 pub async fn put_kill_switch(

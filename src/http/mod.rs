@@ -32,6 +32,7 @@ pub mod intake;
 pub mod jobs;
 pub mod kill_switch;
 pub mod metrics;
+pub mod operator_responses;
 pub mod rate_limit;
 pub mod reconcile;
 pub mod serve;

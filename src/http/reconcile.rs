@@ -19,6 +19,7 @@ use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::kill_switch::operator_reason;
 use crate::db::{self, Bounds};
 use crate::engine::BatchLimits;
+use crate::http::operator_responses::WriteErrors;
 use crate::queue::JobState;
 use crate::queue::grace::{self, GraceError, ReinstallOf, Reinstalled, UndoTarget, Undone};
 use crate::queue::reconcile::{self, Actions, Applied, Filter, ReconcileError, Report};
@@ -137,11 +138,8 @@ impl From<GraceError> for ApiError {
     responses(
         (status = 200, description = "The listing", body = Report),
         (status = 400, description = "Malformed query string", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only token, or no operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Unknown state, malformed ID or time", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
-         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        WriteErrors,
     ),
 )]
 pub async fn get_reconcile(
@@ -210,11 +208,8 @@ pub struct ReconcileAnswer {
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only token, or no operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid body: reason, rate, cancel without a filter or with other actions, orphans not configured", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
-         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        WriteErrors,
     ),
 )]
 pub async fn post_reconcile(
@@ -285,13 +280,10 @@ pub struct UndoBody {
         (status = 400, description = "Malformed job ID or JSON", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong operator token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only token, or no operator token exists (no DEPROV_OPERATOR_TOKEN, no `deprov tokens` token)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The hard delete started (nothing to undo), the job is running or completed, or no undo statements are configured", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid reason", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "State database unavailable", body = Problem, content_type = "application/problem+json",
-         headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        WriteErrors,
     ),
 )]
 pub async fn undo_job(
