@@ -1,15 +1,16 @@
 //! An idle worker listening on the state database claims a job at once, not at its next poll,
 //! when intake has just queued it (`NOTIFY deprov_jobs`, sent after intake's commit) and when an
-//! operator's retry or a kill-switch release queued it again (the same `NOTIFY`, sent in their
-//! transaction).
+//! operator's retry, a kill-switch release or reconcile queued it again (the same `NOTIFY`, sent
+//! in their transaction).
 
 use std::time::{Duration, Instant};
 
+use deprov::engine::BatchLimits;
 use deprov::queue::group_commit::GroupCommit;
-use deprov::queue::{kill_switch, operator};
+use deprov::queue::{intake, kill_switch, operator, reconcile};
 
 use crate::harness::{Env, config_hard, env_with_config, tenant_request, wait_for_job};
-use crate::kill_switch_ack::start_workers;
+use crate::kill_switch_ack::{start_workers, status, until};
 
 /// Records a deletion request for `tenant` through intake's group commit, as the HTTP API does.
 async fn request(env: &Env, intake: &GroupCommit, tenant: &str) -> uuid::Uuid {
@@ -106,6 +107,70 @@ async fn an_operator_retry_and_a_kill_switch_release_wake_an_idle_worker() {
     assert_eq!(moved, 1);
     let took = claimed_within(&env, held, Duration::from_secs(10)).await;
     println!("a job queued by the release was claimed after {took:?}");
+    assert_eq!(finished(&env, held).await, "completed");
+    workers.stop().await;
+}
+
+/// Records a deletion request for `tenant` in a transaction of its own, without intake's wake-up.
+async fn request_quietly(env: &Env, tenant: &str) -> uuid::Uuid {
+    let mut conn = env.pools.queue.acquire().await.unwrap();
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+    let accepted = intake::record(&mut tx, &tenant_request("billing", tenant), 5)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    accepted.job_id
+}
+
+#[tokio::test]
+async fn a_reconcile_resume_wakes_an_idle_worker() {
+    let env = env_polling_every_minute().await;
+    // Recorded before any worker runs, without a wake-up. The first job is set held as if handed
+    // back while its switch was being released: no switch blocks it, and workers look at it again
+    // only in an hour (`run_after`). Reconcile's resume queues it now. The second (tenant 2,
+    // refused at once) takes the worker past its start-up.
+    let held = request_quietly(&env, "1").await;
+    sqlx::query(
+        "UPDATE deprov.jobs SET state = 'held', run_after = now() + interval '1 hour' WHERE id = $1",
+    )
+    .bind(held)
+    .execute(&env.pools.queue)
+    .await
+    .unwrap();
+    let first = request_quietly(&env, "2").await;
+    let workers = start_workers(&env, 1, true);
+    assert_eq!(finished(&env, first).await, "failed");
+    until(10, "a listening worker", || async {
+        let st = status(&env.db).await;
+        st.workers.len() == 1 && st.workers[0].listening
+    })
+    .await;
+    assert_eq!(env.job(held).await.attempts, 0);
+    let mut conn = env.pools.queue.acquire().await.unwrap();
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+    let applied = reconcile::apply(
+        &mut tx,
+        &env.pools.target,
+        None,
+        &BatchLimits::from(&env.config.hard_delete),
+        &reconcile::Filter::default(),
+        reconcile::Actions {
+            resume: true,
+            ..Default::default()
+        },
+        &reconcile::Acting {
+            actor: "on-call",
+            reason: "after the incident",
+            rate: 10.0,
+            max_attempts: 5,
+        },
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(applied.actions.len(), 1, "{:?}", applied.skipped);
+    let took = claimed_within(&env, held, Duration::from_secs(10)).await;
+    println!("a job resumed by reconcile was claimed after {took:?}");
     assert_eq!(finished(&env, held).await, "completed");
     workers.stop().await;
 }

@@ -75,13 +75,13 @@ impl Workers {
     }
 }
 
-async fn status(db: &PgPool) -> Status {
+pub(crate) async fn status(db: &PgPool) -> Status {
     let mut conn = db.acquire().await.unwrap();
     Status::read(&mut conn).await.unwrap()
 }
 
 /// Polls (5 ms) until `pred` holds, at most `secs`.
-async fn until<F, Fut>(secs: u64, what: &str, mut pred: F)
+pub(crate) async fn until<F, Fut>(secs: u64, what: &str, mut pred: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
