@@ -11,7 +11,7 @@ use super::error::{ApiError, Problem};
 use super::extract::ApiQuery;
 use super::intake::no_nul;
 use crate::db::{self, Bounds};
-use crate::http::operator_responses::ReadErrors;
+use crate::http::operator_responses::{NoOperatorToken, Unauthorized, Unavailable};
 use crate::queue::audit::{self, Entry};
 
 /// One audit entry.
@@ -84,7 +84,9 @@ pub struct AuditList {
         (status = 200, description = "Entries, newest first", body = AuditList),
         (status = 400, description = "Malformed query string", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "limit out of range, or U+0000 in action", body = Problem, content_type = "application/problem+json"),
-        ReadErrors,
+        Unauthorized,
+        NoOperatorToken,
+        Unavailable,
     ),
 )]
 pub async fn list_audit(

@@ -11,7 +11,7 @@ use super::auth::Operator;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, ApiQuery};
 use crate::db::{self, Bounds};
-use crate::http::operator_responses::ReadErrors;
+use crate::http::operator_responses::{NoOperatorToken, Unauthorized, Unavailable};
 use crate::queue::{Job, JobState, jobs};
 
 /// Default and largest page size of `GET /v1/jobs`.
@@ -145,7 +145,9 @@ pub struct JobList {
         (status = 200, description = "The job", body = JobView),
         (status = 400, description = "Malformed job ID", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
-        ReadErrors,
+        Unauthorized,
+        NoOperatorToken,
+        Unavailable,
     ),
 )]
 pub async fn get_job(
@@ -171,7 +173,9 @@ pub async fn get_job(
         (status = 200, description = "Jobs, newest first", body = JobList),
         (status = 400, description = "Malformed query string", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Unknown state or limit out of range", body = Problem, content_type = "application/problem+json"),
-        ReadErrors,
+        Unauthorized,
+        NoOperatorToken,
+        Unavailable,
     ),
 )]
 pub async fn list_jobs(

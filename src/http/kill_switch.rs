@@ -18,7 +18,7 @@ use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::intake::{MAX_REASON_CHARS, no_nul};
 use crate::db::{self, Bounds};
-use crate::http::operator_responses::{ReadErrors, WriteErrors};
+use crate::http::operator_responses::{NoOperatorToken, ReadOnly, Unauthorized, Unavailable};
 use crate::queue::kill_switch::{self, Scope, ScopeKind, ScopeSwitch, Status};
 use crate::queue::workers::LiveWorker;
 
@@ -278,7 +278,9 @@ impl ToSchema for SetKillSwitch {}
     security(("operator_token" = [])),
     responses(
         (status = 200, description = "Every switch and the live workers' acknowledgements", body = KillSwitchStatusView),
-        ReadErrors,
+        Unauthorized,
+        NoOperatorToken,
+        Unavailable,
     ),
 )]
 pub async fn get_kill_switch(
@@ -327,7 +329,9 @@ fn is_known_source(config: &crate::config::Config, name: &str) -> bool {
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Missing, invalid or unknown field, or engaging a source that is not configured", body = Problem, content_type = "application/problem+json"),
-        WriteErrors,
+        Unauthorized,
+        ReadOnly,
+        Unavailable,
     ),
 )]
 pub async fn put_kill_switch(

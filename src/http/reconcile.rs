@@ -19,7 +19,7 @@ use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::kill_switch::operator_reason;
 use crate::db::{self, Bounds};
 use crate::engine::BatchLimits;
-use crate::http::operator_responses::WriteErrors;
+use crate::http::operator_responses::{ReadOnly, Unauthorized, Unavailable};
 use crate::queue::JobState;
 use crate::queue::grace::{self, GraceError, ReinstallOf, Reinstalled, UndoTarget, Undone};
 use crate::queue::reconcile::{self, Actions, Applied, Filter, ReconcileError, Report};
@@ -139,7 +139,9 @@ impl From<GraceError> for ApiError {
         (status = 200, description = "The listing", body = Report),
         (status = 400, description = "Malformed query string", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Unknown state, malformed ID or time", body = Problem, content_type = "application/problem+json"),
-        WriteErrors,
+        Unauthorized,
+        ReadOnly,
+        Unavailable,
     ),
 )]
 pub async fn get_reconcile(
@@ -209,7 +211,9 @@ pub struct ReconcileAnswer {
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not declared as application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid body: reason, rate, cancel without a filter or with other actions, orphans not configured", body = Problem, content_type = "application/problem+json"),
-        WriteErrors,
+        Unauthorized,
+        ReadOnly,
+        Unavailable,
     ),
 )]
 pub async fn post_reconcile(
@@ -283,7 +287,9 @@ pub struct UndoBody {
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The hard delete started (nothing to undo), the job is running or completed, or no undo statements are configured", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid reason", body = Problem, content_type = "application/problem+json"),
-        WriteErrors,
+        Unauthorized,
+        ReadOnly,
+        Unavailable,
     ),
 )]
 pub async fn undo_job(
