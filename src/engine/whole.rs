@@ -58,11 +58,43 @@ pub async fn whole_cascade(
 ) -> Result<Whole, EngineError> {
     let started = Instant::now();
     let mut tx = db::begin(target, Bounds::new(lock_timeout, budget)).await?;
+    let whole = attempt(&mut tx, plan, soft_delete, tenant, budget, started).await;
+    if let Ok(Whole::Committed { .. }) = whole {
+        tx.commit().await?;
+    } else {
+        tx.rollback().await?;
+    }
+    whole
+}
+
+/// [`whole_cascade`] inside `tx`, begun at `started`: the cascade runs in a savepoint
+/// ([`db::savepoint`]) after the closure's deleted-row counters are read, so that when it is
+/// undecided the rows it had deleted can still be counted ([`Whole::RolledBack`]'s `reached`):
+/// a subtransaction rolled back keeps its deletes in the transaction's counters (PostgreSQL's
+/// `pgstat_relation.c`, `AtEOSubXact_PgStat_Relations`: attempted actions are counted whether they
+/// commit or abort). The caller commits `tx` when this returns [`Whole::Committed`], and rolls it
+/// back otherwise.
+async fn attempt(
+    tx: &mut sqlx::PgConnection,
+    plan: &Plan,
+    soft_delete: &[String],
+    tenant: &str,
+    budget: Duration,
+    started: Instant,
+) -> Result<Whole, EngineError> {
     let closure: Vec<u32> = plan.closure.iter().copied().collect();
-    let before = match savepoint_after_counts(&mut tx, &closure).await {
+    let before = match deleted_so_far(tx, &closure).await {
         Ok(before) => before,
         Err(e) => {
-            tx.rollback().await?;
+            return verdict_of(e).map(|verdict| Whole::RolledBack {
+                verdict,
+                reached: None,
+            });
+        }
+    };
+    let mut sp = match db::savepoint(tx).await {
+        Ok(sp) => sp,
+        Err(e) => {
             return verdict_of(e).map(|verdict| Whole::RolledBack {
                 verdict,
                 reached: None,
@@ -70,22 +102,22 @@ pub async fn whole_cascade(
         }
     };
     let outcome = async {
-        let soft_deleted = statements::soft_delete_in(&mut tx, soft_delete, tenant).await?;
+        let soft_deleted = statements::soft_delete_in(&mut sp, soft_delete, tenant).await?;
         if !soft_delete.is_empty() {
             let left = budget.saturating_sub(started.elapsed());
-            db::set_local_statement_timeout(&mut tx, left.max(Duration::from_millis(1))).await?;
+            db::set_local_statement_timeout(&mut sp, left.max(Duration::from_millis(1))).await?;
         }
-        let trial = cascade_in(&mut tx, plan, tenant, budget, started).await?;
+        let trial = cascade_in(&mut sp, plan, tenant, budget, started).await?;
         if trial != Trial::Succeeds {
             return Ok(Err(trial));
         }
-        let deleted = cascaded_since(&mut tx, &before).await?;
+        let deleted = cascaded_since(&mut sp, &before).await?;
         Ok::<_, EngineError>(Ok((soft_deleted, deleted)))
     }
     .await;
     let verdict = match outcome {
         Ok(Ok((soft_deleted, deleted))) => {
-            tx.commit().await?;
+            sp.commit().await?;
             return Ok(Whole::Committed {
                 soft_deleted,
                 deleted,
@@ -95,35 +127,15 @@ pub async fn whole_cascade(
         Err(EngineError::Db(e)) => verdict_of(e),
         Err(e) => Err(e),
     };
-    let reached = match verdict {
-        Ok(Trial::Undecided(_)) => reached(&mut tx, &before).await,
-        _ => None,
+    let undecided = matches!(verdict, Ok(Trial::Undecided(_)));
+    let rolled_back = sp.rollback().await.is_ok();
+    let reached = if undecided && rolled_back {
+        cascaded_since(tx, &before)
+            .await
+            .ok()
+            .map(|since| since.iter().map(|(_, rows)| rows).sum())
+    } else {
+        None
     };
-    tx.rollback().await?;
     verdict.map(|verdict| Whole::RolledBack { verdict, reached })
-}
-
-/// The closure's deleted-row counters of the transaction so far, then `SAVEPOINT whole`: what
-/// [`reached`] goes back to.
-async fn savepoint_after_counts(
-    tx: &mut sqlx::PgConnection,
-    closure: &[u32],
-) -> Result<Vec<(u32, i64)>, sqlx::Error> {
-    let before = deleted_so_far(tx, closure).await?;
-    db::query("SAVEPOINT whole").execute(&mut *tx).await?;
-    Ok(before)
-}
-
-/// `ROLLBACK TO SAVEPOINT whole` (also in a transaction the cascade's error aborted), then the rows
-/// the cascade had deleted in the closure since `before`. A subtransaction rolled back keeps its
-/// deletes in the transaction's counters (PostgreSQL's `pgstat_relation.c`,
-/// `AtEOSubXact_PgStat_Relations`: attempted actions are counted whether they commit or abort).
-/// `None` when either statement fails.
-async fn reached(tx: &mut sqlx::PgConnection, before: &[(u32, i64)]) -> Option<i64> {
-    db::query("ROLLBACK TO SAVEPOINT whole")
-        .execute(&mut *tx)
-        .await
-        .ok()?;
-    let since = cascaded_since(tx, before).await.ok()?;
-    Some(since.iter().map(|(_, rows)| rows).sum())
 }

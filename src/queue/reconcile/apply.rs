@@ -172,7 +172,6 @@ pub async fn apply(
             if moved == 0 {
                 continue;
             }
-            crate::queue::jobs::wake_on_commit(&mut *conn).await?;
             let id = job.job_id;
             let run_after = pace(conn, id, next_slot(), acting.rate).await?;
             audit::record(
@@ -245,7 +244,6 @@ pub async fn apply(
             };
             let accepted = intake::record(conn, &req, acting.max_attempts).await?;
             let run_after = if accepted.state == "queued" && !accepted.duplicate {
-                crate::queue::jobs::wake_on_commit(&mut *conn).await?;
                 pace(conn, accepted.job_id, next_slot(), acting.rate).await?
             } else {
                 None
@@ -305,6 +303,11 @@ pub async fn apply(
                 }),
             }
         }
+    }
+    // Once for the whole release, delivered on the caller's commit: idle workers claim the first
+    // released job now, not at their next poll.
+    if applied.actions.iter().any(|a| a.state == "queued") {
+        crate::queue::jobs::wake_on_commit(&mut *conn).await?;
     }
     Ok(applied)
 }
