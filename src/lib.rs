@@ -23,6 +23,7 @@ pub mod http;
 pub mod ids;
 pub mod notify;
 pub mod queue;
+pub mod readiness;
 pub mod sources;
 pub mod sql;
 pub mod sqlcheck;

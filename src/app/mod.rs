@@ -24,7 +24,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::Router;
 use tokio::net::TcpListener;
@@ -79,7 +78,7 @@ pub struct Settings {
     pub metrics_listen: Option<SocketAddr>,
     /// `transaction` when the database URLs point at a transaction pooler (PgBouncer
     /// `pool_mode = transaction`): statements become unnamed (no prepared statements), and URLs
-    /// with `options` and migrating at start are refused (see README, "Behind PgBouncer").
+    /// with `options` and migrating at start are refused (see `docs/pgbouncer.md`).
     #[arg(long, env = "DEPROV_POOLER_MODE", value_enum, default_value_t = PoolerMode::Session)]
     pub pooler_mode: PoolerMode,
     /// A URL of the state database on which the worker `LISTEN`s for kill switch changes and queued
@@ -209,19 +208,16 @@ impl Application {
         let Prepared {
             config,
             pools,
-            migrated,
-            sql_check,
+            readiness,
             ..
         } = &prepared;
         let worker = (!settings.no_worker).then(|| {
             Worker::new(pools.clone(), config.clone(), worker_id())
                 .with_notify_url(settings.listen_url())
-                .with_sql_check(sql_check.clone())
+                .with_sql_check(readiness.sql_check().clone())
         });
-        let mut state = AppState::new(pools.clone(), config.clone(), operator);
-        state.migrated = migrated.clone();
-        state.sql_check = sql_check.clone();
-        state.starting.store(true, Ordering::Release);
+        let mut state = AppState::new(pools.clone(), config.clone(), operator)
+            .with_readiness(readiness.clone());
         state.metrics = Arc::new(Collector::new(
             pools.clone(),
             worker.is_some(),
@@ -243,7 +239,6 @@ impl Application {
             let _ = server.await;
             return Err(e);
         }
-        state.starting.store(false, Ordering::Release);
         Ok(Self {
             address,
             server,
@@ -287,7 +282,7 @@ impl Application {
         let worker = spawn_worker(
             worker,
             state.pools.queue.clone(),
-            state.migrated.clone(),
+            state.readiness.clone(),
             apply_migrations,
             cancel.child_token(),
         );
@@ -297,7 +292,7 @@ impl Application {
         let sql_check = spawn_sql_check(
             &state.pools,
             &state.config,
-            &state.sql_check,
+            state.readiness.sql_check(),
             cancel.child_token(),
         );
         telemetry::spawn_upkeep(cancel.child_token());
@@ -358,21 +353,20 @@ pub async fn run_worker(settings: Settings, cancel: CancellationToken) -> Result
     let Prepared {
         config,
         pools,
-        migrated,
+        readiness,
         apply_migrations,
-        sql_check,
     } = prepared;
     telemetry::spawn_upkeep(cancel.child_token());
-    let checking = spawn_sql_check(&pools, &config, &sql_check, cancel.child_token());
+    let checking = spawn_sql_check(&pools, &config, readiness.sql_check(), cancel.child_token());
     let queue = pools.queue.clone();
     let worker = Worker::new(pools.clone(), config, worker_id())
         .with_notify_url(settings.listen_url())
-        .with_sql_check(sql_check);
+        .with_sql_check(readiness.sql_check().clone());
     tracing::info!(worker = %worker.id, listening = worker.notify_url.is_some(), "deprov worker running");
     if let Some(task) = spawn_worker(
         Some(worker),
         queue,
-        migrated,
+        readiness,
         apply_migrations,
         cancel.clone(),
     ) {

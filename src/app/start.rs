@@ -5,7 +5,6 @@
 //! ([`check_databases`]), and the tasks that wait for those before the worker runs.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -14,6 +13,7 @@ use super::{AppError, Settings};
 use crate::config::Config;
 use crate::db::{self, Pools};
 use crate::http;
+use crate::readiness::{Readiness, Stage};
 use crate::telemetry;
 use crate::worker::Worker;
 
@@ -21,15 +21,12 @@ use crate::worker::Worker;
 pub(super) struct Prepared {
     pub(super) config: Arc<Config>,
     pub(super) pools: Pools,
-    /// Whether the migrations are applied (`true` also when not asked for and none is pending);
-    /// `false` until [`check_databases`] found so.
-    pub(super) migrated: Arc<AtomicBool>,
+    /// The process's start-up stage and configured-SQL check: [`crate::readiness::Stage::Starting`]
+    /// and pending until [`check_databases`] ran.
+    pub(super) readiness: Readiness,
     /// `settings.migrate`: whether deprov applies the migrations itself, or only checks that none is
     /// pending (`--migrate false` / `DEPROV_MIGRATE=false`).
     pub(super) apply_migrations: bool,
-    /// The configured SQL's check: pending until [`check_databases`] ran it, then passed, or still
-    /// pending (the target was not reachable).
-    pub(super) sql_check: crate::sqlcheck::Gate,
 }
 
 /// Loads the configuration, checks the settings and builds the pools (which connect lazily): no
@@ -64,9 +61,8 @@ pub(super) fn prepare(settings: &Settings) -> Result<Prepared, AppError> {
     Ok(Prepared {
         config,
         pools,
-        migrated: Arc::new(AtomicBool::new(false)),
+        readiness: Readiness::starting(),
         apply_migrations: settings.migrate,
-        sql_check: crate::sqlcheck::Gate::new(crate::sqlcheck::Status::Pending),
     })
 }
 
@@ -79,8 +75,8 @@ fn target_url(settings: &Settings) -> &str {
 }
 
 /// The start-up checks that need the databases: migrates (or, with migrations off, checks that none
-/// is pending) and checks the target ([`check_target`]), setting `prepared.migrated` and
-/// `prepared.sql_check`. Waits for a database that is down up to its pool's acquire timeout (sqlx
+/// is pending) and checks the target ([`check_target`]), then moves `prepared.readiness` past
+/// [`Stage::Starting`] (the SQL check's status set first). Waits for a database that is down up to its pool's acquire timeout (sqlx
 /// retries a refused connection until then), which is why HTTP is served before this runs. A state
 /// database that cannot be reached is not an error: the migrations stay `false` and are applied later
 /// by [`migrate_in_background`]; any other migration failure is. Nor is a target that cannot be
@@ -116,25 +112,30 @@ pub(super) async fn check_databases(
     } else {
         refuse_pending_migrations(queue).await?
     };
-    prepared.migrated.store(migrated, Ordering::Release);
-    let status = check_target(&prepared.config, target_url(settings), &prepared.sql_check).await?;
-    prepared.sql_check.set(status);
+    let gate = prepared.readiness.sql_check();
+    let status = check_target(&prepared.config, target_url(settings), gate).await?;
+    gate.set(status);
+    prepared.readiness.advance(if migrated {
+        Stage::Migrated
+    } else {
+        Stage::Unmigrated
+    });
     Ok(())
 }
 
 /// Applies the migrations (`apply`; else waits until none is pending: migrations off) until
 /// that succeeds or `cancel` fires, retrying with backoff (1 s doubling to 5 s, plus the pool's
-/// acquire wait) and setting `migrated` on success. Returns whether it succeeded. Errors other than an
+/// acquire wait) and moving `readiness` to [`Stage::Migrated`] on success. Returns whether it succeeded. Errors other than an
 /// unreachable database, and pending migrations deprov may not apply, are logged and retried alike:
 /// the process stays up and `/readyz` stays 503 until they are fixed (`deprov migrate`).
 async fn migrate_in_background(
     pool: sqlx::PgPool,
-    migrated: Arc<AtomicBool>,
+    readiness: Readiness,
     apply: bool,
     cancel: CancellationToken,
 ) -> bool {
     let mut attempt = 0u32;
-    while !migrated.load(Ordering::Acquire) {
+    while !readiness.is_migrated() {
         let wait = Duration::from_secs(1 << attempt.min(2)).min(Duration::from_secs(5));
         tokio::select! {
             () = cancel.cancelled() => return false,
@@ -152,7 +153,7 @@ async fn migrate_in_background(
                     apply,
                     "state database reachable; migrations applied"
                 );
-                migrated.store(true, Ordering::Release);
+                readiness.advance(Stage::Migrated);
             }
             Err(e) => {
                 tracing::warn!(attempt, error = %e, "the state database's migrations are not applied; retrying")
@@ -178,15 +179,15 @@ async fn migrate_or_check(pool: &sqlx::PgPool, apply: bool) -> Result<(), String
 pub(super) fn spawn_worker(
     worker: Option<Worker>,
     pool: sqlx::PgPool,
-    migrated: Arc<AtomicBool>,
+    readiness: Readiness,
     apply_migrations: bool,
     cancel: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
-    if worker.is_none() && migrated.load(Ordering::Acquire) {
+    if worker.is_none() && readiness.is_migrated() {
         return None;
     }
     Some(tokio::spawn(async move {
-        if migrate_in_background(pool, migrated, apply_migrations, cancel.clone()).await
+        if migrate_in_background(pool, readiness, apply_migrations, cancel.clone()).await
             && let Some(w) = worker
         {
             w.run(cancel).await;

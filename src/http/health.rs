@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::error::{ApiError, Problem};
 use crate::db::{self, Bounds};
+use crate::readiness::NotReady;
 
 /// The body of a successful health or readiness check.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -45,19 +46,15 @@ pub async fn healthz() -> axum::Json<Health> {
     ),
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>, ApiError> {
-    if state.is_starting() {
-        return Err(ApiError::db_unavailable(super::STARTING));
-    }
-    if !state.is_migrated() {
-        return Err(ApiError::db_unavailable(
-            "the state database was unreachable at start-up; its migrations are not applied yet",
-        ));
-    }
-    if let crate::sqlcheck::Status::Refused(refused) = state.sql_check.status() {
-        return Err(ApiError::Unavailable {
-            detail: refused.to_string(),
-            retry_after: crate::sqlcheck::RECHECK_REFUSED.as_secs(),
-        });
+    match state.readiness.check() {
+        Ok(()) => {}
+        Err(refused @ NotReady::Refused(_)) => {
+            return Err(ApiError::Unavailable {
+                detail: refused.to_string(),
+                retry_after: crate::sqlcheck::RECHECK_REFUSED.as_secs(),
+            });
+        }
+        Err(not_ready) => return Err(ApiError::db_unavailable(not_ready.to_string())),
     }
     // Bounded by the pool's acquire timeout and, on the server, by Bounds::STATE; no client-side
     // deadline abandons the query (see crate::db).

@@ -181,7 +181,12 @@ pub async fn create_deletion_request(
     ApiJson(body): ApiJson<DeletionRequestBody>,
 ) -> Result<(StatusCode, axum::Json<DeletionAccepted>), ApiError> {
     let key = idempotency_key(&headers)?;
-    let req = new_request(&source.name, body, key, state.sql_check.key_form())?;
+    let req = new_request(
+        &source.name,
+        body,
+        key,
+        state.readiness.sql_check().key_form(),
+    )?;
     let tenant_id = req.subject.clone();
     let accepted = state.record(req).await?;
     tracing::info!(source = %source.name, request_id = %accepted.request_id, job_id = %accepted.job_id,

@@ -343,7 +343,7 @@ pub async fn put_kill_switch(
     let mut scope = Scope::new(body.scope, body.key.as_deref()).map_err(ApiError::Unprocessable)?;
     // A tenant's switch is keyed like its jobs: as the key column prints the key (`"07"` is
     // tenant `"7"` of an integer column), else as sent.
-    if let (Scope::Tenant(key), Some(form)) = (&mut scope, state.sql_check.key_form()) {
+    if let (Scope::Tenant(key), Some(form)) = (&mut scope, state.readiness.sql_check().key_form()) {
         *key = form.canonical_or_as_sent(key);
     }
     if let Scope::Source(name) = &scope
@@ -358,7 +358,7 @@ pub async fn put_kill_switch(
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
     let mut also = 0;
     if let (Scope::Tenant(key), Some(form), false) =
-        (&scope, state.sql_check.key_form(), body.engaged)
+        (&scope, state.readiness.sql_check().key_form(), body.engaged)
     {
         // Releasing a tenant releases its switches engaged under other spellings of its key too
         // (the CLI stores a key as typed, and the worker holds the tenant by any of them).

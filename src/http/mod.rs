@@ -40,7 +40,6 @@ pub mod vercel;
 pub mod webhooks;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -61,6 +60,7 @@ use crate::config::Config;
 use crate::db::Pools;
 use crate::queue::group_commit::GroupCommit;
 use crate::queue::intake::{Accepted, IntakeError, NewRequest};
+use crate::readiness::{NotReady, Readiness, Stage};
 use crate::telemetry::collect::Collector;
 use auth::{OperatorAuth, PartnerVerifier, SourceTokens};
 use error::ApiError;
@@ -90,16 +90,11 @@ pub struct AppState {
     pub metrics: Arc<Collector>,
     /// The intake rate limit (`[intake.rate_limit]`); `None` when off.
     pub rate_limit: Option<rate_limit::Limit>,
-    /// Whether deprov's migrations are applied (or were not asked for). `false` while a state database
-    /// that was down at start-up has not yet been migrated: `/readyz` answers 503 meanwhile.
-    pub migrated: Arc<AtomicBool>,
-    /// The check of the configured SQL against the target ([`crate::sqlcheck`]): `/readyz` answers
-    /// 503 naming the refused settings while it finds any. [`AppState::new`] makes one that passed.
-    pub sql_check: crate::sqlcheck::Gate,
-    /// `true` while the process serves but has not finished its start-up checks of the databases
-    /// (see [`crate::app::Application::build`]): `/readyz` and every `/v1/` route answer 503 with
-    /// `Retry-After` without touching a database. [`AppState::new`] makes it `false`.
-    pub starting: Arc<AtomicBool>,
+    /// The process's start-up stage and configured-SQL check ([`crate::readiness`]): while it is
+    /// starting, `/readyz` and every `/v1/` route answer 503 with `Retry-After` without touching a
+    /// database; `/readyz` answers 503 until it is migrated, and while the configured SQL is refused.
+    /// [`AppState::new`] makes a ready one.
+    pub readiness: Readiness,
     /// Intake's group commit ([`crate::queue::group_commit`]), started on first use (inside the
     /// runtime that serves requests).
     group_commit: Arc<std::sync::OnceLock<GroupCommit>>,
@@ -137,22 +132,16 @@ impl AppState {
             sources,
             vercel,
             metrics,
-            migrated: Arc::new(AtomicBool::new(true)),
-            sql_check: crate::sqlcheck::Gate::default(),
-            starting: Arc::new(AtomicBool::new(false)),
+            readiness: Readiness::ready(),
             group_commit: Arc::new(std::sync::OnceLock::new()),
             config,
         }
     }
 
-    /// Whether deprov's migrations are applied (see [`AppState::migrated`]).
-    pub fn is_migrated(&self) -> bool {
-        self.migrated.load(Ordering::Acquire)
-    }
-
-    /// Whether the start-up checks of the databases are still running (see [`AppState::starting`]).
-    pub fn is_starting(&self) -> bool {
-        self.starting.load(Ordering::Acquire)
+    /// The same state with `readiness` (a process's own, shared with its start-up checks).
+    pub fn with_readiness(mut self, readiness: Readiness) -> Self {
+        self.readiness = readiness;
+        self
     }
 
     /// Records a deletion request through intake's group commit, started on first use with
@@ -270,16 +259,13 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     spec
 }
 
-/// What `/readyz` and the `/v1/` routes answer while [`AppState::starting`].
-pub(crate) const STARTING: &str =
-    "deprov is starting: it is checking its databases (migrations, the configured SQL)";
-
-/// While [`AppState::starting`], answers every `/v1/` route 503 + `Retry-After: 1` at once: the
-/// state database may not be migrated yet, or be down (the checks then wait up to a pool's acquire
-/// timeout). `/healthz`, `/readyz`, `/metrics` and `/openapi.json` pass.
-async fn while_starting(starting: Arc<AtomicBool>, request: Request, next: Next) -> Response {
-    if starting.load(Ordering::Acquire) && request.uri().path().starts_with("/v1/") {
-        return ApiError::db_unavailable(STARTING).into_response();
+/// While the process is starting ([`crate::readiness::Stage::Starting`]), answers every `/v1/`
+/// route 503 + `Retry-After: 1` at once: the state database may not be migrated yet, or be down (the
+/// checks then wait up to a pool's acquire timeout). `/healthz`, `/readyz`, `/metrics` and
+/// `/openapi.json` pass.
+async fn while_starting(readiness: Readiness, request: Request, next: Next) -> Response {
+    if readiness.stage() == Stage::Starting && request.uri().path().starts_with("/v1/") {
+        return ApiError::db_unavailable(NotReady::Starting.to_string()).into_response();
     }
     next.run(request).await
 }
@@ -364,7 +350,7 @@ fn request_span(request: &Request) -> tracing::Span {
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.intake.max_body_bytes;
     let max_headers = state.config.intake.max_header_bytes;
-    let starting = state.starting.clone();
+    let readiness = state.readiness.clone();
     let (api, spec) = api_routes(state.rate_limit.clone()).split_for_parts();
     let spec_json = Arc::new(spec.to_json().unwrap_or_default());
     let api = api
@@ -384,7 +370,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
         .layer(middleware::from_fn(move |req, next| {
-            while_starting(starting.clone(), req, next)
+            while_starting(readiness.clone(), req, next)
         }))
         .layer(middleware::from_fn(move |req, next| {
             serve::limit_headers(max_headers, req, next)

@@ -353,7 +353,7 @@ pub async fn reinstall(
     let tenant = crate::ids::TenantId::parse(&body.tenant_id).map_err(invalid)?;
     // As at intake, a key the key column cannot read is refused (nothing of it can be stored).
     let lookup = is_lookup(&state, &source.name);
-    if !lookup && let Some(form) = state.sql_check.key_form() {
+    if !lookup && let Some(form) = state.readiness.sql_check().key_form() {
         form.canonical(&tenant).map_err(invalid)?;
     }
     let reason = crate::http::intake::validate_reason(body.reason)?;
@@ -390,7 +390,7 @@ pub async fn reinstall_subject(
         .get(name)
         .is_some_and(|s| s.reinstalls == crate::sources::ReinstallScope::Any);
     // A tenant key is matched in the form intake stored it in (crate::ids::KeyForm).
-    let tenant = match state.sql_check.key_form() {
+    let tenant = match state.readiness.sql_check().key_form() {
         Some(form) if !lookup => form.canonical_or_as_sent(value),
         _ => value.to_owned(),
     };

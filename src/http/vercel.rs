@@ -98,7 +98,10 @@ pub async fn delete_installation(
         .vercel
         .as_ref()
         .ok_or_else(|| ApiError::NotFound("no [vercel] section".into()))?;
-    let (subject_kind, subject) = match (&vercel.tenant_lookup, state.sql_check.key_form()) {
+    let (subject_kind, subject) = match (
+        &vercel.tenant_lookup,
+        state.readiness.sql_check().key_form(),
+    ) {
         (Some(_), _) => (SubjectKind::VercelInstallation, installation.to_string()),
         // The installation ID is the tenant key: stored as the key column prints it when it
         // reads it, else as sent (Vercel is not refused; the job fails with the cast's error).

@@ -62,7 +62,7 @@ pub enum WebhookOutcome {
 pub struct WebhookAnswer {
     /// What was done.
     pub outcome: WebhookOutcome,
-    /// The delivery's event type, as read (see README "Signed senders").
+    /// The delivery's event type, as read (see `docs/api.md`, "Signed senders").
     pub event_type: Option<String>,
     /// The deterministic ID the delivery was recorded under (absent for a challenge).
     pub request_id: Option<Uuid>,
@@ -308,7 +308,12 @@ pub async fn receive(
             }),
         ));
     }
-    let req = new_request(&name, source, &delivery, state.sql_check.key_form())?;
+    let req = new_request(
+        &name,
+        source,
+        &delivery,
+        state.readiness.sql_check().key_form(),
+    )?;
     let accepted = state.record(req).await.map_err(|e| match e {
         // The sender's delivery ID, not an `external_id` a caller chose: say so.
         IntakeError::Mismatch { .. } => ApiError::IdempotencyMismatch(format!(
