@@ -3,14 +3,13 @@
 //! Secrets come from environment variables (`secret_env`) or files (`secret_file`, trailing
 //! newline trimmed), never from the file itself, and are read once at start-up by [`SourceConfig::prepare`],
 //! which also derives each scheme's HMAC key. They are kept only as [`Keys`], whose `Debug` prints
-//! nothing. See the README ("Configuration", "Signed senders") for a complete entry per scheme.
+//! nothing. The README ("Signed senders") has a complete entry per scheme; `docs/api.md` describes each.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::DEFAULT_TOLERANCE;
-use crate::config::ConfigError;
 
 /// How a source authenticates its requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -52,6 +51,12 @@ impl Scheme {
 
     /// Whether the scheme signs deliveries with an HMAC over the body.
     pub fn is_hmac(self) -> bool {
+        !matches!(self, Self::Bearer | Self::VercelOidc)
+    }
+
+    /// Whether the scheme's sender puts a delivery/event ID (equal on retries) in each delivery
+    /// (else `dedup` defaults to the tenant); where it is: `payload::default_delivery`.
+    pub fn has_delivery_id(self) -> bool {
         !matches!(self, Self::Bearer | Self::VercelOidc)
     }
 
@@ -99,7 +104,7 @@ impl std::fmt::Display for Locator {
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
 pub enum Dedup {
     /// The sender's delivery/event ID, where the scheme defines one (default; see
-    /// [`super::payload::default_delivery`]).
+    /// [`Scheme::has_delivery_id`]).
     #[default]
     Delivery,
     /// The tenant value itself (a natural key such as an installation ID): every delivery for the
@@ -204,8 +209,19 @@ pub struct SourceConfig {
     pub keys: Keys,
 }
 
-fn invalid(key: String, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
+/// A `[sources.NAME]` value that parsed but is not allowed (the configuration reports it as an
+/// invalid key).
+#[derive(Debug, thiserror::Error)]
+#[error("configuration key `{key}`: {reason}")]
+pub struct InvalidSource {
+    /// Dotted path of the key, e.g. `sources.stripe.secret_env`.
+    pub key: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+fn invalid(key: String, reason: impl Into<String>) -> InvalidSource {
+    InvalidSource {
         key,
         reason: reason.into(),
     }
@@ -216,8 +232,8 @@ impl SourceConfig {
     /// needs are present and the others absent.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] naming `sources.NAME.<key>` (never the secret's value).
-    pub fn prepare(&mut self, name: &str) -> Result<(), ConfigError> {
+    /// [`InvalidSource`] naming `sources.NAME.<key>` (never the secret's value).
+    pub fn prepare(&mut self, name: &str) -> Result<(), InvalidSource> {
         let key = |k: &str| format!("sources.{name}.{k}");
         let scheme = self.scheme;
         let has_secrets = !self.secret_env.is_empty() || !self.secret_file.is_empty();
@@ -349,7 +365,7 @@ impl SourceConfig {
                 _ => {}
             }
         }
-        if self.dedup == Dedup::Delivery && !super::payload::has_delivery_id(scheme) {
+        if self.dedup == Dedup::Delivery && !scheme.has_delivery_id() {
             self.dedup = Dedup::Tenant;
         }
         Ok(())

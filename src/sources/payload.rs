@@ -39,11 +39,6 @@ pub fn default_delivery(scheme: Scheme) -> Option<Locator> {
     }
 }
 
-/// Whether the scheme defines a delivery ID (else `dedup` defaults to the tenant).
-pub fn has_delivery_id(scheme: Scheme) -> bool {
-    default_delivery(scheme).is_some()
-}
-
 fn usable(text: &str) -> Option<String> {
     (!text.is_empty()
         && text.chars().count() <= MAX_TENANT_ID_LEN

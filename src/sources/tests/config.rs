@@ -146,3 +146,25 @@ fn the_example_signed_senders_are_valid_once_uncommented() {
         assert!(config.sources[name].scheme.is_hmac(), "{name}");
     }
 }
+
+/// A scheme says it has a delivery ID exactly when the payload layer knows where it is.
+#[test]
+fn a_delivery_id_is_declared_where_one_is_read() {
+    for scheme in [
+        Scheme::Bearer,
+        Scheme::StandardWebhooks,
+        Scheme::Stripe,
+        Scheme::Github,
+        Scheme::Shopify,
+        Scheme::Slack,
+        Scheme::VercelWebhook,
+        Scheme::VercelOidc,
+    ] {
+        assert_eq!(
+            scheme.has_delivery_id(),
+            crate::sources::payload::default_delivery(scheme).is_some(),
+            "{}",
+            scheme.as_str()
+        );
+    }
+}
