@@ -23,6 +23,21 @@ pub const ADMIN_SHUTDOWN: &str = "57P01";
 pub const CRASH_SHUTDOWN: &str = "57P02";
 /// `cannot_connect_now`: the server is starting up or shutting down.
 pub const CANNOT_CONNECT_NOW: &str = "57P03";
+/// `character_not_in_repertoire`: text with a NUL character (`invalid byte sequence for encoding
+/// "UTF8": 0x00`).
+pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
+/// `untranslatable_character`: a `jsonb` value with `\u0000` (`unsupported Unicode escape
+/// sequence`).
+pub const UNTRANSLATABLE_CHARACTER: &str = "22P05";
+/// `duplicate_prepared_statement`.
+pub const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
+/// `indeterminate_datatype`: "could not determine data type of parameter $N".
+pub const INDETERMINATE_DATATYPE: &str = "42P18";
+/// `insufficient_privilege`.
+pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+/// `object_in_use`: e.g. `DROP DATABASE` or `CREATE DATABASE … TEMPLATE` while other sessions
+/// are connected to it.
+pub const OBJECT_IN_USE: &str = "55006";
 /// `idle_in_transaction_session_timeout`.
 pub const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: &str = "25P03";
 

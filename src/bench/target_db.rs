@@ -78,7 +78,9 @@ pub(super) async fn copy_database(admin: &PgPool, from: &str, to: &str) -> Resul
         .ident(from);
     match crate::db::query(b.build().as_query()).execute(admin).await {
         Ok(_) => Ok(()),
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55006") => {
+        Err(sqlx::Error::Database(e))
+            if e.code().as_deref() == Some(crate::sqlstate::OBJECT_IN_USE) =>
+        {
             let sessions: i64 = crate::db::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
             )
@@ -97,7 +99,9 @@ pub(super) async fn copy_database(admin: &PgPool, from: &str, to: &str) -> Resul
 /// `CHECKPOINT`; without the privilege (SQLSTATE 42501: superuser or `pg_checkpoint`) a note instead.
 pub(super) async fn checkpoint(admin: &PgPool, notes: &mut Vec<String>) -> Result<(), sqlx::Error> {
     match super::run::checkpoint(admin).await {
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42501") => {
+        Err(sqlx::Error::Database(e))
+            if e.code().as_deref() == Some(crate::sqlstate::INSUFFICIENT_PRIVILEGE) =>
+        {
             let note =
                 "no CHECKPOINT before the measured phases (it needs superuser or pg_checkpoint)";
             if !notes.iter().any(|n| n == note) {

@@ -296,7 +296,7 @@ fn refusal(e: &sqlx::Error, context: &str) -> Option<Refusal> {
     let not_the_statement = ["53", "57", "58", "XX", "25", "26"]
         .iter()
         .any(|class| code.starts_with(class))
-        || code == "42P05";
+        || code == crate::sqlstate::DUPLICATE_PREPARED_STATEMENT;
     if super::is_retryable(e) || not_the_statement {
         return None;
     }
@@ -417,9 +417,9 @@ pub async fn check(
     Ok(Verdict::Accepted)
 }
 
-/// SQLSTATE 42P18 (indeterminate_datatype): "could not determine data type of parameter $N", a
-/// parameter the statement does not use (below one it does) or uses where no type can be inferred.
-const INDETERMINATE_DATATYPE: &str = "42P18";
+// SQLSTATE 42P18 (indeterminate_datatype) names a parameter the statement does not use (below one
+// it does) or uses where no type can be inferred.
+use crate::sqlstate::INDETERMINATE_DATATYPE;
 
 /// [`describe`] inside a savepoint, the server's refusal as a [`Verdict`]. A statement refused with
 /// [`INDETERMINATE_DATATYPE`] is described again with `$1` declared `text`: when that passes with

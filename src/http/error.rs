@@ -225,7 +225,10 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
 /// string field or query parameter can carry one; the statement fails, so nothing is stored.
 pub fn is_unstorable_text(e: &sqlx::Error) -> bool {
     match e {
-        sqlx::Error::Database(db) => db.code().is_some_and(|c| c == "22021" || c == "22P05"),
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| {
+            c == crate::sqlstate::CHARACTER_NOT_IN_REPERTOIRE
+                || c == crate::sqlstate::UNTRANSLATABLE_CHARACTER
+        }),
         _ => false,
     }
 }
