@@ -12,6 +12,7 @@ use crate::app::{self, Application, Settings};
 use crate::config::PoolConfig;
 use crate::db::{self, PoolRole};
 
+mod acting;
 mod config;
 mod jobs;
 mod kill_switch;
@@ -19,8 +20,9 @@ mod notifications;
 mod reconcile;
 mod tokens;
 
+pub use acting::Acting;
 pub use config::{CheckArgs, ConfigAction, ConfigArgs};
-pub use jobs::{Acting, AuditAction, AuditArgs, JobsAction, JobsArgs, jobs_table};
+pub use jobs::{AuditAction, AuditArgs, JobsAction, JobsArgs, jobs_table};
 pub use kill_switch::{ChangeArgs, KillSwitchAction, KillSwitchArgs, describe};
 pub use notifications::{NotificationsAction, NotificationsArgs, events_table};
 pub use reconcile::{ReconcileArgs, TargetDb, parse_rate};

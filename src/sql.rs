@@ -133,30 +133,42 @@ impl CatalogExpr {
     }
 }
 
+/// What the opening of a bounded transaction sets ([`begin_bounded`]); `crate::db::Bounds` makes
+/// one.
+#[derive(Debug, Clone, Copy)]
+pub struct Opening {
+    /// `lock_timeout`.
+    pub lock: std::time::Duration,
+    /// `statement_timeout`.
+    pub statement: std::time::Duration,
+    /// `idle_in_transaction_session_timeout`.
+    pub idle: std::time::Duration,
+    /// `synchronous_commit`: `Some(true)` on, `Some(false)` off, `None` the session's.
+    pub synchronous_commit: Option<bool>,
+    /// Plain index scans only: `enable_seqscan`, `enable_bitmapscan` and `enable_indexonlyscan`
+    /// off.
+    pub plain_index_scans: bool,
+}
+
 /// The opening of a bounded transaction (see `crate::db::begin`): `BEGIN; SET LOCAL lock_timeout =
-/// '<n>ms'; SET LOCAL idle_in_transaction_session_timeout = '<i>ms'`
-/// (`crate::db::idle_in_transaction_timeout` of the statement timeout), plus `SET LOCAL synchronous_commit = on` or
-/// `off` for [`crate::db::Commit::Durable`] or [`crate::db::Commit::Deferred`], and the planner settings of `crate::db::Bounds::plain_index_scans` when
-/// `plain_index_scans`, and last `SET LOCAL statement_timeout = '<m>ms'`. Sent as one simple-protocol query. Durations are whole milliseconds, at least 1 (0 would
-/// mean "no limit" to PostgreSQL).
-pub fn begin_bounded(
-    lock: std::time::Duration,
-    statement: std::time::Duration,
-    commit: crate::db::Commit,
-    plain_index_scans: bool,
-) -> sqlx::AssertSqlSafe<String> {
+/// '<n>ms'; SET LOCAL idle_in_transaction_session_timeout = '<i>ms'`, plus `SET LOCAL
+/// synchronous_commit = on | off` when `opening.synchronous_commit` says, the planner settings of
+/// `opening.plain_index_scans`, and last `SET LOCAL statement_timeout = '<m>ms'`. Sent as one
+/// simple-protocol query. Durations are whole milliseconds, at least 1 (0 would mean "no limit" to
+/// PostgreSQL).
+pub fn begin_bounded(opening: &Opening) -> sqlx::AssertSqlSafe<String> {
     let ms = |d: std::time::Duration| d.as_millis().max(1);
     let mut sql = format!(
         "BEGIN; SET LOCAL lock_timeout = '{}ms'; SET LOCAL idle_in_transaction_session_timeout = '{}ms'",
-        ms(lock),
-        ms(crate::db::idle_in_transaction_timeout(statement))
+        ms(opening.lock),
+        ms(opening.idle)
     );
-    match commit {
-        crate::db::Commit::Default => {}
-        crate::db::Commit::Durable => sql.push_str("; SET LOCAL synchronous_commit = on"),
-        crate::db::Commit::Deferred => sql.push_str("; SET LOCAL synchronous_commit = off"),
+    match opening.synchronous_commit {
+        None => {}
+        Some(true) => sql.push_str("; SET LOCAL synchronous_commit = on"),
+        Some(false) => sql.push_str("; SET LOCAL synchronous_commit = off"),
     }
-    if plain_index_scans {
+    if opening.plain_index_scans {
         sql.push_str(
             "; SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
              SET LOCAL enable_indexonlyscan = off",
@@ -169,7 +181,7 @@ pub fn begin_bounded(
     // failed with 25P02 when a trial build gave every batch a 16 ms bound on a busy machine.
     sql.push_str(&format!(
         "; SET LOCAL statement_timeout = '{}ms'",
-        ms(statement)
+        ms(opening.statement)
     ));
     sqlx::AssertSqlSafe(sql)
 }
@@ -299,16 +311,14 @@ mod tests {
 
     #[test]
     fn the_opening_sets_statement_timeout_last() {
-        for (commit, plain) in [
-            (crate::db::Commit::Default, false),
-            (crate::db::Commit::Deferred, true),
-        ] {
-            let sql = begin_bounded(
-                std::time::Duration::from_millis(5),
-                std::time::Duration::from_millis(16),
-                commit,
-                plain,
-            )
+        for (synchronous_commit, plain_index_scans) in [(None, false), (Some(false), true)] {
+            let sql = begin_bounded(&Opening {
+                lock: std::time::Duration::from_millis(5),
+                statement: std::time::Duration::from_millis(16),
+                idle: std::time::Duration::from_millis(1016),
+                synchronous_commit,
+                plain_index_scans,
+            })
             .0;
             assert!(sql.starts_with("BEGIN; "), "{sql}");
             assert!(

@@ -248,8 +248,8 @@ async fn change(
     } else {
         "released from the command line"
     };
-    let reason = super::jobs::cli_reason(args.reason.as_deref(), default)?;
-    let actor = super::jobs::cli_actor(args.actor.as_deref());
+    let reason = super::acting::cli_reason(args.reason.as_deref(), default)?;
+    let actor = super::acting::cli_actor(args.actor.as_deref());
     let mut tx = db::begin(pool, db::Bounds::STATE).await?;
     let result = kill_switch::set_scope(&mut tx, &scope, engage, reason, &actor).await?;
     tx.commit().await?;

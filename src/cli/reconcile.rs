@@ -8,7 +8,7 @@ use serde_json::json;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::jobs::Acting;
+use super::acting::Acting;
 use super::{StateDb, cli_pool};
 use crate::config::{Config, PoolConfig};
 use crate::db::{self, Bounds, PoolRole};
@@ -162,7 +162,7 @@ fn target_pool(
 }
 
 fn who(actor: Option<&str>) -> String {
-    super::jobs::cli_actor(actor)
+    super::acting::cli_actor(actor)
 }
 
 /// One job's line in [`report_text`]: ID, tenant, state, step, tries, then the switch that blocks

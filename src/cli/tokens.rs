@@ -65,9 +65,9 @@ pub enum TokensAction {
 }
 
 fn acting(acting: &TokenActing, default_reason: &str) -> anyhow::Result<(String, String)> {
-    let reason = super::jobs::cli_reason(acting.reason.as_deref(), default_reason)?;
+    let reason = super::acting::cli_reason(acting.reason.as_deref(), default_reason)?;
     Ok((
-        super::jobs::cli_actor(acting.actor.as_deref()),
+        super::acting::cli_actor(acting.actor.as_deref()),
         reason.to_owned(),
     ))
 }

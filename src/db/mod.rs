@@ -193,6 +193,22 @@ impl Bounds {
             ..self
         }
     }
+
+    /// What a transaction under these bounds sets at `BEGIN` ([`crate::sql::begin_bounded`]),
+    /// `idle_in_transaction_session_timeout` by [`idle_in_transaction_timeout`].
+    pub fn opening(&self) -> crate::sql::Opening {
+        crate::sql::Opening {
+            lock: self.lock_timeout,
+            statement: self.statement_timeout,
+            idle: idle_in_transaction_timeout(self.statement_timeout),
+            synchronous_commit: match self.commit {
+                Commit::Default => None,
+                Commit::Durable => Some(true),
+                Commit::Deferred => Some(false),
+            },
+            plain_index_scans: self.plain_index_scans,
+        }
+    }
 }
 
 /// The `idle_in_transaction_session_timeout` of a transaction whose statements are bounded by
@@ -311,15 +327,7 @@ pub async fn begin_acquired(
     // What `Pool::begin_with` does after its acquire (sqlx-core 0.9).
     Transaction::begin(
         conn,
-        Some(
-            crate::sql::begin_bounded(
-                bounds.lock_timeout,
-                bounds.statement_timeout,
-                bounds.commit,
-                bounds.plain_index_scans,
-            )
-            .into_sql_str(),
-        ),
+        Some(crate::sql::begin_bounded(&bounds.opening()).into_sql_str()),
     )
     .await
 }
@@ -333,13 +341,8 @@ pub async fn begin_on(
     bounds: Bounds,
 ) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
     use sqlx::Connection as _;
-    conn.begin_with(crate::sql::begin_bounded(
-        bounds.lock_timeout,
-        bounds.statement_timeout,
-        bounds.commit,
-        bounds.plain_index_scans,
-    ))
-    .await
+    conn.begin_with(crate::sql::begin_bounded(&bounds.opening()))
+        .await
 }
 
 /// A savepoint in the transaction already open on `conn` (from [`begin`] or [`begin_on`], whose

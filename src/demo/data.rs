@@ -190,7 +190,7 @@ fn steps() -> Vec<Step> {
 ///
 /// As a superuser the rows are inserted with `session_replication_role = replica` (no per-row
 /// foreign-key triggers, about twice as fast) and every foreign key is checked afterwards with
-/// [`orphaned_rows`](super::verify::orphaned_rows); otherwise the triggers check each row.
+/// [`orphaned_rows`](super::ownership::orphaned_rows); otherwise the triggers check each row.
 ///
 /// # Errors
 /// Any database error (for instance schema `app` already exists; a failed load leaves nothing
@@ -250,7 +250,7 @@ pub async fn load(pool: &PgPool, size: &DemoSize) -> Result<DemoTenants, sqlx::E
     }
     tx.commit().await?;
     if superuser {
-        let orphans = super::verify::orphaned_rows(pool, "app").await?;
+        let orphans = super::ownership::orphaned_rows(pool, "app").await?;
         if !orphans.is_empty() {
             return Err(sqlx::Error::Protocol(format!(
                 "demo data violates foreign keys: {orphans:?}"

@@ -20,9 +20,9 @@ pub mod verify;
 mod tests;
 
 pub use data::{DemoSize, DemoTenants, load};
-pub use ownership::other_tenants_digest;
+pub use ownership::{orphaned_rows, other_tenants_digest};
 pub use verify::{
     CascadeOutcome, DatabaseDigest, TableDigest, all_user_tables, cascade_delete,
     cascade_delete_key, clone_database, database_digest, differing_tables, drop_database,
-    orphaned_rows, table_digest, user_tables,
+    table_digest, user_tables,
 };

@@ -242,3 +242,43 @@ pub async fn other_tenants_digest(
     }
     Ok(out)
 }
+
+/// Rows violating a foreign key: `(constraint name, referencing table, rows)` for every foreign key
+/// touching `schema` that has referencing rows (all key columns non-NULL, as MATCH SIMPLE checks)
+/// without a referenced row. Empty when the data is consistent. Used after loading with triggers off.
+///
+/// # Errors
+/// Any database error.
+pub async fn orphaned_rows(
+    pool: &PgPool,
+    schema: &str,
+) -> Result<Vec<(String, QualifiedName, i64)>, sqlx::Error> {
+    let mut out = Vec::new();
+    for fk in foreign_keys(pool, schema).await? {
+        let mut b = SqlBuilder::new();
+        b.sql("SELECT count(*) FROM ")
+            .table(&fk.child)
+            .sql(" ")
+            .alias(0)
+            .sql(" WHERE ");
+        for c in &fk.child_columns {
+            b.col(0, c).sql(" IS NOT NULL AND ");
+        }
+        b.sql("NOT EXISTS (SELECT 1 FROM ")
+            .table(&fk.parent)
+            .sql(" ")
+            .alias(1)
+            .sql(" WHERE ");
+        b.join(&fk.child_columns, " AND ", |b, i, c| {
+            b.col(1, &fk.parent_columns[i]).sql(" = ").col(0, c);
+        });
+        b.sql(")");
+        let n: i64 = sqlx::query_scalar(b.build().as_query())
+            .fetch_one(pool)
+            .await?;
+        if n > 0 {
+            out.push((fk.name, fk.child, n));
+        }
+    }
+    Ok(out)
+}

@@ -124,7 +124,7 @@ async fn schema_and_data_have_every_feature() {
     .await
     .unwrap();
     assert_eq!(unindexed, ["project_members_user_id_fkey"]);
-    assert_eq!(verify::orphaned_rows(&s.demo, "app").await.unwrap(), []);
+    assert_eq!(ownership::orphaned_rows(&s.demo, "app").await.unwrap(), []);
 
     let large = s.tenants.large;
     let depth = count(
@@ -180,7 +180,7 @@ async fn schema_and_data_have_every_feature() {
         .await
         .unwrap();
     drop(conn);
-    let orphans = verify::orphaned_rows(&s.demo, "app").await.unwrap();
+    let orphans = ownership::orphaned_rows(&s.demo, "app").await.unwrap();
     assert_eq!(
         orphans,
         [(

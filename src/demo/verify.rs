@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use sqlx::{PgPool, Row};
 
-use super::ownership::foreign_keys;
 use crate::sql::{QualifiedName, SqlBuilder, SqlType, Statement};
 
 /// The contents of one table, summarised.
@@ -159,7 +158,7 @@ pub async fn clone_database(admin: &PgPool, from: &str, to: &str) -> Result<(), 
             .await?;
         match sqlx::query(create.as_query()).execute(admin).await {
             Err(sqlx::Error::Database(e))
-                if e.code().as_deref() == Some("55006") && attempt < 10 =>
+                if e.code().as_deref() == Some(crate::sqlstate::OBJECT_IN_USE) && attempt < 10 =>
             {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -293,44 +292,4 @@ async fn run_cascade(
         updated,
         elapsed,
     })
-}
-
-/// Rows violating a foreign key: `(constraint name, referencing table, rows)` for every foreign key
-/// touching `schema` that has referencing rows (all key columns non-NULL, as MATCH SIMPLE checks)
-/// without a referenced row. Empty when the data is consistent. Used after loading with triggers off.
-///
-/// # Errors
-/// Any database error.
-pub async fn orphaned_rows(
-    pool: &PgPool,
-    schema: &str,
-) -> Result<Vec<(String, QualifiedName, i64)>, sqlx::Error> {
-    let mut out = Vec::new();
-    for fk in foreign_keys(pool, schema).await? {
-        let mut b = SqlBuilder::new();
-        b.sql("SELECT count(*) FROM ")
-            .table(&fk.child)
-            .sql(" ")
-            .alias(0)
-            .sql(" WHERE ");
-        for c in &fk.child_columns {
-            b.col(0, c).sql(" IS NOT NULL AND ");
-        }
-        b.sql("NOT EXISTS (SELECT 1 FROM ")
-            .table(&fk.parent)
-            .sql(" ")
-            .alias(1)
-            .sql(" WHERE ");
-        b.join(&fk.child_columns, " AND ", |b, i, c| {
-            b.col(1, &fk.parent_columns[i]).sql(" = ").col(0, c);
-        });
-        b.sql(")");
-        let n: i64 = sqlx::query_scalar(b.build().as_query())
-            .fetch_one(pool)
-            .await?;
-        if n > 0 {
-            out.push((fk.name, fk.child, n));
-        }
-    }
-    Ok(out)
 }

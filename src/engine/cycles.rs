@@ -13,9 +13,9 @@
 //! So the tables of such a cycle that the cascade reaches only through one table of it, its
 //! *entry*, get no steps of their own: the entry's batches delete its rows and PostgreSQL's cascade
 //! deletes the rest of the cycle in the same statement, in the cascade's own order
-//! ([`Plan::cycle_absorbed`]). Any other shape — a cycle the cascade enters through two tables, or
+//! (`Plan::cycle_absorbed`). Any other shape — a cycle the cascade enters through two tables, or
 //! a table of it reached by no CASCADE key from the entry — is *unordered*
-//! ([`Plan::unordered`]): deprov deletes such a tenant only when its whole cascade fits one bounded
+//! (`Plan::unordered`): deprov deletes such a tenant only when its whole cascade fits one bounded
 //! transaction, and otherwise refuses it before anything is deleted.
 //!
 //! Rows of one entry row's cycle that reference rows below another entry row make a batch fail its
@@ -25,7 +25,6 @@
 use std::collections::BTreeSet;
 
 use super::catalog::{ForeignKey, OnDelete};
-use super::plan::Plan;
 
 /// Whether a key's outcome depends on whether the rows referencing through it are gone before the
 /// row it references: RESTRICT, NO ACTION, SET NULL into a NOT NULL column, SET DEFAULT.
@@ -42,11 +41,23 @@ pub(super) struct Cycles {
     pub unordered: Vec<usize>,
 }
 
-/// The cycles of `plan` (closure and steps as [`Plan::new`] made them) that carry an
-/// order-sensitive key between two different tables: what to absorb, what is unordered.
-pub(super) fn cycle_shapes(plan: &Plan) -> Cycles {
-    let fks = &plan.catalog.foreign_keys;
-    let position = |t: u32| plan.steps.iter().position(|s| s.table == t);
+/// What [`cycle_shapes`] reads of a plan being made (`Plan::new`).
+pub(super) struct Graph<'a> {
+    /// The catalog's foreign keys.
+    pub fks: &'a [ForeignKey],
+    /// Tables that can hold tenant rows.
+    pub closure: &'a BTreeSet<u32>,
+    /// The root table.
+    pub root: u32,
+    /// The table of each step, in the steps' order (leaves first).
+    pub order: &'a [u32],
+}
+
+/// The cycles of `plan` that carry an order-sensitive key between two different tables: what to
+/// absorb, what is unordered.
+pub(super) fn cycle_shapes(plan: &Graph<'_>) -> Cycles {
+    let fks = plan.fks;
+    let position = |t: u32| plan.order.iter().position(|&s| s == t);
     let mut out = Cycles::default();
     let mut done: BTreeSet<u32> = BTreeSet::new();
     for (i, fk) in fks.iter().enumerate() {
@@ -84,7 +95,7 @@ pub(super) fn cycle_shapes(plan: &Plan) -> Cycles {
 
 /// The tables on a cycle with `table` through references between closure tables (any action),
 /// `table` included: its strongly connected component.
-fn component(plan: &Plan, table: u32) -> BTreeSet<u32> {
+fn component(plan: &Graph<'_>, table: u32) -> BTreeSet<u32> {
     let down = reachable(plan, table, |fk| (fk.to, fk.from));
     let up = reachable(plan, table, |fk| (fk.from, fk.to));
     down.intersection(&up).copied().collect()
@@ -92,11 +103,15 @@ fn component(plan: &Plan, table: u32) -> BTreeSet<u32> {
 
 /// Closure tables reachable from `start` over foreign keys oriented by `edge` (`(from, to)` of the
 /// walk), `start` included.
-fn reachable(plan: &Plan, start: u32, edge: impl Fn(&ForeignKey) -> (u32, u32)) -> BTreeSet<u32> {
+fn reachable(
+    plan: &Graph<'_>,
+    start: u32,
+    edge: impl Fn(&ForeignKey) -> (u32, u32),
+) -> BTreeSet<u32> {
     let mut seen = BTreeSet::from([start]);
     let mut stack = vec![start];
     while let Some(t) = stack.pop() {
-        for fk in &plan.catalog.foreign_keys {
+        for fk in plan.fks {
             let (a, b) = edge(fk);
             if a == t && plan.closure.contains(&b) && seen.insert(b) {
                 stack.push(b);
@@ -109,8 +124,8 @@ fn reachable(plan: &Plan, start: u32, edge: impl Fn(&ForeignKey) -> (u32, u32)) 
 /// The one table of `members` through which the cascade enters the cycle, when every other member
 /// is reached by the cascade only from inside the cycle and from that table: the root if it is a
 /// member, else the only member with a CASCADE key to a closure table outside. `None` otherwise.
-fn entry(plan: &Plan, members: &BTreeSet<u32>) -> Option<u32> {
-    let fks = &plan.catalog.foreign_keys;
+fn entry(plan: &Graph<'_>, members: &BTreeSet<u32>) -> Option<u32> {
+    let fks = plan.fks;
     let cascade_parents = |t: u32| {
         fks.iter()
             .filter(move |fk| {
@@ -142,16 +157,4 @@ fn entry(plan: &Plan, members: &BTreeSet<u32>) -> Option<u32> {
         }
     }
     (reached.len() == members.len()).then_some(entry)
-}
-
-impl Plan {
-    /// Whether `table` is the entry of a cycle whose other tables its batches delete by cascade
-    /// (see the module docs): a batch failing a NO ACTION check (23503) there may succeed as one
-    /// statement over all the table's remaining rows.
-    pub fn cycle_entry(&self, table: u32) -> bool {
-        self.catalog
-            .foreign_keys
-            .iter()
-            .any(|fk| fk.to == table && fk.from != table && self.cycle_absorbed.contains(&fk.from))
-    }
 }

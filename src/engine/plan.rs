@@ -203,7 +203,13 @@ impl Plan {
             unordered: Vec::new(),
             catalog,
         };
-        let cycles = super::cycles::cycle_shapes(&plan);
+        let order: Vec<u32> = plan.steps.iter().map(|s| s.table).collect();
+        let cycles = super::cycles::cycle_shapes(&super::cycles::Graph {
+            fks: &plan.catalog.foreign_keys,
+            closure: &plan.closure,
+            root: plan.root,
+            order: &order,
+        });
         plan.steps.retain(|s| !cycles.absorbed.contains(&s.table));
         plan.absorbed = cycles.absorbed.clone();
         plan.cycle_absorbed = cycles.absorbed;
@@ -399,4 +405,16 @@ fn post_order(
         }
     }
     out.push(table);
+}
+
+impl Plan {
+    /// Whether `table` is the entry of a cycle whose other tables its batches delete by cascade
+    /// (see the module docs): a batch failing a NO ACTION check (23503) there may succeed as one
+    /// statement over all the table's remaining rows.
+    pub fn cycle_entry(&self, table: u32) -> bool {
+        self.catalog
+            .foreign_keys
+            .iter()
+            .any(|fk| fk.to == table && fk.from != table && self.cycle_absorbed.contains(&fk.from))
+    }
 }

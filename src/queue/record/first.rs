@@ -19,7 +19,7 @@
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::super::intake::NewRequest;
+use super::request::NewRequest;
 
 /// What the first statement found and did for one request, in the order given.
 #[derive(Debug, Clone)]

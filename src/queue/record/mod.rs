@@ -11,7 +11,7 @@
 //! one statement (`record::first`). Otherwise at most four more follow: the jobs inserted, the active
 //! jobs found instead, the requests inserted (for the requests the first statement could not
 //! record), and the duplicate counts. PostgreSQL's per-statement work and the round trips, not the
-//! commit, bound intake's rate (README "Known limits").
+//! commit, bound intake's rate (`docs/known-limits.md`).
 //!
 //! Every statement binds arrays (`unnest`), so the SQL text is fixed.
 
@@ -20,10 +20,12 @@ use std::collections::HashMap;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::intake::{Accepted, IntakeError, NewRequest, SubjectKind};
 use crate::ids::{DedupBasis, JobId};
 
 mod first;
+mod request;
+
+pub use request::{Accepted, IntakeError, NewRequest, SubjectKind};
 
 /// What a request of the group turned out to be before anything is written.
 enum Seen {
