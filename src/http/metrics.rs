@@ -13,7 +13,7 @@ use crate::telemetry::collect::Collector;
 pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Metrics in Prometheus text format: pool gauges and acquire times, batch and deletion counters,
-/// jobs per state, queue age, kill switch, target lock waiters (README → Operations → Metrics lists
+/// jobs per state, queue age, kill switch, target lock waiters (`docs/operations.md` → Metrics lists
 /// them all). Unauthenticated, like `/healthz`. Always 200: the gauges read from a database are
 /// bounded by `[metrics] read_timeout`; a database that could not be read keeps its last values and
 /// shows `deprov_db_up{database} 0`.

@@ -6,7 +6,7 @@
 //! axum route (`GET /metrics`, [`crate::http::metrics`]); the exporter's own HTTP listener is not used.
 //! Counters and histograms are recorded where things happen (pool acquires in [`crate::db`], batches in
 //! the worker, refusals at the HTTP edge); gauges that describe pools and databases are set at scrape
-//! time by [`collect::Collector`]. Every metric is listed, with type, labels and meaning, in README →
+//! time by [`collect::Collector`]. Every metric is listed, with type, labels and meaning, in `docs/operations.md` →
 //! Operations → Metrics.
 //!
 //! One registry per process, as Prometheus expects: `deprov serve` and each `deprov worker` expose

@@ -135,7 +135,7 @@ pub struct Progress {
     /// ([`crate::engine::Incarnation`]) or the run ended before they were made durable. The row
     /// counts go back to the checkpoint's ([`Self::rewind_to`]) and the redone batches count what
     /// they find, so `rows_deleted` never counts a row twice; rows deleted by batches after the
-    /// checkpoint that survived are not counted (README, *Known limits*). A run rewinds at most once
+    /// checkpoint that survived are not counted (`docs/known-limits.md`). A run rewinds at most once
     /// for a restart: its later batches are durable and each is checkpointed.
     pub rewinds: i64,
 }

@@ -237,7 +237,7 @@ async fn invalid_field_values_are_422_and_nothing_is_stored() {
     app.assert_nothing_stored().await;
 }
 
-/// What the README says goes into a request's fingerprint, which tells a retry (a duplicate) from
+/// What `docs/api.md` says goes into a request's fingerprint, which tells a retry (a duplicate) from
 /// another request under the same `external_id` or `Idempotency-Key` (422): `tenant_id`,
 /// `external_id` and `reason` — an absent `reason` and `null` alike, `""` another one — and
 /// neither `source` nor the `Idempotency-Key` value. Without either key the request ID is the

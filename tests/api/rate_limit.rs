@@ -70,7 +70,7 @@ async fn per_second_zero_turns_the_limit_off() {
     assert_eq!(app.count_requests().await, 10);
 }
 
-/// The README's figures for `deploy/example.toml`'s `[intake.rate_limit]` (`per_second = 20`,
+/// `docs/configuration.md`'s figures for `deploy/example.toml`'s `[intake.rate_limit]` (`per_second = 20`,
 /// `burst = 40`): of 50 requests one source sends at once, 40 pass at once and one more every
 /// 50 ms after; the rest are answered 429 with `Retry-After: 1` and not stored.
 #[tokio::test]
@@ -86,7 +86,7 @@ async fn the_example_limit_answers_the_end_of_a_50_request_burst_429() {
             limit["burst"].as_integer()
         ),
         (Some(20), Some(40)),
-        "the README's [intake.rate_limit] burst row quotes 20/s and 40: update it"
+        "docs/configuration.md's [intake.rate_limit] burst row quotes 20/s and 40: update it"
     );
     let app = spawn_app_with(TestOptions {
         rate_limit: Some((20.0, 40)),

@@ -1,5 +1,5 @@
 //! The stage every replay runs on: one throwaway PostgreSQL with durable settings (`fsync` on),
-//! database `deprov` (deprov's state, migrated directly, as the README asks behind a transaction
+//! database `deprov` (deprov's state, migrated directly, as `docs/pgbouncer.md` asks behind a transaction
 //! pooler) and `saas` (the demo schema, [`crate::demo::load`]), a PgBouncer in front of it, and deprov
 //! started in-process (HTTP + optionally its worker) with both URLs through that PgBouncer.
 

@@ -83,7 +83,7 @@ pub(crate) async fn setup(options: BouncerOptions) -> Setup {
     let saas = PgPool::connect(&pg.url("saas")).await.unwrap();
     sqlx::raw_sql(SCHEMA).execute(&saas).await.unwrap();
     saas.close().await;
-    // Migrations run directly, as the README asks in transaction mode.
+    // Migrations run directly, as `docs/pgbouncer.md` asks in transaction mode.
     let state = PgPool::connect(&pg.url("deprov")).await.unwrap();
     db::migrate(&state).await.unwrap();
     state.close().await;

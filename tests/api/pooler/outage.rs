@@ -1,11 +1,11 @@
-//! PostgreSQL restarted behind PgBouncer, with the README's PgBouncer settings: deprov answers 503
+//! PostgreSQL restarted behind PgBouncer, with `docs/pgbouncer.md`'s settings: deprov answers 503
 //! with `Retry-After` while the server is down and is ready again within seconds of its return,
 //! without a restart of deprov or of PgBouncer.
 //!
 //! PgBouncer waits `server_login_retry` (its default is 15 s) before it tries a server login again
 //! after one failed: the probes deprov's `/readyz` and intake make during the outage fail a login,
 //! so with that default deprov stays unready for seconds after PostgreSQL is back; with the
-//! README's 1 s, for under one.
+//! `docs/pgbouncer.md`'s 1 s, for under one.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 
 use super::{SERVERS_PER_DB, setup, start_app};
 
-/// The README's `[pgbouncer]` settings beyond the pool size ("Behind PgBouncer").
+/// `docs/pgbouncer.md`'s `[pgbouncer]` settings beyond the pool size.
 fn readme_settings() -> Vec<(String, String)> {
     [("query_wait_timeout", "10"), ("server_login_retry", "1")]
         .into_iter()

@@ -1,7 +1,7 @@
 //! Intake while every PgBouncer server of deprov's database is busy with other clients: deprov holds
 //! a connection to PgBouncer, so no pool acquire timeout fires, and its group's `BEGIN` waits in
 //! PgBouncer's queue, where no server-side timeout bounds it (only PgBouncer's `query_wait_timeout`,
-//! 10 s in the README). The caller is answered 503 + `Retry-After` within twice the intake pool's
+//! 10 s in `docs/pgbouncer.md`). The caller is answered 503 + `Retry-After` within twice the intake pool's
 //! `acquire_timeout`, not after PgBouncer's 10 s; the group is neither cancelled nor its connection
 //! closed, so it commits the request once a server is free, and the sender's retry is its duplicate.
 
