@@ -1,21 +1,26 @@
 //! `deprov bench delete`: deprov's hard delete against the naive cascading `DELETE`, in the same run,
 //! on the same data, under the same load.
 //!
-//! See [`run::run`] for the procedure and [`run::BenchReport`] for every printed figure; with
+//! See [`run::run`] for the procedure and [`BenchReport`] for every printed figure; with
 //! `--target-url`, [`target::run`] runs it on the user's own database instead ([`target::TargetReport`]).
 
 // Runs on its own throwaway server, outside the service's pool rules (clippy.toml).
 #![allow(clippy::disallowed_methods)]
 
+mod args;
 pub mod corpus;
+mod error;
 mod paced;
 pub mod replay;
 mod report;
 pub mod run;
 pub mod sampler;
+pub mod side;
 pub mod target;
 mod target_db;
 mod target_report;
 pub mod workload;
 
-pub use run::{BenchArgs, BenchReport, run};
+pub use args::BenchArgs;
+pub use report::BenchReport;
+pub use run::run;

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::run::{BenchArgs, BenchError, Deprov, DeprovRun, Keys, Side, TimeSplit, deprov_side};
+use super::args::BenchArgs;
+use super::side::{BenchError, Deprov, DeprovRun, Keys, Side, TimeSplit, deprov_side};
 use super::workload;
 use crate::throwaway::Throwaway;
 

@@ -1,7 +1,49 @@
 //! How `deprov bench delete` prints its [`BenchReport`]: a table, then one `PASS`/`MISSED` line per
 //! target (ratio, longest transaction, foreground p99).
 
-use super::run::{BenchReport, Side, TimeSplit};
+use serde::Serialize;
+
+use super::paced::Paced;
+use super::side::{Side, TimeSplit};
+
+/// Everything the benchmark prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// Tables of the schema.
+    pub tables: usize,
+    /// The naive cascade.
+    pub cascade: Side,
+    /// deprov's job.
+    pub deprov: Side,
+    /// The paced window (absent with `--paced-secs 0`).
+    pub paced: Option<Paced>,
+    /// Foreground p99 latency with no deletion running (both halves of the baseline pooled), in ms.
+    pub foreground_baseline_p99_ms: f64,
+    /// Foreground median latency with no deletion running, in ms.
+    pub foreground_baseline_p50_ms: f64,
+    /// Foreground writes' p99 latency with no deletion running, in ms.
+    pub foreground_baseline_write_p99_ms: f64,
+    /// Foreground reads' p99 latency with no deletion running, in ms.
+    pub foreground_baseline_read_p99_ms: f64,
+    /// Foreground operations timed for the baseline.
+    pub foreground_baseline_ops: usize,
+    /// Foreground p99 of the baseline's first half (before the deletions), in ms.
+    pub foreground_baseline_before_p99_ms: f64,
+    /// Foreground p99 of the baseline's second half (after deprov's job), in ms.
+    pub foreground_baseline_after_p99_ms: f64,
+    /// deprov rows/s ÷ cascade rows/s (target: ≥ 0.6).
+    pub ratio: f64,
+    /// Whether the database deprov worked on equals the cascade's copy, table by table.
+    pub equals_cascade: bool,
+    /// Batches that hit the statement or lock timeout (each retried smaller).
+    pub deprov_timeouts: i64,
+    /// deprov's read-only passes over a large parent's index range (`engine::range`).
+    pub deprov_index_passes: i64,
+    /// deprov's per-table figures, in deletion order (the job's `progress.tables`).
+    pub deprov_tables: serde_json::Value,
+    /// Where deprov's elapsed time went, in ms.
+    pub deprov_time: TimeSplit,
+}
 
 impl BenchReport {
     /// The report as the table `deprov bench delete` prints.

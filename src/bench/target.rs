@@ -16,7 +16,6 @@
 //! 5. Both copies compared table by table (every table of every schema but the system ones).
 //! 6. The three databases dropped (also after an error or Ctrl-C), unless `--keep-copies`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,8 +24,11 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use super::run::{BenchError, Deprov, TimeSplit, warm};
+pub use super::args::{TargetArgs, TargetRun};
+use super::error::BenchError;
+pub use super::error::TargetError;
 use super::sampler::{Sampled, TransactionSampler};
+use super::side::{Deprov, TimeSplit, warm};
 use super::target_db::{
     Names, admin_pool, checkpoint, compare, copy_database, key_type, tenant_exists,
 };
@@ -35,120 +37,8 @@ use crate::config::{Config, ConfigError};
 use crate::db::Pools;
 use crate::demo::{cascade_delete_key, drop_database};
 use crate::queue::jobs::Job;
-use crate::sql::{QualifiedName, SqlBuilder};
+use crate::sql::SqlBuilder;
 use crate::worker::Progress;
-
-/// The flags of `deprov bench delete` that run it on the user's database.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct TargetArgs {
-    /// Run on this database (a `postgres://` URL) instead of the demo's: two copies of it are made
-    /// on its server with `CREATE DATABASE … TEMPLATE`, which needs no other session connected to
-    /// it. The demo's flags (`--rows`, `--clients`, `--batch-rows`, …) are then not used.
-    #[arg(long, value_name = "URL", requires = "tenant")]
-    pub target_url: Option<String>,
-    /// The tenant key to delete, as a deletion request gives it (with `--target-url`).
-    #[arg(long, value_name = "KEY", requires = "target_url")]
-    pub tenant: Option<String>,
-    /// deprov's configuration file (with `--target-url`); its `[tenant]`, `[soft_delete]`,
-    /// `[hard_delete]`, `[pacing]`, `[worker]` and `[pools]` are used, its sources are not read.
-    #[arg(long, value_name = "FILE", env = "DEPROV_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// Keep the two copies and the state database instead of dropping them at the end.
-    #[arg(long)]
-    pub keep_copies: bool,
-}
-
-impl TargetArgs {
-    /// The run these flags ask for; `None` without `--target-url` (the demo's benchmark).
-    ///
-    /// # Errors
-    /// [`TargetError::NoConfig`] with `--target-url` but no configuration file.
-    pub fn resolve(&self) -> Result<Option<TargetRun>, TargetError> {
-        let (Some(url), Some(tenant)) = (&self.target_url, &self.tenant) else {
-            return Ok(None);
-        };
-        Ok(Some(TargetRun {
-            url: url.clone(),
-            tenant: tenant.clone(),
-            config: self.config.clone().ok_or(TargetError::NoConfig)?,
-            keep_copies: self.keep_copies,
-            quiet: false,
-        }))
-    }
-}
-
-/// One run on the user's database.
-#[derive(Debug, Clone)]
-pub struct TargetRun {
-    /// The user's database.
-    pub url: String,
-    /// The tenant key.
-    pub tenant: String,
-    /// deprov's configuration file.
-    pub config: PathBuf,
-    /// Keep the copies and the state database.
-    pub keep_copies: bool,
-    /// Print no progress lines on stderr (as with `--json`).
-    pub quiet: bool,
-}
-
-/// Why the run on the user's database failed.
-#[derive(Debug, thiserror::Error)]
-pub enum TargetError {
-    /// `--target-url` without a configuration file.
-    #[error("--target-url needs deprov's configuration: --config FILE (or DEPROV_CONFIG)")]
-    NoConfig,
-    /// The configuration file is unreadable or invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The URL names no database.
-    #[error("--target-url names no database")]
-    NoDatabase,
-    /// The template copy found other sessions on the user's database (SQLSTATE 55006).
-    #[error(
-        "cannot copy database {database:?}: {sessions} other session(s) are connected to it, and \
-         CREATE DATABASE … TEMPLATE needs none. Stop them (or run when the database is idle), or \
-         copy the database into a scratch server first — `pg_dump -Fc -f db.dump URL` then \
-         `pg_restore --create -d postgres://…scratch…/postgres db.dump` — and point --target-url \
-         at the copy there"
-    )]
-    SourceBusy {
-        /// The user's database.
-        database: String,
-        /// Sessions connected to it when the copy was refused.
-        sessions: i64,
-    },
-    /// The root table or its key column is not in the database.
-    #[error("{root}: no such table, or no column {column:?} in it ([tenant] of the configuration)")]
-    NoRoot {
-        /// `[tenant] root_table`.
-        root: QualifiedName,
-        /// `[tenant] key_column`.
-        column: String,
-    },
-    /// No row of the root table has the tenant key.
-    #[error("no row of {root} has {column} = {tenant:?}")]
-    NoTenant {
-        /// `[tenant] root_table`.
-        root: QualifiedName,
-        /// `[tenant] key_column`.
-        column: String,
-        /// The key given.
-        tenant: String,
-    },
-    /// The cascading `DELETE` failed on the copy (deprov refuses such a tenant too).
-    #[error("the cascading DELETE failed on the copy: {0}")]
-    Cascade(sqlx::Error),
-    /// A database step failed.
-    #[error("database: {0}")]
-    Db(#[from] sqlx::Error),
-    /// deprov's job did not complete, or its state database could not be prepared.
-    #[error(transparent)]
-    Bench(#[from] BenchError),
-    /// Ctrl-C.
-    #[error("interrupted")]
-    Interrupted,
-}
 
 /// Reads the configuration as `deprov` does, without `[sources]`, `[vercel]` and
 /// `[notifications]` (their secrets are not needed to delete) and with `grace_period = "0s"`.

@@ -4,7 +4,7 @@
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use super::target::TargetError;
+use super::error::TargetError;
 use crate::demo::{differing_tables, table_digest};
 use crate::sql::{QualifiedName, SqlBuilder, SqlType};
 
@@ -98,7 +98,7 @@ pub(super) async fn copy_database(admin: &PgPool, from: &str, to: &str) -> Resul
 
 /// `CHECKPOINT`; without the privilege (SQLSTATE 42501: superuser or `pg_checkpoint`) a note instead.
 pub(super) async fn checkpoint(admin: &PgPool, notes: &mut Vec<String>) -> Result<(), sqlx::Error> {
-    match super::run::checkpoint(admin).await {
+    match super::side::checkpoint(admin).await {
         Err(sqlx::Error::Database(e))
             if e.code().as_deref() == Some(crate::sqlstate::INSUFFICIENT_PRIVILEGE) =>
         {

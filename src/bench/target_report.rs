@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::report::{met, tables_text};
-use super::run::TimeSplit;
 use super::sampler::{Sampled, SeenTransaction};
+use super::side::TimeSplit;
 
 /// Figures of one deletion on a copy of the user's database.
 #[derive(Debug, Clone, Serialize)]

@@ -30,7 +30,7 @@ use super::load::{self, Outcome, Shot};
 use super::sampler::{Peaks, Sampler, Series};
 use super::stage::{self, Stage, connect};
 use super::{Goal, ReplayError};
-use crate::bench::run::Keys;
+use crate::bench::side::Keys;
 use crate::demo::DemoSize;
 use crate::throwaway::BouncerOptions;
 

@@ -81,7 +81,7 @@ pub struct IntakeArgs {
     pub group_writers: Option<usize>,
     /// Server settings, `name=value` (repeatable; `postgres -c name=value`), to measure what one
     /// does: `--server-setting deadlock_timeout=1h`.
-    #[arg(long = "server-setting", value_name = "NAME=VALUE", value_parser = crate::bench::run::parse_setting)]
+    #[arg(long = "server-setting", value_name = "NAME=VALUE", value_parser = crate::bench::args::parse_setting)]
     pub server_settings: Vec<(String, String)>,
     /// Print the report as one JSON object.
     #[arg(long)]
@@ -229,7 +229,7 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
     for _ in 0..args.latency_rounds.max(1) {
         // Between segments, not in one: the WAL written so far becomes recycled segments (kept up
         // to `min_wal_size`) and the dirty data is written now, not in a kernel writeback burst.
-        crate::bench::run::checkpoint(&stage.direct).await?;
+        crate::bench::side::checkpoint(&stage.direct).await?;
         let quiet = fixed_rate(&client, &deprov.base, &next, rate, args.latency_secs).await;
         let saturation = Saturation::start(&stage, args.lock_waiters).await?;
         let at_start = saturation.waiters(&stage).await?;

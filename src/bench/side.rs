@@ -1,0 +1,392 @@
+//! One side of `deprov bench delete`: deprov's job (a request recorded as intake records it, run to
+//! its end by the service's own worker) and the figures of a deletion, the cascade's or deprov's.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::args::BenchArgs;
+pub use super::error::BenchError;
+use super::workload::{self, Op, Samples};
+use crate::config::Config;
+use crate::db::Pools;
+use crate::ids::DedupBasis;
+use crate::queue::intake::{self, NewRequest, SubjectKind};
+use crate::queue::jobs;
+use crate::sql::{QualifiedName, SqlBuilder};
+use crate::throwaway::Throwaway;
+use crate::worker::Worker;
+
+/// Figures of one deletion (the cascade's or deprov's).
+#[derive(Debug, Clone, Serialize)]
+pub struct Side {
+    /// Rows deleted.
+    pub rows: i64,
+    /// Wall time of the whole deletion, in s.
+    pub elapsed_s: f64,
+    /// Rows deleted per second of wall time.
+    pub rows_per_s: f64,
+    /// The longest single transaction on the target, in ms.
+    pub longest_transaction_ms: f64,
+    /// Transactions (batches) it took.
+    pub transactions: i64,
+    /// The longest transaction that rolled back on a timeout (deprov retries those smaller), in ms.
+    pub longest_rolled_back_ms: f64,
+    /// The longest wait of one statement of the writer touching the tenant's rows, in ms.
+    pub tenant_writer_longest_wait_ms: f64,
+    /// Foreground p99 latency while the deletion ran, in ms.
+    pub foreground_p99_ms: f64,
+    /// Foreground median latency while the deletion ran, in ms.
+    pub foreground_p50_ms: f64,
+    /// Foreground p99 latency of the writes alone (single-row `UPDATE`s, each a commit that waits
+    /// for its WAL flush), in ms.
+    pub foreground_write_p99_ms: f64,
+    /// Foreground p99 latency of the reads alone (an account's users by an indexed key), in ms.
+    pub foreground_read_p99_ms: f64,
+    /// Foreground operations timed while the deletion ran.
+    pub foreground_ops: usize,
+    /// Foreground operations that failed.
+    pub foreground_errors: u64,
+}
+
+/// deprov's elapsed time by activity, in ms (from the job's progress; `other` is the rest: the job's
+/// claim, its soft delete, the plan, blocker and simulation checks, and deprov's own work between
+/// statements).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TimeSplit {
+    /// Batch transactions that committed (`progress.tables[].batch_ms`).
+    pub batches: f64,
+    /// Read-only index passes (`progress.index_pass_ms`).
+    pub index_passes: f64,
+    /// Kill-switch checks and checkpoints on the state database (`progress.bookkeeping_ms`).
+    pub bookkeeping: f64,
+    /// The trial cascade, rolled back (`progress.trial_ms`).
+    pub trial: f64,
+    /// Batch transactions that rolled back on a timeout (`progress.rolled_back_ms`).
+    pub rolled_back: f64,
+    /// Pacing: duty-cycle rests, rate-limit waits and pauses (`progress.duty_cycle_ms` +
+    /// `rate_limited_ms` + `paused_ms`).
+    pub pacing: f64,
+    /// The rest of the elapsed time.
+    pub other: f64,
+}
+
+impl TimeSplit {
+    pub(super) fn from_progress(p: &serde_json::Value, elapsed_s: f64) -> Self {
+        let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
+        let batches = p["tables"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| t["batch_ms"].as_f64().unwrap_or(0.0))
+            .sum::<f64>();
+        let (index_passes, bookkeeping) = (f("index_pass_ms"), f("bookkeeping_ms"));
+        let pacing = f("duty_cycle_ms") + f("rate_limited_ms") + f("paused_ms");
+        let (trial, rolled_back) = (f("trial_ms"), f("rolled_back_ms"));
+        Self {
+            batches,
+            index_passes,
+            bookkeeping,
+            trial,
+            rolled_back,
+            pacing,
+            other: elapsed_s * 1000.0
+                - batches
+                - index_passes
+                - bookkeeping
+                - trial
+                - rolled_back
+                - pacing,
+        }
+    }
+}
+
+/// One run of deprov's worker in [`run_deprov`].
+pub(super) struct DeprovRun<'a> {
+    /// The database the tenant is deleted from.
+    pub(super) target_db: &'a str,
+    /// deprov's state database (migrated here).
+    pub(super) state_db: &'a str,
+    /// `[pacing] duty_cycle`.
+    pub(super) duty_cycle: f64,
+}
+
+/// deprov set up for one [`DeprovRun`]: its configuration (`deploy/example.toml`'s, as the demo
+/// writes it, with the arguments' deletion settings), its pools and its migrated state database.
+pub(super) struct Deprov {
+    pub(super) config: std::sync::Arc<Config>,
+    pub(super) pools: Pools,
+}
+
+impl Deprov {
+    /// Builds the configuration and pools of `run` and migrates its state database.
+    pub(super) async fn prepare(
+        args: &BenchArgs,
+        server: &Throwaway,
+        run: &DeprovRun<'_>,
+    ) -> Result<Self, BenchError> {
+        let text = crate::demo::run::config_toml("bench-vercel-token-0000000000", args.batch_rows)
+            .replace(
+                "max_batch_duration = \"100ms\"",
+                &format!("max_batch_duration = \"{}ms\"", args.max_batch_ms),
+            )
+            .replace(
+                "checkpoint_interval = \"1s\"",
+                &format!(
+                    "checkpoint_interval = \"{}ms\"",
+                    args.checkpoint_interval_ms
+                ),
+            )
+            .replace(
+                "rate_limit = 0 ",
+                &format!("rate_limit = {} ", args.rate_limit),
+            )
+            .replace(
+                "duty_cycle = 1 ",
+                &format!("duty_cycle = {:?} ", run.duty_cycle),
+            )
+            .replace("poll_interval = \"500ms\"", "poll_interval = \"10ms\"")
+            .replace(
+                "whole_cascade = true ",
+                &format!("whole_cascade = {} ", !args.no_whole_cascade),
+            );
+        let config = std::sync::Arc::new(
+            Config::from_toml(&text).map_err(|e| BenchError::Config(e.to_string()))?,
+        );
+        let pools = Pools::new(
+            &server.url(run.state_db),
+            &server.url(run.target_db),
+            &config.pools,
+        )?;
+        crate::db::migrate(&pools.queue)
+            .await
+            .map_err(|e| BenchError::Config(e.to_string()))?;
+        Ok(Self { config, pools })
+    }
+
+    /// Records the deletion request for `tenant` as intake records it; returns its job (which
+    /// then waits for a worker).
+    pub(super) async fn record(&self, tenant: &str) -> Result<uuid::Uuid, BenchError> {
+        let request = NewRequest {
+            source: "billing".into(),
+            basis: DedupBasis::TenantId,
+            dedup_key: tenant.to_owned(),
+            subject_kind: SubjectKind::Tenant,
+            subject: tenant.to_owned(),
+            external_id: None,
+            reason: Some("deprov bench delete".into()),
+        };
+        let max_attempts = self.config.worker.max_attempts as i32;
+        Ok(
+            intake::record_tx(&self.pools.intake, &request, max_attempts)
+                .await
+                .map_err(|e| BenchError::Config(e.to_string()))?
+                .job_id,
+        )
+    }
+
+    /// Runs the service's worker until the job `job_id` ends or `window` (if any) has passed since
+    /// `started`, then stops it as SIGTERM stops it (its current batch ends, its checkpoint and
+    /// progress are written, the job goes back to the queue). Returns the job as the worker left
+    /// it (its state says whether it ended).
+    pub(super) async fn work(
+        &self,
+        job_id: uuid::Uuid,
+        started: Instant,
+        window: Option<Duration>,
+    ) -> Result<jobs::Job, BenchError> {
+        let cancel = CancellationToken::new();
+        let worker = Worker::new(
+            self.pools.clone(),
+            self.config.clone(),
+            "bench-worker".into(),
+        );
+        let running = tokio::spawn({
+            let cancel = cancel.clone();
+            async move { worker.run(cancel).await }
+        });
+        let ended = |state: &str| matches!(state, "completed" | "failed");
+        loop {
+            let job = jobs::get(&self.pools.queue, job_id).await?;
+            if job.is_some_and(|j| ended(&j.state))
+                || window.is_some_and(|w| started.elapsed() >= w)
+            {
+                break;
+            }
+            // Polled slowly, so the polling is no load beside the deletion: the time comes from the
+            // job's own timestamps.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        cancel.cancel();
+        let _ = running.await;
+        match jobs::get(&self.pools.queue, job_id).await? {
+            Some(job) => Ok(job),
+            None => Err(BenchError::Job {
+                state: "missing".into(),
+                error: "the job's row is gone".into(),
+            }),
+        }
+    }
+}
+
+/// The figures of a job from its progress (`p`): rows deleted, its longest transaction (its
+/// read-only index passes are transactions too, holding no row locks), batches and the longest
+/// rolled-back one, with the workloads' samples.
+pub(super) fn deprov_side(
+    p: &serde_json::Value,
+    elapsed: Duration,
+    writer: Samples,
+    fg: Samples,
+) -> Side {
+    let mut side = side(
+        p["rows_deleted"].as_i64().unwrap_or(0),
+        elapsed,
+        p["longest_batch_ms"]
+            .as_f64()
+            .unwrap_or(0.0)
+            .max(p["longest_index_pass_ms"].as_f64().unwrap_or(0.0)),
+        p["batches"].as_i64().unwrap_or(0),
+        writer,
+        fg,
+    );
+    side.longest_rolled_back_ms = p["longest_rolled_back_ms"].as_f64().unwrap_or(0.0);
+    side
+}
+
+/// deprov's job run to its end by one worker under the foreground and the tenant writer.
+pub(super) async fn run_deprov(
+    args: &BenchArgs,
+    server: &Throwaway,
+    keys: &Keys,
+    tenant: i64,
+    run: &DeprovRun<'_>,
+) -> Result<(Side, serde_json::Value), BenchError> {
+    let deprov = Deprov::prepare(args, server, run).await?;
+    let saas_url = server.url(run.target_db);
+    let fg = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
+    let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
+    let job_id = deprov.record(&tenant.to_string()).await?;
+    let job = deprov.work(job_id, Instant::now(), None).await?;
+    let (writer, fg) = (writer.stop().await, fg.stop().await);
+    if job.state != "completed" {
+        return Err(BenchError::Job {
+            state: job.state,
+            error: job.last_error.unwrap_or_default(),
+        });
+    }
+    deprov.pools.close().await;
+    // From the intake transaction to the one that ended the job, both on the server's clock.
+    let elapsed = job
+        .finished_at
+        .map(|end| (end - job.created_at).unsigned_abs())
+        .unwrap_or_default();
+    Ok((
+        deprov_side(&job.progress, elapsed, writer, fg),
+        job.progress,
+    ))
+}
+
+pub(super) fn side(
+    rows: i64,
+    elapsed: Duration,
+    longest_ms: f64,
+    transactions: i64,
+    writer: Samples,
+    fg: Samples,
+) -> Side {
+    let secs = elapsed.as_secs_f64();
+    Side {
+        rows,
+        elapsed_s: secs,
+        rows_per_s: if secs > 0.0 { rows as f64 / secs } else { 0.0 },
+        longest_transaction_ms: longest_ms,
+        longest_rolled_back_ms: 0.0,
+        transactions,
+        tenant_writer_longest_wait_ms: writer.max_ms(),
+        foreground_p99_ms: fg.quantile_ms(0.99),
+        foreground_p50_ms: fg.quantile_ms(0.5),
+        foreground_write_p99_ms: fg.write_quantile_ms(0.99),
+        foreground_read_p99_ms: fg.read_quantile_ms(0.99),
+        foreground_ops: fg.len(),
+        foreground_errors: fg.errors,
+    }
+}
+
+/// Row keys the workloads use, sampled before the copy (so both copies have them).
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    /// Other tenants: reads of an account's users, writes to single users.
+    pub(crate) foreground: Vec<(Op, i64)>,
+    /// The deleted tenant: its account row, its users and its projects.
+    pub(crate) tenant: Vec<(Op, i64)>,
+}
+
+impl Keys {
+    pub(crate) async fn sample(
+        pool: &PgPool,
+        tenant: i64,
+        others: &[i64],
+    ) -> Result<Self, sqlx::Error> {
+        let other_users: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM app.users WHERE account_id <> $1 ORDER BY id LIMIT 2000",
+        )
+        .bind(tenant)
+        .fetch_all(pool)
+        .await?;
+        let foreground = other_users
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &user)| {
+                [
+                    (Op::ReadUsers, others[i % others.len().max(1)]),
+                    (Op::TouchUser, user),
+                ]
+            })
+            .collect();
+        let users: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM app.users WHERE account_id = $1 ORDER BY id LIMIT 500",
+        )
+        .bind(tenant)
+        .fetch_all(pool)
+        .await?;
+        let projects: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM app.projects WHERE account_id = $1 ORDER BY id LIMIT 500",
+        )
+        .bind(tenant)
+        .fetch_all(pool)
+        .await?;
+        let mut tenant_ops = vec![(Op::TouchAccount, tenant)];
+        for i in 0..users.len().max(projects.len()) {
+            if let Some(&u) = users.get(i) {
+                tenant_ops.push((Op::TouchUser, u));
+            }
+            if let Some(&p) = projects.get(i) {
+                tenant_ops.push((Op::TouchProject, p));
+            }
+        }
+        Ok(Self {
+            foreground,
+            tenant: tenant_ops,
+        })
+    }
+}
+
+/// Reads every table once (a sequential scan), so both copies start with the same warm caches.
+pub(super) async fn warm(pool: &PgPool, tables: &[QualifiedName]) -> Result<(), sqlx::Error> {
+    for table in tables {
+        let mut b = SqlBuilder::new();
+        b.sql("SELECT count(*) FROM ").table(table);
+        sqlx::query(b.build().as_query()).execute(pool).await?;
+    }
+    Ok(())
+}
+
+/// `CHECKPOINT` (PostgreSQL docs, SQL Commands → CHECKPOINT): waits until every dirty buffer is
+/// written and synced, so the write-back falls here rather than in a measured window; the WAL
+/// segments before it are recycled (up to `min_wal_size`, §30.5) instead of new ones zero-filled.
+pub(crate) async fn checkpoint(admin: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query("CHECKPOINT").execute(admin).await?;
+    Ok(())
+}
