@@ -103,7 +103,9 @@ async fn pace(
 }
 
 /// Takes `actions` on what `filter` selects (see the module docs), in the caller's transaction:
-/// commit to apply, roll back for a dry run.
+/// commit to apply, roll back for a dry run. Held and failed jobs are released first, oldest first,
+/// in one paced sequence; then jobs are created for orphans (paced after them); then jobs are
+/// cancelled.
 ///
 /// # Errors
 /// [`ReconcileError::Invalid`] for cancel together with resume/retry, or cancel without a narrowing
@@ -117,6 +119,56 @@ pub async fn apply(
     actions: Actions,
     acting: &Acting<'_>,
 ) -> Result<Applied, ReconcileError> {
+    check(filter, actions, acting)?;
+    let mut release = Release {
+        acting,
+        slot: 0,
+        applied: Applied {
+            actions: Vec::new(),
+            skipped: Vec::new(),
+            rate: acting.rate,
+        },
+    };
+    let mut candidates: Vec<JobRow> = Vec::new();
+    if actions.resume {
+        candidates.extend(jobs_where(conn, filter, Which::Held).await?);
+    }
+    if actions.retry {
+        candidates.extend(jobs_where(conn, filter, Which::Failed).await?);
+    }
+    candidates.sort_by_key(|j| (j.created_at, j.job_id));
+    for job in candidates {
+        if job.state == "held" {
+            release.resume(conn, job).await?;
+        } else {
+            release.retry(conn, job).await?;
+        }
+    }
+    if actions.create_orphan_jobs {
+        let found = orphans(conn, target, orphans_sql, limits, filter).await?;
+        let Orphans::Found { tenants } = found else {
+            return Err(ReconcileError::Invalid(
+                "create_orphan_jobs: no [soft_delete] orphans statement is configured".into(),
+            ));
+        };
+        for tenant in tenants {
+            release.create_orphan_job(conn, tenant).await?;
+        }
+    }
+    if actions.cancel {
+        release.cancel(conn, filter).await?;
+    }
+    // Once for the whole release, delivered on the caller's commit: idle workers claim the first
+    // released job now, not at their next poll.
+    if release.applied.actions.iter().any(|a| a.state == "queued") {
+        crate::queue::jobs::wake_on_commit(&mut *conn).await?;
+    }
+    Ok(release.applied)
+}
+
+/// Refuses a rate that is not above 0, cancel together with another action, and cancel without a
+/// narrowing filter.
+fn check(filter: &Filter, actions: Actions, acting: &Acting<'_>) -> Result<(), ReconcileError> {
     if !(acting.rate.is_finite() && acting.rate > 0.0) {
         return Err(ReconcileError::Invalid("rate: must be above 0".into()));
     }
@@ -130,146 +182,164 @@ pub async fn apply(
             "cancel needs a filter (state, source, tenant, ids or received-between): it would cancel every job".into(),
         ));
     }
-    let mut applied = Applied {
-        actions: Vec::new(),
-        skipped: Vec::new(),
-        rate: acting.rate,
-    };
-    // The next release's position in the paced sequence.
-    let mut slot = 0usize;
-    let mut next_slot = || {
-        slot += 1;
-        slot - 1
-    };
+    Ok(())
+}
 
-    // Held and failed jobs, oldest first, released in one paced sequence.
-    let mut candidates: Vec<JobRow> = Vec::new();
-    if actions.resume {
-        candidates.extend(jobs_where(conn, filter, Which::Held).await?);
+/// One reconcile's actions as they are taken: what it did, and the next released job's place in
+/// the paced sequence.
+struct Release<'a> {
+    acting: &'a Acting<'a>,
+    /// The next release's position in the paced sequence.
+    slot: usize,
+    applied: Applied,
+}
+
+impl Release<'_> {
+    /// Paces queued job `id` into the next slot ([`pace`]); returns its `run_after`.
+    async fn pace_next(
+        &mut self,
+        conn: &mut PgConnection,
+        id: Uuid,
+    ) -> Result<Option<OffsetDateTime>, sqlx::Error> {
+        let slot = self.slot;
+        self.slot += 1;
+        pace(conn, id, slot, self.acting.rate).await
     }
-    if actions.retry {
-        candidates.extend(jobs_where(conn, filter, Which::Failed).await?);
-    }
-    candidates.sort_by_key(|j| (j.created_at, j.job_id));
-    for job in candidates {
-        if job.state == "held" {
-            if let Some(switch) = &job.blocked_by {
-                applied.skipped.push(Skipped {
-                    action: "resume".into(),
-                    job_id: job.job_id,
-                    why: format!("kill switch {switch} is engaged"),
-                });
-                continue;
-            }
-            let moved = crate::db::query(
-                "UPDATE deprov.jobs SET state = 'queued', updated_at = now() \
-                 WHERE id = $1 AND state = 'held' AND deprov.job_blocked_by(id) IS NULL",
-            )
-            .bind(job.job_id)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-            if moved == 0 {
-                continue;
-            }
-            let id = job.job_id;
-            let run_after = pace(conn, id, next_slot(), acting.rate).await?;
-            audit::record(
-                &mut *conn,
-                acting.actor,
-                "job.resume",
-                Some(&format!("job:{id}")),
-                acting.reason,
-                &serde_json::json!({"previous_state": "held", "new_state": "queued",
-                    "run_after": run_after.map(rfc3339), "via": "reconcile"}),
-            )
-            .await?;
-            applied.actions.push(Action {
+
+    /// Resumes held `job` unless a kill switch still blocks it (skipped, naming the switch); a
+    /// job no longer held is left out.
+    async fn resume(&mut self, conn: &mut PgConnection, job: JobRow) -> Result<(), ReconcileError> {
+        if let Some(switch) = &job.blocked_by {
+            self.applied.skipped.push(Skipped {
                 action: "resume".into(),
-                job_id: id,
-                tenant_id: job.tenant_id,
-                state: "queued".into(),
-                run_after: run_after.map(rfc3339),
+                job_id: job.job_id,
+                why: format!("kill switch {switch} is engaged"),
             });
-        } else {
-            match operator::retry(conn, job.job_id, acting.actor, acting.reason).await {
-                Ok(state) => {
-                    let run_after = if state == "queued" {
-                        pace(conn, job.job_id, next_slot(), acting.rate).await?
-                    } else {
-                        None
-                    };
-                    applied.actions.push(Action {
-                        action: "retry".into(),
-                        job_id: job.job_id,
-                        tenant_id: job.tenant_id,
-                        state,
-                        run_after: run_after.map(rfc3339),
-                    });
-                }
-                Err(ActionError::Db(e)) => return Err(e.into()),
-                Err(e) => applied.skipped.push(Skipped {
+            return Ok(());
+        }
+        let moved = crate::db::query(
+            "UPDATE deprov.jobs SET state = 'queued', updated_at = now() \
+             WHERE id = $1 AND state = 'held' AND deprov.job_blocked_by(id) IS NULL",
+        )
+        .bind(job.job_id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+        if moved == 0 {
+            return Ok(());
+        }
+        let id = job.job_id;
+        let run_after = self.pace_next(conn, id).await?;
+        audit::record(
+            &mut *conn,
+            self.acting.actor,
+            "job.resume",
+            Some(&format!("job:{id}")),
+            self.acting.reason,
+            &serde_json::json!({"previous_state": "held", "new_state": "queued",
+                "run_after": run_after.map(rfc3339), "via": "reconcile"}),
+        )
+        .await?;
+        self.applied.actions.push(Action {
+            action: "resume".into(),
+            job_id: id,
+            tenant_id: job.tenant_id,
+            state: "queued".into(),
+            run_after: run_after.map(rfc3339),
+        });
+        Ok(())
+    }
+
+    /// Retries failed `job` ([`operator::retry`]), paced when it is queued again; a refusal is
+    /// skipped with its reason.
+    async fn retry(&mut self, conn: &mut PgConnection, job: JobRow) -> Result<(), ReconcileError> {
+        let acting = self.acting;
+        match operator::retry(conn, job.job_id, acting.actor, acting.reason).await {
+            Ok(state) => {
+                let run_after = if state == "queued" {
+                    self.pace_next(conn, job.job_id).await?
+                } else {
+                    None
+                };
+                self.applied.actions.push(Action {
                     action: "retry".into(),
                     job_id: job.job_id,
-                    why: e.to_string(),
-                }),
+                    tenant_id: job.tenant_id,
+                    state,
+                    run_after: run_after.map(rfc3339),
+                });
             }
+            Err(ActionError::Db(e)) => return Err(e.into()),
+            Err(e) => self.applied.skipped.push(Skipped {
+                action: "retry".into(),
+                job_id: job.job_id,
+                why: e.to_string(),
+            }),
         }
+        Ok(())
     }
 
-    if actions.create_orphan_jobs {
-        let found = orphans(conn, target, orphans_sql, limits, filter).await?;
-        let Orphans::Found { tenants } = found else {
-            return Err(ReconcileError::Invalid(
-                "create_orphan_jobs: no [soft_delete] orphans statement is configured".into(),
-            ));
+    /// Records a request for orphan `tenant` as intake would (source `reconcile`, keyed by the
+    /// tenant and how many jobs it had, so a later orphan of the same tenant gets a new job),
+    /// paced when it created a queued job.
+    async fn create_orphan_job(
+        &mut self,
+        conn: &mut PgConnection,
+        tenant: String,
+    ) -> Result<(), ReconcileError> {
+        let acting = self.acting;
+        let earlier: i64 = crate::db::query_scalar(
+            "SELECT count(*) FROM deprov.jobs WHERE tenant_id = $1 \
+             OR (subject_kind = 'tenant' AND subject = $1)",
+        )
+        .bind(&tenant)
+        .fetch_one(&mut *conn)
+        .await?;
+        let key = format!("orphan:{tenant}:{earlier}");
+        let req = intake::NewRequest {
+            source: ORPHAN_SOURCE.into(),
+            basis: DedupBasis::ExternalId,
+            dedup_key: key.clone(),
+            subject_kind: intake::SubjectKind::Tenant,
+            subject: tenant.clone(),
+            external_id: Some(key),
+            reason: Some(format!("orphan found by reconcile: {}", acting.reason)),
         };
-        for tenant in tenants {
-            let earlier: i64 = crate::db::query_scalar(
-                "SELECT count(*) FROM deprov.jobs WHERE tenant_id = $1 \
-                 OR (subject_kind = 'tenant' AND subject = $1)",
-            )
-            .bind(&tenant)
-            .fetch_one(&mut *conn)
-            .await?;
-            let key = format!("orphan:{tenant}:{earlier}");
-            let req = intake::NewRequest {
-                source: ORPHAN_SOURCE.into(),
-                basis: DedupBasis::ExternalId,
-                dedup_key: key.clone(),
-                subject_kind: intake::SubjectKind::Tenant,
-                subject: tenant.clone(),
-                external_id: Some(key),
-                reason: Some(format!("orphan found by reconcile: {}", acting.reason)),
-            };
-            let accepted = intake::record(conn, &req, acting.max_attempts).await?;
-            let run_after = if accepted.state == "queued" && !accepted.duplicate {
-                pace(conn, accepted.job_id, next_slot(), acting.rate).await?
-            } else {
-                None
-            };
-            audit::record(
-                &mut *conn,
-                acting.actor,
-                "job.create_orphan",
-                Some(&format!("job:{}", accepted.job_id)),
-                acting.reason,
-                &serde_json::json!({"tenant_id": tenant, "request_id": accepted.request_id,
-                    "state": accepted.state, "duplicate": accepted.duplicate,
-                    "run_after": run_after.map(rfc3339)}),
-            )
-            .await?;
-            applied.actions.push(Action {
-                action: "create_orphan_job".into(),
-                job_id: accepted.job_id,
-                tenant_id: Some(tenant),
-                state: accepted.state,
-                run_after: run_after.map(rfc3339),
-            });
-        }
+        let accepted = intake::record(conn, &req, acting.max_attempts).await?;
+        let run_after = if accepted.state == "queued" && !accepted.duplicate {
+            self.pace_next(conn, accepted.job_id).await?
+        } else {
+            None
+        };
+        audit::record(
+            &mut *conn,
+            acting.actor,
+            "job.create_orphan",
+            Some(&format!("job:{}", accepted.job_id)),
+            acting.reason,
+            &serde_json::json!({"tenant_id": tenant, "request_id": accepted.request_id,
+                "state": accepted.state, "duplicate": accepted.duplicate,
+                "run_after": run_after.map(rfc3339)}),
+        )
+        .await?;
+        self.applied.actions.push(Action {
+            action: "create_orphan_job".into(),
+            job_id: accepted.job_id,
+            tenant_id: Some(tenant),
+            state: accepted.state,
+            run_after: run_after.map(rfc3339),
+        });
+        Ok(())
     }
 
-    if actions.cancel {
+    /// Cancels every queued, held or running job `filter` selects, oldest first
+    /// ([`operator::cancel`]: a running job is asked to stop); a refusal is skipped with its reason.
+    async fn cancel(
+        &mut self,
+        conn: &mut PgConnection,
+        filter: &Filter,
+    ) -> Result<(), ReconcileError> {
+        let acting = self.acting;
         let ids: Vec<(Uuid, Option<String>)> = bind_filter!(
             crate::db::query_as(concat!(
                 "SELECT j.id, j.tenant_id FROM deprov.jobs j \
@@ -283,7 +353,7 @@ pub async fn apply(
         .await?;
         for (id, tenant_id) in ids {
             match operator::cancel(conn, id, acting.actor, acting.reason).await {
-                Ok(outcome) => applied.actions.push(Action {
+                Ok(outcome) => self.applied.actions.push(Action {
                     action: "cancel".into(),
                     job_id: id,
                     tenant_id,
@@ -296,18 +366,13 @@ pub async fn apply(
                     run_after: None,
                 }),
                 Err(ActionError::Db(e)) => return Err(e.into()),
-                Err(e) => applied.skipped.push(Skipped {
+                Err(e) => self.applied.skipped.push(Skipped {
                     action: "cancel".into(),
                     job_id: id,
                     why: e.to_string(),
                 }),
             }
         }
+        Ok(())
     }
-    // Once for the whole release, delivered on the caller's commit: idle workers claim the first
-    // released job now, not at their next poll.
-    if applied.actions.iter().any(|a| a.state == "queued") {
-        crate::queue::jobs::wake_on_commit(&mut *conn).await?;
-    }
-    Ok(applied)
 }

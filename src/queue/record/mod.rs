@@ -53,50 +53,109 @@ pub async fn record_many(
 ) -> Result<Vec<Result<Accepted, IntakeError>>, IntakeError> {
     let ids: Vec<Uuid> = reqs.iter().map(NewRequest::id).collect();
     let fingerprints: Vec<String> = reqs.iter().map(NewRequest::fingerprint).collect();
-
-    // The first statement sees each request ID once (its first occurrence), and creates one job per
-    // subject: the one its first request names.
-    let mut uniq: Vec<usize> = Vec::with_capacity(reqs.len());
-    let mut seen_ids = std::collections::HashSet::new();
-    let mut subject_jobs: HashMap<(&'static str, String), Uuid> = HashMap::new();
-    let (mut job_ids, mut first_of_subject) = (Vec::new(), Vec::new());
-    for (i, req) in reqs.iter().enumerate() {
-        if !seen_ids.insert(ids[i]) {
-            continue;
-        }
-        uniq.push(i);
-        let mut first = false;
-        let job = *subject_jobs.entry(subject_key(req)).or_insert_with(|| {
-            first = true;
-            JobId::new().0
-        });
-        job_ids.push(job);
-        first_of_subject.push(first);
-    }
-    let pick = |v: &[Uuid]| uniq.iter().map(|&i| v[i]).collect::<Vec<Uuid>>();
+    let group = Firsts::of(reqs, &ids);
     let firsts = first::run(
         &mut *conn,
-        &uniq.iter().map(|&i| reqs[i].clone()).collect::<Vec<_>>(),
-        &pick(&ids),
-        &uniq
+        &group
+            .uniq
+            .iter()
+            .map(|&i| reqs[i].clone())
+            .collect::<Vec<_>>(),
+        &group.uniq.iter().map(|&i| ids[i]).collect::<Vec<_>>(),
+        &group
+            .uniq
             .iter()
             .map(|&i| fingerprints[i].clone())
             .collect::<Vec<_>>(),
-        &job_ids,
-        &first_of_subject,
+        &group.job_ids,
+        &group.first_of_subject,
         max_attempts,
     )
     .await?;
     let mut stored: HashMap<Uuid, (String, Uuid, String)> = HashMap::new();
     let mut blocked = vec![false; reqs.len()];
-    for (&i, f) in uniq.iter().zip(&firsts) {
+    for (&i, f) in group.uniq.iter().zip(&firsts) {
         blocked[i] = f.blocked;
         if let Some(s) = &f.stored {
             stored.insert(ids[i], s.clone());
         }
     }
+    let (seen, duplicates) = classify(reqs, &ids, &fingerprints, &stored);
 
-    // Classify in order, as one-by-one recording would see the group.
+    let mut jobs: HashMap<(&'static str, String), (Uuid, String)> = HashMap::new();
+    let mut held = vec![false; reqs.len()];
+    // The new requests the first statement did not record: its subject has an active job, or a
+    // request of the group was stored (then the first statement wrote nothing).
+    let mut rest = Vec::new();
+    for ((&i, f), &job_id) in group.uniq.iter().zip(&firsts).zip(&group.job_ids) {
+        if !matches!(seen[i], Seen::New) {
+            continue;
+        }
+        held[i] = blocked[i];
+        match (&f.created, f.inserted) {
+            (Some(state), true) => {
+                jobs.insert(subject_key(&reqs[i]), (job_id, state.clone()));
+            }
+            // Its job was created, but a concurrent transaction inserted the request first.
+            (Some(_), false) => return Err(IntakeError::Race),
+            (None, _) => rest.push(i),
+        }
+    }
+    if !rest.is_empty() {
+        insert_jobs(&mut *conn, reqs, &rest, &held, max_attempts, &mut jobs).await?;
+        insert_requests(&mut *conn, reqs, &ids, &fingerprints, &rest, &held, &jobs).await?;
+    }
+    count_duplicates(&mut *conn, duplicates).await?;
+    Ok(answers(reqs, &ids, &seen, &jobs))
+}
+
+/// What the first statement ([`first::run`]) is given of a group: each request ID once, at its
+/// first occurrence, and one new job per subject, the one its first request names.
+struct Firsts {
+    /// Indexes into the group of each request ID's first occurrence.
+    uniq: Vec<usize>,
+    /// The job each of them would create (shared by the requests of one subject).
+    job_ids: Vec<Uuid>,
+    /// Whether each is its subject's first request in the group.
+    first_of_subject: Vec<bool>,
+}
+
+impl Firsts {
+    fn of(reqs: &[NewRequest], ids: &[Uuid]) -> Self {
+        let mut out = Self {
+            uniq: Vec::with_capacity(reqs.len()),
+            job_ids: Vec::new(),
+            first_of_subject: Vec::new(),
+        };
+        let mut seen_ids = std::collections::HashSet::new();
+        let mut subject_jobs: HashMap<(&'static str, String), Uuid> = HashMap::new();
+        for (i, req) in reqs.iter().enumerate() {
+            if !seen_ids.insert(ids[i]) {
+                continue;
+            }
+            out.uniq.push(i);
+            let mut first = false;
+            let job = *subject_jobs.entry(subject_key(req)).or_insert_with(|| {
+                first = true;
+                JobId::new().0
+            });
+            out.job_ids.push(job);
+            out.first_of_subject.push(first);
+        }
+        out
+    }
+}
+
+/// What each request of the group is, in order, as one-by-one recording would see the group:
+/// stored before (`stored`: fingerprint, job, state by request ID), an earlier request of the
+/// group, new, or a mismatch (same key, another body). Also how many duplicates each request ID
+/// got.
+fn classify(
+    reqs: &[NewRequest],
+    ids: &[Uuid],
+    fingerprints: &[String],
+    stored: &HashMap<Uuid, (String, Uuid, String)>,
+) -> (Vec<Seen>, HashMap<Uuid, i32>) {
     let mut first_new: HashMap<Uuid, usize> = HashMap::new();
     let mut duplicates: HashMap<Uuid, i32> = HashMap::new();
     let mut seen = Vec::with_capacity(reqs.len());
@@ -120,48 +179,40 @@ pub async fn record_many(
             }
         });
     }
+    (seen, duplicates)
+}
 
-    let mut jobs: HashMap<(&'static str, String), (Uuid, String)> = HashMap::new();
-    let mut held = vec![false; reqs.len()];
-    // The new requests the first statement did not record: its subject has an active job, or a
-    // request of the group was stored (then the first statement wrote nothing).
-    let mut rest = Vec::new();
-    for ((&i, f), &job_id) in uniq.iter().zip(&firsts).zip(&job_ids) {
-        if !matches!(seen[i], Seen::New) {
-            continue;
-        }
-        held[i] = blocked[i];
-        match (&f.created, f.inserted) {
-            (Some(state), true) => {
-                jobs.insert(subject_key(&reqs[i]), (job_id, state.clone()));
-            }
-            // Its job was created, but a concurrent transaction inserted the request first.
-            (Some(_), false) => return Err(IntakeError::Race),
-            (None, _) => rest.push(i),
-        }
+/// Adds `duplicates` (count by request ID) to the stored requests' `duplicates`, with
+/// `last_duplicate_at = now()`; one statement, none when empty.
+async fn count_duplicates(
+    conn: &mut PgConnection,
+    duplicates: HashMap<Uuid, i32>,
+) -> Result<(), sqlx::Error> {
+    if duplicates.is_empty() {
+        return Ok(());
     }
-    if !rest.is_empty() {
-        insert_jobs(&mut *conn, reqs, &rest, &held, max_attempts, &mut jobs).await?;
-        insert_requests(&mut *conn, reqs, &ids, &fingerprints, &rest, &held, &jobs).await?;
-    }
-    if !duplicates.is_empty() {
-        let (dup_ids, counts): (Vec<Uuid>, Vec<i32>) = duplicates.into_iter().unzip();
-        crate::db::query(
-            "UPDATE deprov.deletion_requests r SET duplicates = r.duplicates + d.n, \
-             last_duplicate_at = now() FROM unnest($1::uuid[], $2::int4[]) AS d(id, n) WHERE r.id = d.id",
-        )
-        .bind(&dup_ids)
-        .bind(&counts)
-        .execute(&mut *conn)
-        .await?;
-    }
+    let (dup_ids, counts): (Vec<Uuid>, Vec<i32>) = duplicates.into_iter().unzip();
+    crate::db::query(
+        "UPDATE deprov.deletion_requests r SET duplicates = r.duplicates + d.n, \
+         last_duplicate_at = now() FROM unnest($1::uuid[], $2::int4[]) AS d(id, n) WHERE r.id = d.id",
+    )
+    .bind(&dup_ids)
+    .bind(&counts)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
 
-    let new_answer = |i: usize| {
-        let (job_id, state) = jobs[&subject_key(&reqs[i])].clone();
-        (job_id, state)
-    };
-    Ok(seen
-        .iter()
+/// Each request's answer, in order: its job and state (a new or earlier request's from `jobs`,
+/// by subject), and whether it was a duplicate; a mismatch's error.
+fn answers(
+    reqs: &[NewRequest],
+    ids: &[Uuid],
+    seen: &[Seen],
+    jobs: &HashMap<(&'static str, String), (Uuid, String)>,
+) -> Vec<Result<Accepted, IntakeError>> {
+    let new_answer = |i: usize| jobs[&subject_key(&reqs[i])].clone();
+    seen.iter()
         .enumerate()
         .map(|(i, s)| {
             let (job_id, state, duplicate) = match s {
@@ -183,7 +234,7 @@ pub async fn record_many(
                 duplicate,
             })
         })
-        .collect())
+        .collect()
 }
 
 /// The basis named in a [`IntakeError::Mismatch`], or `None` when another body under the same key

@@ -273,28 +273,8 @@ impl JobRun {
         )
         .await?;
         self.key_form = Some(KeyForm::of(plan.key_type.as_str()));
-        // One job per tenant however its key was written ("7", "07", " 7" are one bigint row):
-        // before anything is destroyed, the job is keyed by the key as PostgreSQL prints it, or
-        // merged into the active job that already has that key. Its kill switches are then checked
-        // against that key (may_destroy before the soft delete).
         if self.job.step == "soft_delete" || self.job.step == "resolve" {
-            let canonical =
-                engine::canonical_tenant_key(&w.pools.target, &plan, &tenant, &self.limits).await?;
-            if canonical != tenant {
-                match jobs::resolve_tenant(&w.pools.queue, self.job.id, &w.id, &canonical).await? {
-                    jobs::Resolved::Rekeyed => {
-                        self.progress.note = Some(format!(
-                            "tenant key {tenant:?} is {canonical:?} as the key column reads it"
-                        ));
-                        self.job.tenant_id = Some(canonical.clone());
-                        tenant = canonical;
-                    }
-                    // Completed as merged into the job that deletes that tenant: hand nothing back.
-                    jobs::Resolved::MergedInto(_) | jobs::Resolved::LeaseLost => {
-                        return Err(Stop::LeaseLost);
-                    }
-                }
-            }
+            tenant = self.rekey(&plan, tenant).await?;
         }
         // Keyed now by the tenant as the key column reads it: a tenant switch on that key holds
         // the job before the pre-check, which would otherwise fail it for a held tenant.
@@ -321,20 +301,7 @@ impl JobRun {
         }
 
         if self.job.step == "soft_delete" || self.job.step == "resolve" {
-            let gate = self.may_destroy().await?;
-            let started = std::time::Instant::now();
-            let rows = engine::soft_delete(
-                &w.pools.target,
-                &config.soft_delete.statements,
-                &tenant,
-                &self.limits,
-            )
-            .await?;
-            drop(gate);
-            self.progress.soft_delete_ms = started.elapsed().as_secs_f64() * 1e3;
-            self.progress.soft_deleted_rows = Some(rows);
-            self.progress.soft_deleted_at = OffsetDateTime::now_utc().format(&Rfc3339).ok();
-            self.heartbeat("hard_delete", None).await?;
+            self.soft_delete(&tenant).await?;
         }
 
         if let Some((wait, until)) = self.grace_remaining() {
@@ -355,6 +322,58 @@ impl JobRun {
             t.done = true;
         }
         Ok(Outcome::Completed)
+    }
+
+    /// One job per tenant however its key was written ("7", "07", " 7" are one bigint row): before
+    /// anything is destroyed, the job is keyed by `tenant` as PostgreSQL prints it in the key
+    /// column, or merged into the active job that already has that key. Its kill switches are then
+    /// checked against that key (the caller's `may_destroy` before the soft delete). Returns the
+    /// key the job now has.
+    ///
+    /// # Errors
+    /// [`Stop::LeaseLost`] when the job was merged into another (it is completed as such: hand
+    /// nothing back) or lost its lease; database errors.
+    async fn rekey(&mut self, plan: &engine::Plan, tenant: String) -> Result<String, Stop> {
+        let w = self.worker.clone();
+        let canonical =
+            engine::canonical_tenant_key(&w.pools.target, plan, &tenant, &self.limits).await?;
+        if canonical == tenant {
+            return Ok(tenant);
+        }
+        match jobs::resolve_tenant(&w.pools.queue, self.job.id, &w.id, &canonical).await? {
+            jobs::Resolved::Rekeyed => {
+                self.progress.note = Some(format!(
+                    "tenant key {tenant:?} is {canonical:?} as the key column reads it"
+                ));
+                self.job.tenant_id = Some(canonical.clone());
+                Ok(canonical)
+            }
+            jobs::Resolved::MergedInto(_) | jobs::Resolved::LeaseLost => Err(Stop::LeaseLost),
+        }
+    }
+
+    /// Runs `[soft_delete] statements` for `tenant` under the kill-switch gate, records it in the
+    /// progress, and moves the job to its `hard_delete` step (the heartbeat).
+    ///
+    /// # Errors
+    /// [`Stop`] when a kill switch holds the job, the statements fail, or the lease is lost.
+    async fn soft_delete(&mut self, tenant: &str) -> Result<(), Stop> {
+        let w = self.worker.clone();
+        let gate = self.may_destroy().await?;
+        let started = std::time::Instant::now();
+        let rows = engine::soft_delete(
+            &w.pools.target,
+            &w.config.soft_delete.statements,
+            tenant,
+            &self.limits,
+        )
+        .await?;
+        drop(gate);
+        self.progress.soft_delete_ms = started.elapsed().as_secs_f64() * 1e3;
+        self.progress.soft_deleted_rows = Some(rows);
+        self.progress.soft_deleted_at = OffsetDateTime::now_utc().format(&Rfc3339).ok();
+        self.heartbeat("hard_delete", None).await?;
+        Ok(())
     }
 
     /// What a refusal leaves behind: "nothing was deleted", or how far an earlier run got.
