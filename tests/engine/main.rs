@@ -17,6 +17,7 @@ mod deferred_stop;
 mod demo_env;
 mod demo_equivalence;
 mod duty_cycle;
+mod first_batches;
 mod grace;
 mod harness;
 mod held_chains;

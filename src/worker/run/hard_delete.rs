@@ -259,16 +259,21 @@ impl JobRun {
     }
 }
 
-/// Puts `cp` at the start of its step `cp.step`: no cursor, one parent, and the step's first batch
-/// size ([`Plan::first_batch`] of `batch_rows`). Cost per row differs per table (a parent's delete
-/// checks every child table): each step starts small again and grows by measurement.
+/// Puts `cp` at the start of its step `cp.step`: no cursor, and the step's first batch size
+/// ([`Plan::first_batch`] of `batch_rows`). Cost per row differs per table (a parent's delete
+/// checks every child table): each step starts small again and grows by measurement. The first
+/// batch reads as many parents as it has rows when its foreign key to them has an index (each
+/// parent's children are then one index lookup, at most the batch's rows each), so a step whose
+/// parents have few children does not spend a batch on one parent first; else one parent (each
+/// parent's children are a scan of the table).
 fn start_step(cp: &mut Checkpoint, plan: &Plan, batch_rows: i64) {
     cp.cursor = Cursor::Start;
-    cp.parents = 1;
-    cp.rows = plan
-        .steps
-        .get(cp.step)
-        .map_or(batch_rows, |s| plan.first_batch(s, batch_rows));
+    let step = plan.steps.get(cp.step);
+    cp.rows = step.map_or(batch_rows, |s| plan.first_batch(s, batch_rows));
+    let indexed = step
+        .and_then(|s| s.path.first())
+        .is_some_and(|&fk| plan.catalog.foreign_keys[fk].indexed);
+    cp.parents = if indexed { cp.rows.max(1) } else { 1 };
 }
 
 /// What of a run's hard delete is durable on the target.
