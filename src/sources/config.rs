@@ -35,6 +35,18 @@ pub enum Scheme {
 }
 
 impl Scheme {
+    /// Every scheme.
+    pub const ALL: [Self; 8] = [
+        Self::Bearer,
+        Self::StandardWebhooks,
+        Self::Stripe,
+        Self::Github,
+        Self::Shopify,
+        Self::Slack,
+        Self::VercelWebhook,
+        Self::VercelOidc,
+    ];
+
     /// The name used in the configuration file.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -44,15 +44,7 @@ fn the_readme_entries_are_valid_configuration() {
         .unwrap();
     let config = with_secret_files(block);
     let schemes: Vec<Scheme> = config.sources.values().map(|s| s.scheme).collect();
-    for scheme in [
-        Scheme::StandardWebhooks,
-        Scheme::Stripe,
-        Scheme::Github,
-        Scheme::Shopify,
-        Scheme::Slack,
-        Scheme::VercelWebhook,
-        Scheme::VercelOidc,
-    ] {
+    for scheme in Scheme::ALL.into_iter().filter(|&s| s != Scheme::Bearer) {
         assert!(schemes.contains(&scheme), "README has no {scheme:?} entry");
     }
     let acme = &config.sources["acme"];
@@ -150,16 +142,7 @@ fn the_example_signed_senders_are_valid_once_uncommented() {
 /// A scheme says it has a delivery ID exactly when the payload layer knows where it is.
 #[test]
 fn a_delivery_id_is_declared_where_one_is_read() {
-    for scheme in [
-        Scheme::Bearer,
-        Scheme::StandardWebhooks,
-        Scheme::Stripe,
-        Scheme::Github,
-        Scheme::Shopify,
-        Scheme::Slack,
-        Scheme::VercelWebhook,
-        Scheme::VercelOidc,
-    ] {
+    for scheme in Scheme::ALL {
         assert_eq!(
             scheme.has_delivery_id(),
             crate::sources::payload::default_delivery(scheme).is_some(),
