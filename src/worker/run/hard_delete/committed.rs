@@ -76,8 +76,7 @@ impl JobRun {
         // A parent that alone filled this batch is continued as a key range. A batch of one row
         // says nothing of its parent's size (any parent with a child fills it): the next batch,
         // larger, reads the rest of that parent's children and the next parents together.
-        b.large_parent =
-            batch.parents_used == 1 && batch.selected >= b.cp.rows && b.cp.rows > 1;
+        b.large_parent = batch.parents_used == 1 && batch.selected >= b.cp.rows && b.cp.rows > 1;
         let total = self.record_committed(
             &b.plan,
             &table,
