@@ -122,10 +122,15 @@ pub(super) fn validate_sources(
         }
         let token = source.resolve_token().map_err(|r| invalid(&key, r))?;
         if token.len() < 16 {
-            return Err(invalid(
-                format!("{key}.token"),
-                "must be at least 16 characters",
-            ));
+            return Err(match &source.token_env {
+                Some(var) => invalid(
+                    format!("{key}.token_env"),
+                    format!(
+                        "the token in environment variable {var} must be at least 16 characters"
+                    ),
+                ),
+                None => invalid(format!("{key}.token"), "must be at least 16 characters"),
+            });
         }
         if let Some(other) = seen.insert(token, name.clone()) {
             return Err(invalid(

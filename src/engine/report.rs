@@ -293,7 +293,8 @@ impl PlanReport {
         let total: i64 = self.tables.iter().map(|t| t.rows).sum();
         let _ = writeln!(
             out,
-            "plan {} for tenant {:?}: {} tables, {} rows, deleted in this order:",
+            "plan {} for tenant {:?}: {} tables, {} rows, deleted in batches in this order (or by \
+             one transaction when the whole cascade fits a batch's time):",
             self.plan_hash,
             self.tenant_id,
             self.tables.len(),
