@@ -8,15 +8,20 @@
 #   5. every deprov metric used in alerts.yaml (and fed in by alerts.test.yaml) is defined in
 #      src/telemetry/mod.rs (a renamed metric fails here instead of leaving an alert that can
 #      never fire)
-#   6. the YAML files pass yamllint (relaxed; alerts.yaml lines up to 100 characters), when
+#   6. every PromQL expression of the Grafana dashboard dashboard.json parses (promtool check rules
+#      on a rule file made of them, Grafana's variables replaced by sample values), every variable
+#      it uses is a template variable or one of Grafana's interval variables, and its deprov
+#      metrics are defined in src/telemetry/mod.rs (with step 5)
+#   7. the YAML files pass yamllint (relaxed; alerts.yaml lines up to 100 characters), when
 #      yamllint is installed
-# Needs promtool (Debian package `prometheus`), bash, awk, grep, sed, sort. Exits non-zero on any
+# Needs promtool (Debian package `prometheus`), python3, bash, awk, grep, sed, sort. Exits non-zero on any
 # failure, after reporting all of them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 rules=deploy/monitoring/alerts.yaml
 tests=deploy/monitoring/alerts.test.yaml
+dashboard=deploy/monitoring/dashboard.json
 runbooks=deploy/runbooks
 telemetry=src/telemetry/mod.rs
 
@@ -33,6 +38,54 @@ fi
 
 echo "== promtool check rules $rules"
 promtool check rules "$rules" || fail "promtool check rules $rules"
+
+echo "== the dashboard's expressions ($dashboard)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# A rule file with one recording rule per panel target, and the list of the expressions' variables
+# that are neither template variables nor Grafana's own.
+if python3 - "$dashboard" "$tmp/dashboard.rules.yaml" >"$tmp/dashboard.out" <<'PY'; then
+import json, re, sys
+
+board = json.load(open(sys.argv[1]))
+defined = {v["name"] for v in board["templating"]["list"]}
+builtin = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}
+samples = {"job": "deprov"}
+panels = [p for p in board["panels"]] + [c for p in board["panels"] for c in p.get("panels", [])]
+rules, unknown = [], set()
+for panel in panels:
+    for target in panel.get("targets", []):
+        expr = target["expr"]
+        def sub(m):
+            name = m.group(1) or m.group(2)
+            if name in builtin:
+                return builtin[name]
+            if name not in defined:
+                unknown.add(name)
+            return samples.get(name, "x")
+        expr = re.sub(r"\$\{(\w+)\}|\$(\w+)", sub, expr)
+        rules.append((panel["title"], target["refId"], expr))
+with open(sys.argv[2], "w") as out:
+    out.write("groups:\n  - name: dashboard\n    rules:\n")
+    for i, (_, _, expr) in enumerate(rules):
+        out.write(f"      - record: dashboard:target_{i}\n        expr: {json.dumps(expr)}\n")
+for name in sorted(unknown):
+    print(f"unknown variable ${name}")
+for title, ref, expr in rules:
+    print(f"expr {expr}")
+PY
+  if grep '^unknown variable' "$tmp/dashboard.out" >&2; then
+    fail "$dashboard uses variables it does not define"
+  fi
+  if promtool check rules "$tmp/dashboard.rules.yaml" >"$tmp/promtool.out" 2>&1; then
+    echo "ok   promtool parsed the $(grep -c '^expr ' "$tmp/dashboard.out") expressions of $dashboard"
+  else
+    cat "$tmp/promtool.out" >&2
+    fail "promtool check rules on $dashboard's expressions"
+  fi
+else
+  fail "$dashboard: not a Grafana dashboard this check can read"
+fi
 
 echo "== promtool test rules $tests"
 promtool test rules "$tests" || fail "promtool test rules $tests"
@@ -115,7 +168,9 @@ fi
 # And the series the tests feed in: the tests must use only metrics deprov exports.
 test_metrics=$(sed -nE "s/^[[:space:]]*-[[:space:]]*series:[[:space:]]*['\"]?(deprov_[a-z0-9_]+).*/\1/p" "$tests" |
   sort -u)
-metrics=$(printf '%s\n%s\n' "$metrics" "$test_metrics" | sed '/^$/d' | sort -u)
+dashboard_metrics=$(sed -n 's/^expr //p' "$tmp/dashboard.out" | grep -oE '\bdeprov_[a-z0-9_]+' | sort -u || true)
+[ -n "$dashboard_metrics" ] || fail "no deprov metric found in $dashboard"
+metrics=$(printf '%s\n%s\n%s\n' "$metrics" "$test_metrics" "$dashboard_metrics" | sed '/^$/d' | sort -u)
 checked=0
 for metric in $metrics; do
   checked=$((checked + 1))
@@ -132,7 +187,7 @@ for metric in $metrics; do
       continue
     fi
   fi
-  fail "$metric (used in $rules or $tests) is not defined in $telemetry"
+  fail "$metric (used in $rules, $tests or $dashboard) is not defined in $telemetry"
 done
 
 echo "== yamllint"
