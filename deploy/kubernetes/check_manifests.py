@@ -2,6 +2,7 @@
 
     check_manifests.py split OUTDIR FILE...   one file per document: OUTDIR/NN-Kind-name.yaml
     check_manifests.py check --alerts ALERTS --toml TOML FILE...
+    check_manifests.py run-spec --base DIR --secrets JSON [--set NAME=VALUE]... KIND/NAME
 
 `check` reads every document of the FILEs (the output of `kubectl kustomize`, or the resource files
 themselves, when the checks that need kustomize's generated ConfigMaps are skipped) and checks what ties them
@@ -11,9 +12,17 @@ worker's grace period against [worker] lease, the PodMonitor's selector and job 
 alerts' job="...", the PodDisruptionBudgets' and NetworkPolicies' selectors, and the
 PrometheusRule's groups against deploy/monitoring/alerts.yaml. Prints one line per check; exits 1
 when any fails.
+
+`run-spec` prints how the base runs the container of one workload (deploy/rehearse.sh runs it so):
+`ARG <word>` lines (command, then args) and `ENV NAME=VALUE` lines (the configMapGenerator literals
+of its envFrom, then its env). A secretKeyRef takes its value from the JSON object SECRETS
+({"secret-name/key": value}); `--set` replaces the value of a variable the workload sets (an address
+or a file path of the machine it runs on). Exits 1 when a secret is missing from SECRETS, or
+`--set` names a variable the workload does not set.
 """
 
 import argparse
+import json
 import pathlib
 import re
 import sys
@@ -423,6 +432,44 @@ def run_checks(args):
     return report.failures
 
 
+def run_spec(args):
+    base = pathlib.Path(args.base)
+    kustomization = yaml.safe_load((base / "kustomization.yaml").read_text(encoding="utf-8"))
+    docs = load([base / r for r in kustomization["resources"]])
+    literals = {}
+    for gen in kustomization.get("configMapGenerator", []):
+        literals[gen["name"]] = dict(lit.split("=", 1) for lit in gen.get("literals", []))
+    kind, name = args.workload.split("/", 1)
+    found = [d for _, d in docs if d.get("kind") == kind and d.get("metadata", {}).get("name") == name]
+    if len(found) != 1:
+        print(f"{args.workload}: not one object of {base}", file=sys.stderr)
+        return 1
+    c = container(found[0])
+    secrets = json.loads(pathlib.Path(args.secrets).read_text(encoding="utf-8"))
+    env = {}
+    for source in c.get("envFrom", []):
+        env.update(literals[source["configMapRef"]["name"]])
+    for var, ref in env_refs(c).items():
+        if ref[0] == "value":
+            env[var] = ref[1]
+        elif ref[0] == "secret" and f"{ref[1]}/{ref[2]}" in secrets:
+            env[var] = secrets[f"{ref[1]}/{ref[2]}"]
+        else:
+            print(f"{args.workload}: no value for {var} ({ref}) in {args.secrets}", file=sys.stderr)
+            return 1
+    for setting in args.set:
+        var, value = setting.split("=", 1)
+        if var not in env:
+            print(f"{args.workload} does not set {var}: --set {setting} refused", file=sys.stderr)
+            return 1
+        env[var] = value
+    for word in c.get("command", []) + c.get("args", []):
+        print(f"ARG {word}")
+    for var, value in env.items():
+        print(f"ENV {var}={value}")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -433,7 +480,14 @@ def main():
     p_check.add_argument("--alerts", required=True)
     p_check.add_argument("--toml", required=True)
     p_check.add_argument("files", nargs="+")
+    p_run = sub.add_parser("run-spec")
+    p_run.add_argument("--base", required=True)
+    p_run.add_argument("--secrets", required=True)
+    p_run.add_argument("--set", action="append", default=[])
+    p_run.add_argument("workload")
     args = parser.parse_args()
+    if args.command == "run-spec":
+        return run_spec(args)
     if args.command == "split":
         split(args.outdir, args.files)
         return 0

@@ -27,92 +27,24 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 ini=deploy/pgbouncer/pgbouncer.ini
-userlist_example=deploy/pgbouncer/userlist.txt.example
 docs=docs/pgbouncer.md
-pgbouncer_bin=${DEPROV_PGBOUNCER:-/usr/sbin/pgbouncer}
-if [ -z "${DEPROV_PG_BIN:-}" ]; then
-  DEPROV_PG_BIN=$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin 2>/dev/null | sort -V | tail -n 1)
-fi
-pg_bin=${DEPROV_PG_BIN:-}
-
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-die() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
-[ -x "$pgbouncer_bin" ] || die "$pgbouncer_bin not found (Debian: apt-get install pgbouncer)"
-if [ -z "$pg_bin" ] || [ ! -x "$pg_bin/initdb" ] || [ ! -x "$pg_bin/pg_ctl" ]; then
-  die "PostgreSQL server binaries not found (set DEPROV_PG_BIN; Debian: apt-get install postgresql)"
-fi
-command -v psql >/dev/null 2>&1 || die "psql not found (Debian: apt-get install postgresql-client)"
-command -v python3 >/dev/null 2>&1 || die "python3 not found"
-
-if [ "$(id -u)" -eq 0 ]; then
-  id postgres >/dev/null 2>&1 || die "running as root needs a postgres user (the postgresql package creates it)"
-  as_pg() { runuser -u postgres -- "$@"; }
-else
-  as_pg() { "$@"; }
-fi
-
-tmp=$(mktemp -d /tmp/deprov-pgbouncer-check.XXXXXX)
-pg_started=0
-bouncer_pid=
+stack_dir=$(mktemp -d /tmp/deprov-pgbouncer-check.XXXXXX)
+# shellcheck source=deploy/lib/stack.sh
+. deploy/lib/stack.sh
+tmp=$stack_dir
 listener_pid=
 cleanup() {
   local status=$?
   if [ -n "$listener_pid" ]; then
     kill "$listener_pid" 2>/dev/null || true
   fi
-  if [ -n "$bouncer_pid" ]; then
-    if [ -s "$tmp/pgbouncer.pid" ]; then
-      kill -TERM "$(cat "$tmp/pgbouncer.pid")" 2>/dev/null || true
-    else
-      kill -TERM "$bouncer_pid" 2>/dev/null || true
-    fi
-    wait "$bouncer_pid" 2>/dev/null || true
-  fi
-  if [ "$pg_started" -eq 1 ]; then
-    as_pg "$pg_bin/pg_ctl" -D "$tmp/data" -m fast -w stop >/dev/null 2>&1 || true
-  fi
-  if [ "$status" -ne 0 ]; then
-    for log in "$tmp/pgbouncer.log" "$tmp/postgres.log"; do
-      if [ -s "$log" ]; then
-        echo "--- last lines of $(basename "$log")" >&2
-        tail -n 20 "$log" >&2
-      fi
-    done
-  fi
-  rm -rf "$tmp"
+  stack_stop "$status"
+  rm -rf "$stack_dir"
   exit "$status"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-if [ "$(id -u)" -eq 0 ]; then
-  chown postgres: "$tmp"
-fi
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# "key value" of the [pgbouncer] section, comments and blanks removed.
-pgbouncer_section() {
-  awk '
-    /^[[:space:]]*\[/ { in_section = ($0 ~ /^[[:space:]]*\[pgbouncer\]/); next }
-    in_section {
-      sub(/[;#].*/, "")
-      if ($0 !~ /=/) next
-      key = $0; sub(/=.*/, "", key); gsub(/[[:space:]]/, "", key)
-      value = $0; sub(/^[^=]*=/, "", value); gsub(/^[[:space:]]+|[[:space:]]+$/, "", value)
-      print key, value
-    }
-  ' "$1"
-}
+stack_tools
 
 echo "== settings of $docs in $ini"
 required=$(awk '
@@ -137,88 +69,14 @@ while read -r key value; do
 done <<<"$required"
 
 echo "== throwaway PostgreSQL ($pg_bin)"
-pg_port=$(free_port)
-as_pg "$pg_bin/initdb" -D "$tmp/data" -U postgres -A trust -E UTF8 >"$tmp/initdb.log" 2>&1 ||
-  { cat "$tmp/initdb.log" >&2; die "initdb failed"; }
-printf '%s\n' 'local all all trust' 'host all all 127.0.0.1/32 trust' >"$tmp/data/pg_hba.conf"
-pg_started=1
-as_pg "$pg_bin/pg_ctl" -D "$tmp/data" -l "$tmp/postgres.log" -w -t 30 \
-  -o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$tmp" start >/dev/null
-pg() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres "$@"; }
-
-# The pools: "alias dbname pool_mode pool_size" ("-" when the entry leaves it to [pgbouncer]).
-entries=$(awk '
-  /^[[:space:]]*\[/ { in_section = ($0 ~ /^[[:space:]]*\[databases\]/); next }
-  in_section && /=/ && $0 !~ /^[[:space:]]*[;#]/ {
-    alias = $1; dbname = alias; mode = "-"; size = "-"
-    for (i = 3; i <= NF; i++) {
-      split($i, kv, "=")
-      if (kv[1] == "dbname") dbname = kv[2]
-      if (kv[1] == "pool_mode") mode = kv[2]
-      if (kv[1] == "pool_size") size = kv[2]
-    }
-    print alias, dbname, mode, size
-  }
-' "$ini")
+stack_postgres
+entries=$(stack_entries)
 [ -n "$entries" ] || die "no [databases] entries in $ini"
-users=$(sed -nE 's/^"([^"]+)".*/\1/p' "$userlist_example")
-[ -n "$users" ] || die "no users in $userlist_example"
-: >"$tmp/userlist.txt"
-for user in $users; do
-  pg -c "CREATE ROLE \"$user\" LOGIN"
-  printf '"%s" "check-%s"\n' "$user" "$user" >>"$tmp/userlist.txt"
-done
-while read -r dbname; do
-  pg -c "CREATE DATABASE \"$dbname\""
-done < <(awk '{ print $2 }' <<<"$entries" | sort -u)
-echo "PostgreSQL on 127.0.0.1:$pg_port; roles: $(paste -sd ' ' <<<"$users"); databases: $(awk '{ print $2 }' <<<"$entries" | sort -u | paste -sd ' ')"
+stack_roles_databases
 
 echo "== $ini on a copy with this machine's addresses"
-bouncer_port=$(free_port)
-copy=$tmp/pgbouncer.ini
-sed -E \
-  -e "s|^listen_addr[[:space:]]*=.*|listen_addr = 127.0.0.1|" \
-  -e "s|^listen_port[[:space:]]*=.*|listen_port = $bouncer_port|" \
-  -e "s|^auth_file[[:space:]]*=.*|auth_file = $tmp/userlist.txt|" \
-  -e "/^\[databases\]/,/^\[/ s/(^|[[:space:]])host=[^[:space:]]+/\1host=127.0.0.1/" \
-  -e "/^\[databases\]/,/^\[/ s/(^|[[:space:]])port=[0-9]+/\1port=$pg_port/" \
-  "$ini" >"$copy"
-changed=0
-while IFS= read -r original <&3 && IFS= read -r rewritten <&4; do
-  [ "$original" = "$rewritten" ] && continue
-  changed=$((changed + 1))
-  case $original in
-    listen_addr* | listen_port* | auth_file*) ;;
-    *)
-      normal=$(sed -E 's/host=[^[:space:]]+/host=/; s/port=[0-9]+/port=/' <<<"$original")
-      normal_copy=$(sed -E 's/host=[^[:space:]]+/host=/; s/port=[0-9]+/port=/' <<<"$rewritten")
-      [ "$normal" = "$normal_copy" ] || fail "the copy changed more than an address: $original"
-      ;;
-  esac
-done 3<"$ini" 4<"$copy"
-[ "$(wc -l <"$ini")" -eq "$(wc -l <"$copy")" ] || fail "the copy has a different number of lines"
-while read -r alias _; do
-  line=$(grep -E "^${alias}[[:space:]]*=" "$copy")
-  [[ $line == *" host=127.0.0.1 "* && $line == *" port=$pg_port "* ]] ||
-    fail "the copy's entry $alias does not point at the throwaway PostgreSQL: $line"
-done <<<"$entries"
-echo "$changed lines rewritten (listen_addr, listen_port, auth_file, host= and port= of each pool); no other line differs"
-chmod 0644 "$copy" "$tmp/userlist.txt"
-
-# PgBouncer in the foreground, as the postgres user; its pid is written before the exec.
-# shellcheck disable=SC2016 # expanded by the inner sh
-as_pg sh -c 'echo $$ >"$1"; exec "$2" "$3"' sh "$tmp/pgbouncer.pid" "$pgbouncer_bin" "$copy" \
-  >"$tmp/pgbouncer.log" 2>&1 &
-bouncer_pid=$!
-for _ in $(seq 1 100); do
-  if python3 -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2)' \
-    "$bouncer_port" 2>/dev/null; then
-    break
-  fi
-  kill -0 "$bouncer_pid" 2>/dev/null || die "PgBouncer exited at start"
-  sleep 0.1
-done
-echo "PgBouncer $("$pgbouncer_bin" --version | awk 'NR == 1 { print $2 }') on 127.0.0.1:$bouncer_port"
+stack_ini_copy
+stack_pgbouncer
 
 # Through PgBouncer: `through USER DATABASE psql-args...`, password from the throwaway userlist.
 through() {

@@ -132,6 +132,7 @@ fn describe() {
         "Wait of the oldest claimable queued job"
     );
     describe_gauge!(KILL_SWITCH, "1 while the kill switch is engaged");
+    describe_gauge!(KILL_SWITCHES, "Scoped kill switches engaged, per scope");
     describe_gauge!(TARGET_LOCK_WAITERS, "Target sessions waiting on a lock");
     describe_gauge!(
         TARGET_REPLICATION_LAG,
