@@ -2,8 +2,8 @@
 # A local rehearsal of the deployment deploy/ describes, on this machine:
 #   1. a throwaway PostgreSQL with the roles of deploy/pgbouncer/userlist.txt.example, the state
 #      database `deprov` (owned by `deprov`) and the application database `app` (owned by
-#      `deprov_target`) holding the demo schema (src/demo/schema.sql) and three accounts made by the
-#      demo's generators (src/demo/data.sql)
+#      `deprov_target`) holding the demo schema (crates/deprov-demo/src/schema.sql) and three accounts made by the
+#      demo's generators (crates/deprov-demo/src/data.sql)
 #   2. PgBouncer on deploy/pgbouncer/pgbouncer.ini, changed only in its addresses and auth_file
 #   3. the migration Job, one API process (deprov-api) and two workers (deprov-worker), each run
 #      with the command, arguments and environment deploy/kubernetes gives it (check_manifests.py
@@ -64,10 +64,10 @@ stack_postgres
 stack_roles_databases
 pg -c 'ALTER DATABASE deprov OWNER TO deprov' -c 'ALTER DATABASE app OWNER TO deprov_target'
 as_target() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U deprov_target -d app "$@"; }
-as_target -f src/demo/schema.sql
-# The demo's generators, for accounts 1-3 (src/demo/data.sql: $1 the accounts, $2 their shape;
+as_target -f crates/deprov-demo/src/schema.sql
+# The demo's generators, for accounts 1-3 (crates/deprov-demo/src/data.sql: $1 the accounts, $2 their shape;
 # the cross-tenant links are left out).
-"$py" - src/demo/data.sql >"$tmp/data.sql" <<'PY'
+"$py" - crates/deprov-demo/src/data.sql >"$tmp/data.sql" <<'PY'
 import json, re, sys
 
 shape = dict(users=5, api_keys=2, projects=4, members_stride=2, env_vars=3, builds_per_project=2,

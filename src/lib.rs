@@ -1,33 +1,9 @@
-//! deprov deletes a SaaS tenant's data safely.
+//! deprov-lab: deprov's demo and benchmarks, apart from the service (the `deprov` crate).
 //!
-//! Requests arrive over HTTP ([`http`]) and are recorded under deterministic IDs in a deduplicated
-//! PostgreSQL queue ([`queue`]). A [`worker`] leases jobs, soft-deletes the tenant, then hard-deletes it
-//! with the [`engine`]: leaves of the foreign-key graph first, in short, checkpointed batches with
-//! server-side `lock_timeout` and `statement_timeout`. A kill switch stops all destruction at once.
-//! Database access goes through isolated, bounded pools ([`db`]); all dynamic SQL through [`sql`];
-//! Prometheus metrics through [`telemetry`]. The operator's configured SQL is checked against the
-//! target database at start ([`sqlcheck`]).
-//! Signed senders (Standard Webhooks, Stripe, GitHub, Shopify, Slack, Vercel) are verified by
-//! [`sources`].
-//! Finished jobs are announced to an HTTP callback through an outbox ([`notify`]).
-//! [`demo`] holds the demo's schema, data loader and verification checks.
+//! [`cli`] is the `deprov-lab` command line (`demo`, `bench …`); [`bench`](mod@bench) holds the benchmarks:
+//! deprov's hard delete against the cascading `DELETE` on the demo schema, on a copy of the user's
+//! own database, over a corpus of generated schemas, and the incidents replayed through PgBouncer.
+//! The demo itself is the `deprov-demo` crate; the throwaway servers are `deprov-testkit`'s.
 
-pub mod app;
 pub mod bench;
 pub mod cli;
-pub mod config;
-pub mod db;
-pub mod demo;
-pub mod engine;
-pub mod http;
-pub mod ids;
-pub mod notify;
-pub mod queue;
-pub mod readiness;
-pub mod sources;
-pub mod sql;
-pub mod sqlcheck;
-pub mod sqlstate;
-pub mod telemetry;
-pub mod throwaway;
-pub mod worker;

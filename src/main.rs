@@ -1,16 +1,14 @@
-//! `deprov`: parses the command line and dispatches to [`deprov::cli::run`].
+//! `deprov-lab`: parses the command line and dispatches to [`deprov_lab::cli::run`].
 
 use clap::Parser;
 
-/// mimalloc instead of glibc's malloc: `deprov bench intake` spent about a fifth of the process's
-/// CPU in glibc's malloc and free (measured with perf), and the HTTP path allocates per request.
+/// mimalloc, as the `deprov` binary uses: the benchmarks measure the service as it runs.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = deprov::cli::Cli::parse();
-    deprov::cli::init_signals(&cli);
-    deprov::cli::init_tracing(&cli);
-    deprov::cli::exit(deprov::cli::run(cli).await)
+    let cli = deprov_lab::cli::Cli::parse();
+    deprov::cli::init_tracing_with(cli.log_format, "warn,sqlx=error");
+    deprov::cli::exit(deprov_lab::cli::run(cli).await)
 }

@@ -6,12 +6,12 @@
 #      file exists, and every runbook file belongs to an alert
 #   4. every alert has a test case where it fires and one where it does not
 #   5. every deprov metric used in alerts.yaml (and fed in by alerts.test.yaml) is defined in
-#      src/telemetry/mod.rs (a renamed metric fails here instead of leaving an alert that can
+#      crates/deprov/src/telemetry/mod.rs (a renamed metric fails here instead of leaving an alert that can
 #      never fire)
 #   6. every PromQL expression of the Grafana dashboard dashboard.json parses (promtool check rules
 #      on a rule file made of them, Grafana's variables replaced by sample values), every variable
 #      it uses is a template variable or one of Grafana's interval variables, and its deprov
-#      metrics are defined in src/telemetry/mod.rs (with step 5)
+#      metrics are defined in crates/deprov/src/telemetry/mod.rs (with step 5)
 #   7. the YAML files pass yamllint (relaxed; alerts.yaml lines up to 100 characters), when
 #      yamllint is installed
 # Needs promtool (Debian package `prometheus`), python3, bash, awk, grep, sed, sort. Exits non-zero on any
@@ -23,7 +23,7 @@ rules=deploy/monitoring/alerts.yaml
 tests=deploy/monitoring/alerts.test.yaml
 dashboard=deploy/monitoring/dashboard.json
 runbooks=deploy/runbooks
-telemetry=src/telemetry/mod.rs
+telemetry=crates/deprov/src/telemetry/mod.rs
 
 failures=0
 fail() {

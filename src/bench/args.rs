@@ -1,11 +1,11 @@
-//! `deprov bench delete`'s arguments (with `--target-url`, a run on the user's database), and the
+//! `deprov-lab bench delete`'s arguments (with `--target-url`, a run on the user's database), and the
 //! parsers of its flags.
 
 use std::path::PathBuf;
 
 use super::error::TargetError;
 
-/// `deprov bench delete` arguments.
+/// `deprov-lab bench delete` arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// Rows of the deleted tenant, over all its tables (the load makes a little more).
@@ -117,7 +117,7 @@ pub(crate) fn parse_duty_cycle(s: &str) -> Result<f64, String> {
     }
 }
 
-/// The flags of `deprov bench delete` that run it on the user's database.
+/// The flags of `deprov-lab bench delete` that run it on the user's database.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct TargetArgs {
     /// Run on this database (a `postgres://` URL) instead of the demo's: two copies of it are made

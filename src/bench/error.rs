@@ -1,15 +1,15 @@
 //! Why a benchmark could not run: on its own throwaway server ([`BenchError`]) or on the user's
 //! database ([`TargetError`]).
 
-use crate::config::ConfigError;
-use crate::sql::QualifiedName;
+use deprov::config::ConfigError;
+use deprov::sql::QualifiedName;
 
 /// Why the benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// PostgreSQL could not be started.
     #[error(transparent)]
-    Server(#[from] crate::throwaway::ThrowawayError),
+    Server(#[from] deprov_testkit::ThrowawayError),
     /// A database step failed.
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),

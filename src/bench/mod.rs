@@ -1,4 +1,4 @@
-//! `deprov bench delete`: deprov's hard delete against the naive cascading `DELETE`, in the same run,
+//! `deprov-lab bench delete`: deprov's hard delete against the naive cascading `DELETE`, in the same run,
 //! on the same data, under the same load.
 //!
 //! See [`run::run`] for the procedure and [`BenchReport`] for every printed figure; with
@@ -14,7 +14,6 @@ mod paced;
 pub mod replay;
 mod report;
 pub mod run;
-pub mod sampler;
 pub mod side;
 pub mod target;
 mod target_db;

@@ -1,4 +1,4 @@
-//! The paced window of `deprov bench delete`: deprov at a low `[pacing] duty_cycle`, its
+//! The paced window of `deprov-lab bench delete`: deprov at a low `[pacing] duty_cycle`, its
 //! foreground p99 compared with a baseline measured in the same minutes on the same database.
 //!
 //! The window alternates segments of `--paced-segment-secs`: one with no worker (the interleaved
@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::args::BenchArgs;
 use super::side::{BenchError, Deprov, DeprovRun, Keys, Side, TimeSplit, deprov_side};
 use super::workload;
-use crate::throwaway::Throwaway;
+use deprov_testkit::Throwaway;
 
 /// The paced window's figures.
 #[derive(Debug, Clone, Serialize)]

@@ -1,4 +1,4 @@
-//! How `deprov bench delete` prints its [`BenchReport`]: a table, then one `PASS`/`MISSED` line per
+//! How `deprov-lab bench delete` prints its [`BenchReport`]: a table, then one `PASS`/`MISSED` line per
 //! target (ratio, longest transaction, foreground p99).
 
 use serde::Serialize;
@@ -46,7 +46,7 @@ pub struct BenchReport {
 }
 
 impl BenchReport {
-    /// The report as the table `deprov bench delete` prints.
+    /// The report as the table `deprov-lab bench delete` prints.
     pub fn to_text(&self) -> String {
         let (c, d) = (&self.cascade, &self.deprov);
         let base = self.foreground_baseline_p99_ms;

@@ -10,7 +10,7 @@
 //! 4. Cascade: `DELETE FROM app.accounts WHERE id = $1` on the copy, one transaction, with the
 //!    foreground and the tenant writer running.
 //! 5. deprov: a deletion request recorded as intake records it, and a worker (the service's own
-//!    [`crate::worker::Worker`], configured as `deploy/example.toml` plus `--batch-rows`,
+//!    [`deprov::worker::Worker`], configured as `deploy/example.toml` plus `--batch-rows`,
 //!    `--rate-limit` and `--duty-cycle`) running the job to `completed`, with the same foreground and tenant writer.
 //!    Timed from the request to the job's end (soft delete, blocker checks and checkpoints included).
 //! 6. Both databases `VACUUM (ANALYZE)`d, so autovacuum's clean-up of the deleted rows (a cost of
@@ -35,9 +35,9 @@ pub use super::paced::Paced;
 pub use super::report::BenchReport;
 use super::side::{BenchError, DeprovRun, Keys, TimeSplit, checkpoint, run_deprov, side, warm};
 use super::workload::{self, Samples};
-use crate::demo::{DemoSize, cascade_delete, clone_database, database_digest, load};
-use crate::sql::{QualifiedName, SqlBuilder};
-use crate::throwaway::{Throwaway, ThrowawayOptions};
+use deprov::sql::{QualifiedName, SqlBuilder};
+use deprov_demo::{DemoSize, cascade_delete, clone_database, database_digest, load};
+use deprov_testkit::{Throwaway, ThrowawayOptions};
 
 async fn connect(url: &str, max: u32) -> Result<PgPool, sqlx::Error> {
     PgPoolOptions::new().max_connections(max).connect(url).await
@@ -87,7 +87,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         },
     )
     .await?;
-    let tables = crate::demo::user_tables(&saas, "app").await?;
+    let tables = deprov_demo::user_tables(&saas, "app").await?;
     say(
         args.json,
         &format!(
@@ -174,7 +174,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         };
         let paced = super::paced::run(args, &server, &keys, tenants.large, &run).await?;
         // Its dead rows are no part of the second baseline (nor is autovacuum's clean-up).
-        crate::demo::drop_database(&admin, "saas_paced").await?;
+        deprov_demo::drop_database(&admin, "saas_paced").await?;
         Some(paced)
     };
 

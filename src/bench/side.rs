@@ -1,4 +1,4 @@
-//! One side of `deprov bench delete`: deprov's job (a request recorded as intake records it, run to
+//! One side of `deprov-lab bench delete`: deprov's job (a request recorded as intake records it, run to
 //! its end by the service's own worker) and the figures of a deletion, the cascade's or deprov's.
 
 use std::time::{Duration, Instant};
@@ -10,14 +10,14 @@ use tokio_util::sync::CancellationToken;
 use super::args::BenchArgs;
 pub use super::error::BenchError;
 use super::workload::{self, Op, Samples};
-use crate::config::Config;
-use crate::db::Pools;
-use crate::ids::DedupBasis;
-use crate::queue::intake::{self, NewRequest, SubjectKind};
-use crate::queue::jobs;
-use crate::sql::{QualifiedName, SqlBuilder};
-use crate::throwaway::Throwaway;
-use crate::worker::Worker;
+use deprov::config::Config;
+use deprov::db::Pools;
+use deprov::ids::DedupBasis;
+use deprov::queue::intake::{self, NewRequest, SubjectKind};
+use deprov::queue::jobs;
+use deprov::sql::{QualifiedName, SqlBuilder};
+use deprov::worker::Worker;
+use deprov_testkit::Throwaway;
 
 /// Figures of one deletion (the cascade's or deprov's).
 #[derive(Debug, Clone, Serialize)]
@@ -127,7 +127,7 @@ impl Deprov {
         server: &Throwaway,
         run: &DeprovRun<'_>,
     ) -> Result<Self, BenchError> {
-        let text = crate::demo::run::config_toml("bench-vercel-token-0000000000", args.batch_rows)
+        let text = deprov_demo::run::config_toml("bench-vercel-token-0000000000", args.batch_rows)
             .replace(
                 "max_batch_duration = \"100ms\"",
                 &format!("max_batch_duration = \"{}ms\"", args.max_batch_ms),
@@ -160,7 +160,7 @@ impl Deprov {
             &server.url(run.target_db),
             &config.pools,
         )?;
-        crate::db::migrate(&pools.queue)
+        deprov::db::migrate(&pools.queue)
             .await
             .map_err(|e| BenchError::Config(e.to_string()))?;
         Ok(Self { config, pools })
@@ -176,7 +176,7 @@ impl Deprov {
             subject_kind: SubjectKind::Tenant,
             subject: tenant.to_owned(),
             external_id: None,
-            reason: Some("deprov bench delete".into()),
+            reason: Some("deprov-lab bench delete".into()),
         };
         let max_attempts = self.config.worker.max_attempts as i32;
         Ok(

@@ -1,4 +1,4 @@
-//! `deprov bench delete --target-url URL --tenant KEY`: the benchmark on the user's own database
+//! `deprov-lab bench delete --target-url URL --tenant KEY`: the benchmark on the user's own database
 //! instead of the demo's.
 //!
 //! 1. Two copies of the database on its own server (`CREATE DATABASE … TEMPLATE`, which needs no
@@ -27,18 +27,18 @@ use time::format_description::well_known::Rfc3339;
 pub use super::args::{TargetArgs, TargetRun};
 use super::error::BenchError;
 pub use super::error::TargetError;
-use super::sampler::{Sampled, TransactionSampler};
 use super::side::{Deprov, TimeSplit, warm};
 use super::target_db::{
     Names, admin_pool, checkpoint, compare, copy_database, key_type, tenant_exists,
 };
 pub use super::target_report::{TargetReport, TargetSide};
-use crate::config::{Config, ConfigError};
-use crate::db::Pools;
-use crate::demo::{cascade_delete_key, drop_database};
-use crate::queue::jobs::Job;
-use crate::sql::SqlBuilder;
-use crate::worker::Progress;
+use deprov::config::{Config, ConfigError};
+use deprov::db::Pools;
+use deprov::queue::jobs::Job;
+use deprov::sql::SqlBuilder;
+use deprov::worker::Progress;
+use deprov_demo::{cascade_delete_key, drop_database};
+use deprov_testkit::transactions::{Sampled, TransactionSampler};
 
 /// Reads the configuration as `deprov` does, without `[sources]`, `[vercel]` and
 /// `[notifications]` (their secrets are not needed to delete) and with `grace_period = "0s"`.
@@ -85,7 +85,7 @@ pub async fn run(run: &TargetRun) -> Result<TargetReport, TargetError> {
         source,
     })?;
     let (config, note) = bench_config(&text)?;
-    let source = crate::db::connect_options(&run.url)?;
+    let source = deprov::db::connect_options(&run.url)?;
     let database = source
         .get_database()
         .ok_or(TargetError::NoDatabase)?
@@ -138,7 +138,7 @@ async fn measure(
     }
     let mut create = SqlBuilder::new();
     create.sql("CREATE DATABASE ").ident(&names.state);
-    crate::db::query(create.build().as_query())
+    deprov::db::query(create.build().as_query())
         .execute(admin)
         .await?;
     let on = |db: &str| source.clone().database(db);
@@ -153,8 +153,8 @@ async fn measure(
             .max_connections(1)
             .connect_with(options.clone())
             .await?;
-        crate::db::query("ANALYZE").execute(&pool).await?;
-        tables = crate::demo::all_user_tables(&pool).await?;
+        deprov::db::query("ANALYZE").execute(&pool).await?;
+        tables = deprov_demo::all_user_tables(&pool).await?;
         warm(&pool, &tables).await?;
         pool.close().await;
     }
@@ -266,7 +266,7 @@ async fn deprov_job(
         config: Arc::new(config.clone()),
         pools: Pools::from_options(state, copy_b, &config.pools),
     };
-    crate::db::migrate(&deprov.pools.queue)
+    deprov::db::migrate(&deprov.pools.queue)
         .await
         .map_err(|e| BenchError::Config(e.to_string()))?;
     // Connected before the clock starts, as a running service's pools are (the cascade's pool
@@ -276,7 +276,7 @@ async fn deprov_job(
         &deprov.pools.queue,
         &deprov.pools.target,
     ] {
-        crate::db::query("SELECT 1").execute(pool).await?;
+        deprov::db::query("SELECT 1").execute(pool).await?;
     }
     let sampler = TransactionSampler::start(state, datname, Duration::from_millis(5)).await?;
     let requested = OffsetDateTime::now_utc();

@@ -1,12 +1,12 @@
-//! The database steps of `deprov bench delete --target-url` ([`super::target`]): the scratch
+//! The database steps of `deprov-lab bench delete --target-url` ([`super::target`]): the scratch
 //! databases' names, the template copy, the catalog reads and the table-by-table comparison.
 
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use super::error::TargetError;
-use crate::demo::{differing_tables, table_digest};
-use crate::sql::{QualifiedName, SqlBuilder, SqlType};
+use deprov::sql::{QualifiedName, SqlBuilder, SqlType};
+use deprov_demo::{differing_tables, table_digest};
 
 /// The generated names of the three scratch databases.
 #[derive(Debug, Clone)]
@@ -76,12 +76,12 @@ pub(super) async fn copy_database(admin: &PgPool, from: &str, to: &str) -> Resul
         .ident(to)
         .sql(" TEMPLATE ")
         .ident(from);
-    match crate::db::query(b.build().as_query()).execute(admin).await {
+    match deprov::db::query(b.build().as_query()).execute(admin).await {
         Ok(_) => Ok(()),
         Err(sqlx::Error::Database(e))
-            if e.code().as_deref() == Some(crate::sqlstate::OBJECT_IN_USE) =>
+            if e.code().as_deref() == Some(deprov::sqlstate::OBJECT_IN_USE) =>
         {
-            let sessions: i64 = crate::db::query_scalar(
+            let sessions: i64 = deprov::db::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
             )
             .bind(from)
@@ -100,7 +100,7 @@ pub(super) async fn copy_database(admin: &PgPool, from: &str, to: &str) -> Resul
 pub(super) async fn checkpoint(admin: &PgPool, notes: &mut Vec<String>) -> Result<(), sqlx::Error> {
     match super::side::checkpoint(admin).await {
         Err(sqlx::Error::Database(e))
-            if e.code().as_deref() == Some(crate::sqlstate::INSUFFICIENT_PRIVILEGE) =>
+            if e.code().as_deref() == Some(deprov::sqlstate::INSUFFICIENT_PRIVILEGE) =>
         {
             let note =
                 "no CHECKPOINT before the measured phases (it needs superuser or pg_checkpoint)";
@@ -119,7 +119,7 @@ pub(super) async fn key_type(
     root: &QualifiedName,
     column: &str,
 ) -> Result<SqlType, TargetError> {
-    let ty: Option<String> = crate::db::query_scalar(
+    let ty: Option<String> = deprov::db::query_scalar(
         "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
          WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
     )
@@ -150,7 +150,7 @@ pub(super) async fn tenant_exists(
         .sql(" = $1::")
         .ty(key_type)
         .sql(")");
-    let found: bool = crate::db::query_scalar(b.build().as_query())
+    let found: bool = deprov::db::query_scalar(b.build().as_query())
         .bind(tenant)
         .fetch_one(pool)
         .await?;
@@ -177,7 +177,7 @@ pub(super) async fn compare(
             .max_connections(1)
             .connect_with(options.clone())
             .await?;
-        let mut digest = crate::demo::DatabaseDigest::new();
+        let mut digest = deprov_demo::DatabaseDigest::new();
         for table in tables {
             digest.insert(table.clone(), table_digest(&pool, table).await?);
         }

@@ -1,12 +1,12 @@
-//! What `deprov bench delete --target-url` prints: [`TargetReport`] and its text.
+//! What `deprov-lab bench delete --target-url` prints: [`TargetReport`] and its text.
 
 use std::time::Duration;
 
 use serde::Serialize;
 
 use super::report::{met, tables_text};
-use super::sampler::{Sampled, SeenTransaction};
 use super::side::TimeSplit;
+use deprov_testkit::transactions::{Sampled, SeenTransaction};
 
 /// Figures of one deletion on a copy of the user's database.
 #[derive(Debug, Clone, Serialize)]
@@ -46,7 +46,7 @@ impl TargetSide {
     }
 }
 
-/// Everything `deprov bench delete --target-url` prints.
+/// Everything `deprov-lab bench delete --target-url` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetReport {
     /// The user's database (only copied).
@@ -147,7 +147,7 @@ fn opt_ms(v: Option<f64>) -> String {
 }
 
 impl TargetReport {
-    /// The report as `deprov bench delete --target-url` prints it.
+    /// The report as `deprov-lab bench delete --target-url` prints it.
     pub fn to_text(&self) -> String {
         let (c, d) = (&self.cascade, &self.deprov);
         let mut out = format!(

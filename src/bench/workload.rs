@@ -1,4 +1,4 @@
-//! The load that runs beside a deletion in `deprov bench delete`: other tenants' reads and writes (the
+//! The load that runs beside a deletion in `deprov-lab bench delete`: other tenants' reads and writes (the
 //! foreground, whose p99 latency must stay near its baseline) and a writer touching the deleted
 //! tenant's own rows (whose longest wait is how long the deletion blocks the tenant's traffic).
 //!
@@ -146,7 +146,7 @@ impl Running {
 /// operations per second, cycling through `ops` (an operation with its key).
 ///
 /// They run on a thread of their own with its own Tokio runtime, like a client in another process:
-/// whatever else the benchmark's runtime is busy with (deprov's worker, in `deprov bench delete`)
+/// whatever else the benchmark's runtime is busy with (deprov's worker, in `deprov-lab bench delete`)
 /// cannot delay them being polled, so a latency measures the database and the machine's CPU, not
 /// the benchmark's scheduling. A client that cannot connect counts one error.
 pub fn start(url: &str, clients: usize, rate: u32, ops: Vec<(Op, i64)>) -> Running {

@@ -1,10 +1,10 @@
-//! `deprov bench corpus` at a tiny scale: the generated schemas carry what the corpus promises (read
+//! `deprov-lab bench corpus` at a tiny scale: the generated schemas carry what the corpus promises (read
 //! back from `pg_catalog`, not from the generator), deprov's plan finds 20–80 tables in the closure,
 //! a seed always gives the same DDL, and every run ends equal to the cascade with its figures.
 
-use deprov::bench::corpus::{self, CorpusArgs, data, ddl};
 use deprov::sql::{QualifiedName, SqlBuilder};
-use deprov::throwaway::{Throwaway, ThrowawayOptions};
+use deprov_lab::bench::corpus::{self, CorpusArgs, data, ddl};
+use deprov_testkit::{Throwaway, ThrowawayOptions};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
@@ -169,7 +169,7 @@ async fn corpus_schemas_have_the_features_and_runs_equal_the_cascade() {
             .unwrap();
         assert_eq!(found, 2);
         p.close().await;
-        deprov::demo::drop_database(&admin, &db).await.unwrap();
+        deprov_demo::drop_database(&admin, &db).await.unwrap();
     }
     assert!(key_types >= 2, "key types vary: {key_types}");
     admin.close().await;

@@ -1,4 +1,4 @@
-//! Smoke tests of `deprov bench delete`, `cascade-incident`, `deadline-incident` and `intake` at tiny sizes:
+//! Smoke tests of `deprov-lab bench delete`, `cascade-incident`, `deadline-incident` and `intake` at tiny sizes:
 //! each runs the real procedure (PostgreSQL, PgBouncer 1.18, deprov in-process, pgbench) and checks
 //! that the figures are produced and agree with each other and with the database, so the benches
 //! cannot silently rot. They do not assert the goals: those are figures of a full-size run.
@@ -6,10 +6,10 @@
 // Tests set up and inspect databases directly (clippy.toml's rules are the service's).
 #![allow(clippy::disallowed_methods)]
 
-use deprov::bench::replay::cascade::{self, CascadeArgs};
-use deprov::bench::replay::deadline::{self, DeadlineArgs, ServicePer};
-use deprov::bench::replay::intake::{self, IntakeArgs};
-use deprov::bench::run::{self as delete, BenchArgs};
+use deprov_lab::bench::replay::cascade::{self, CascadeArgs};
+use deprov_lab::bench::replay::deadline::{self, DeadlineArgs, ServicePer};
+use deprov_lab::bench::replay::intake::{self, IntakeArgs};
+use deprov_lab::bench::run::{self as delete, BenchArgs};
 
 mod corpus;
 mod target;

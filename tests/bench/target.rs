@@ -1,11 +1,11 @@
-//! `deprov bench delete --target-url` on a small user schema of its own (not the demo's): five
+//! `deprov-lab bench delete --target-url` on a small user schema of its own (not the demo's): five
 //! tables under `shop.orgs`, a CASCADE chain three deep, SET NULL references (some across tenants),
 //! two tenants, about 4,400 rows.
 
 use std::collections::BTreeMap;
 
-use deprov::bench::target::{self, TargetError, TargetRun};
-use deprov::throwaway::{Throwaway, ThrowawayOptions};
+use deprov_lab::bench::target::{self, TargetError, TargetRun};
+use deprov_testkit::{Throwaway, ThrowawayOptions};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 

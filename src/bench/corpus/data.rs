@@ -10,7 +10,7 @@ use sqlx::PgPool;
 
 use super::ddl;
 use super::schema::{ForeignKey, KeyType, PAYLOAD, PrimaryKey, Schema, Spread, Table};
-use crate::sql::{SqlBuilder, Statement};
+use deprov::sql::{SqlBuilder, Statement};
 
 /// One table's `INSERT` and its bind parameters (`bigint[]` each, one element per tenant).
 #[derive(Debug, Clone)]
@@ -233,12 +233,12 @@ pub async fn load(pool: &PgPool, schema: &Schema) -> Result<LoadTimes, sqlx::Err
     let mut times = LoadTimes::default();
     let start = Instant::now();
     for stmt in ddl::tables(schema) {
-        crate::db::query(stmt.as_query()).execute(pool).await?;
+        deprov::db::query(stmt.as_query()).execute(pool).await?;
     }
     times.tables_s = lap(start);
     let start = Instant::now();
     for ins in inserts(schema) {
-        let mut q = crate::db::query(ins.sql.as_query());
+        let mut q = deprov::db::query(ins.sql.as_query());
         for a in ins.arrays {
             q = q.bind(a);
         }
@@ -247,7 +247,7 @@ pub async fn load(pool: &PgPool, schema: &Schema) -> Result<LoadTimes, sqlx::Err
     times.rows_s = lap(start);
     let start = Instant::now();
     for stmt in ddl::constraints(schema) {
-        crate::db::query(stmt.as_query()).execute(pool).await?;
+        deprov::db::query(stmt.as_query()).execute(pool).await?;
     }
     times.constraints_s = lap(start);
     Ok(times)

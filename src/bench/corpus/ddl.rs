@@ -4,7 +4,7 @@
 //! cycle.
 
 use super::schema::{Action, ForeignKey, KeyType, PARTITIONS, PAYLOAD, PrimaryKey, Schema, Table};
-use crate::sql::{SqlBuilder, Statement};
+use deprov::sql::{SqlBuilder, Statement};
 
 /// The SQL type of a key.
 pub(super) fn key_sql(key: KeyType) -> &'static str {

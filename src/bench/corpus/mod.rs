@@ -1,4 +1,4 @@
-//! `deprov bench corpus`: `deprov bench delete --target-url` over generated, realistic SaaS schemas.
+//! `deprov-lab bench corpus`: `deprov-lab bench delete --target-url` over generated, realistic SaaS schemas.
 //!
 //! For each seed: a database on the server (a throwaway PostgreSQL, or `--url`'s), the seed's
 //! schema ([`schema::generate`]) and rows loaded set-based ([`data::load`]), a configuration file
@@ -20,11 +20,11 @@ pub use report::{CorpusReport, CorpusRun, CorpusSchema};
 pub use schema::{Schema, generate};
 
 use crate::bench::target::{self, TargetRun};
-use crate::demo::drop_database;
-use crate::sql::SqlBuilder;
-use crate::throwaway::{Throwaway, ThrowawayOptions};
+use deprov::sql::SqlBuilder;
+use deprov_demo::drop_database;
+use deprov_testkit::{Throwaway, ThrowawayOptions};
 
-/// `deprov bench corpus` arguments.
+/// `deprov-lab bench corpus` arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CorpusArgs {
     /// Schemas to generate and run (seeds `--first-seed` on), at least 1.
@@ -55,7 +55,7 @@ pub struct CorpusArgs {
 pub enum CorpusError {
     /// The throwaway server did not start.
     #[error(transparent)]
-    Server(#[from] crate::throwaway::ThrowawayError),
+    Server(#[from] deprov_testkit::ThrowawayError),
     /// A database step of the setup failed.
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
@@ -149,7 +149,7 @@ pub async fn create_and_load(
     drop_database(admin, database).await?;
     let mut create = SqlBuilder::new();
     create.sql("CREATE DATABASE ").ident(database);
-    crate::db::query(create.build().as_query())
+    deprov::db::query(create.build().as_query())
         .execute(admin)
         .await?;
     let pool = PgPoolOptions::new()
@@ -159,7 +159,7 @@ pub async fn create_and_load(
     let loaded = async {
         let load = data::load(&pool, schema).await?;
         let root = schema.root().qualified();
-        let plan = crate::engine::load_plan(&pool, &root, "id")
+        let plan = deprov::engine::load_plan(&pool, &root, "id")
             .await
             .map_err(|e| {
                 CorpusError::Invalid(format!("deprov's plan of seed {}: {e}", schema.seed))
@@ -227,7 +227,7 @@ pub async fn run(args: &CorpusArgs) -> Result<CorpusReport, CorpusError> {
         Server::Url(u) => u.to_string(),
         Server::Throwaway(t) => t.url("postgres"),
     };
-    let options = crate::db::connect_options(&admin_url)
+    let options = deprov::db::connect_options(&admin_url)
         .map_err(|e| CorpusError::Invalid(format!("--url: {e}")))?;
     let admin = PgPoolOptions::new()
         .max_connections(2)

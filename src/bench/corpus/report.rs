@@ -1,4 +1,4 @@
-//! What `deprov bench corpus` prints: [`CorpusReport`], one line per (schema, tenant) and the
+//! What `deprov-lab bench corpus` prints: [`CorpusReport`], one line per (schema, tenant) and the
 //! worst and median figures.
 
 use serde::Serialize;
@@ -43,7 +43,7 @@ pub struct CorpusRun {
     pub tenant: String,
     /// Tables in the closure.
     pub closure_tables: usize,
-    /// `deprov bench delete --target-url`'s report, when the run got that far.
+    /// `deprov-lab bench delete --target-url`'s report, when the run got that far.
     pub report: Option<TargetReport>,
     /// Why the run failed, when it did.
     pub error: Option<String>,
@@ -99,7 +99,7 @@ impl Spread {
     }
 }
 
-/// Everything `deprov bench corpus` prints.
+/// Everything `deprov-lab bench corpus` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct CorpusReport {
     /// Row scale (1.0: the large tenant owns at least 320k rows).
@@ -140,7 +140,7 @@ impl CorpusReport {
         }
     }
 
-    /// The report as `deprov bench corpus` prints it.
+    /// The report as `deprov-lab bench corpus` prints it.
     pub fn to_text(&self) -> String {
         let mut out = format!("corpus at scale {}\n\n", self.scale);
         out.push_str("schemas:\n");

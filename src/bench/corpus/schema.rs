@@ -208,8 +208,8 @@ pub struct Table {
 
 impl Table {
     /// Its qualified name.
-    pub fn qualified(&self) -> crate::sql::QualifiedName {
-        crate::sql::QualifiedName::new(self.schema, self.name.clone())
+    pub fn qualified(&self) -> deprov::sql::QualifiedName {
+        deprov::sql::QualifiedName::new(self.schema, self.name.clone())
     }
 
     /// A lookup table outside the closure with no foreign key: its rows are one block (tenant 1's),

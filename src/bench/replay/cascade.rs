@@ -1,4 +1,4 @@
-//! `deprov bench cascade-incident`: incident 1 (the cascading account delete) replayed through PgBouncer.
+//! `deprov-lab bench cascade-incident`: incident 1 (the cascading account delete) replayed through PgBouncer.
 //!
 //! Procedure, on one [`Stage`] (`saas` holds one tenant of `--rows` rows and `--small-tenants` others;
 //! `saas_cascade` is a copy; PgBouncer in transaction mode with `--pool-size` servers per database and
@@ -31,10 +31,10 @@ use super::sampler::{Peaks, Sampler, Series};
 use super::stage::{self, Stage, connect};
 use super::{Goal, ReplayError};
 use crate::bench::side::Keys;
-use crate::demo::DemoSize;
-use crate::throwaway::BouncerOptions;
+use deprov_demo::DemoSize;
+use deprov_testkit::BouncerOptions;
 
-/// `deprov bench cascade-incident` arguments.
+/// `deprov-lab bench cascade-incident` arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CascadeArgs {
     /// Rows of the deleted tenant, over all its tables.
@@ -108,7 +108,7 @@ pub struct IncidentSide {
     pub recovered: bool,
 }
 
-/// Everything `deprov bench cascade-incident` prints.
+/// Everything `deprov-lab bench cascade-incident` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct CascadeReport {
     /// Rows of the deleted tenant.
@@ -194,8 +194,8 @@ pub async fn run(args: &CascadeArgs) -> Result<CascadeReport, ReplayError> {
     let deprov = side?;
 
     let copy = connect(&stage.pg.url("saas_cascade"), 2).await?;
-    let equals_cascade = crate::demo::database_digest(&saas_direct, "app").await?
-        == crate::demo::database_digest(&copy, "app").await?;
+    let equals_cascade = deprov_demo::database_digest(&saas_direct, "app").await?
+        == deprov_demo::database_digest(&copy, "app").await?;
     let goals = goals(&naive, &deprov, equals_cascade, args.retries);
     Ok(CascadeReport {
         tenant_rows: stage.tenants.large_total_rows(),
@@ -384,7 +384,7 @@ async fn deprov_deletion(
     retries: usize,
     interval: Duration,
 ) -> Result<Deletion, ReplayError> {
-    crate::sources::oidc::install_crypto_provider();
+    deprov::sources::oidc::install_crypto_provider();
     let client = reqwest::Client::new();
     let start = tokio::time::Instant::now();
     let mut set = JoinSet::new();

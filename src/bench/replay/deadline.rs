@@ -1,4 +1,4 @@
-//! `deprov bench deadline-incident`: incident 2 (deadlines that destroyed the pool) replayed through
+//! `deprov-lab bench deadline-incident`: incident 2 (deadlines that destroyed the pool) replayed through
 //! PgBouncer.
 //!
 //! PgBouncer runs in transaction mode with `--pool-size` servers per database. Two callers, one after
@@ -37,10 +37,10 @@ use super::load::{self, Outcome, Shot};
 use super::sampler::Sampler;
 use super::stage::{self, Stage, connect};
 use super::{Goal, ReplayError};
-use crate::demo::DemoSize;
-use crate::throwaway::BouncerOptions;
+use deprov_demo::DemoSize;
+use deprov_testkit::BouncerOptions;
 
-/// `deprov bench deadline-incident` arguments.
+/// `deprov-lab bench deadline-incident` arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DeadlineArgs {
     /// PgBouncer `default_pool_size`: server connections per database.
@@ -125,7 +125,7 @@ pub struct DeadlineSide {
     pub recorded: Option<i64>,
 }
 
-/// Everything `deprov bench deadline-incident` prints.
+/// Everything `deprov-lab bench deadline-incident` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeadlineReport {
     /// PgBouncer's servers per database.

@@ -1,4 +1,4 @@
-//! `deprov bench intake`: how many deletion requests deprov's intake accepts durably per second on
+//! `deprov-lab bench intake`: how many deletion requests deprov's intake accepts durably per second on
 //! this machine, beside pgbench's single-row `INSERT` rate on the same server in the same run, and
 //! intake's p99 while the target database is saturated with lock waits.
 //!
@@ -38,10 +38,10 @@ use super::load::{self, Outcome, Shot};
 use super::pgbench::{self, PgbenchResult};
 use super::stage::{self, Stage, connect};
 use super::{Goal, ReplayError};
-use crate::demo::DemoSize;
-use crate::throwaway::BouncerOptions;
+use deprov_demo::DemoSize;
+use deprov_testkit::BouncerOptions;
 
-/// `deprov bench intake` arguments.
+/// `deprov-lab bench intake` arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct IntakeArgs {
     /// Seconds of the throughput phase, and of pgbench.
@@ -105,7 +105,7 @@ pub struct LatencyPhase {
     pub p50_ms: f64,
 }
 
-/// Everything `deprov bench intake` prints.
+/// Everything `deprov-lab bench intake` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct IntakeReport {
     /// `pgbouncer` or `direct`.
@@ -187,7 +187,7 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
     let deprov = stage
         .start_deprov_with(&config, "saas", false, !args.direct)
         .await?;
-    crate::sources::oidc::install_crypto_provider();
+    deprov::sources::oidc::install_crypto_provider();
     let client = reqwest::Client::new();
     let next = Arc::new(AtomicUsize::new(0));
 

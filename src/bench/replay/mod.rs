@@ -1,4 +1,4 @@
-//! `deprov bench cascade-incident`, `deadline-incident` and `intake`: the two incidents of
+//! `deprov-lab bench cascade-incident`, `deadline-incident` and `intake`: the two incidents of
 //! `shared/notes/incidents.md` replayed on loopback through a real PgBouncer (Debian's 1.18, transaction
 //! pooling), the naive path beside deprov, and intake's throughput beside pgbench.
 //!
@@ -25,13 +25,13 @@ use serde::Serialize;
 pub enum ReplayError {
     /// PostgreSQL or PgBouncer could not be started.
     #[error(transparent)]
-    Server(#[from] crate::throwaway::ThrowawayError),
+    Server(#[from] deprov_testkit::ThrowawayError),
     /// A database step failed.
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
     /// deprov did not start.
     #[error("starting deprov: {0}")]
-    App(#[from] crate::app::AppError),
+    App(#[from] deprov::app::AppError),
     /// Migrating deprov's state database failed.
     #[error("migrating: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),

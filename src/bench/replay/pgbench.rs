@@ -9,7 +9,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use super::ReplayError;
-use crate::throwaway::{chown_to_postgres, find_bin_dir, is_root};
+use deprov_testkit::{chown_to_postgres, find_bin_dir, is_root};
 
 /// The custom script: one autocommitted single-row `INSERT` per transaction.
 const SCRIPT: &str = "\\set t random(1, 2000000000)\n\

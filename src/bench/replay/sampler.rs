@@ -9,7 +9,7 @@ use serde::Serialize;
 use sqlx::{Connection as _, PgConnection};
 use tokio_util::sync::CancellationToken;
 
-use crate::throwaway::{Bouncer, Show};
+use deprov_testkit::{Bouncer, Show};
 
 /// One `SHOW POOLS` row (summed over the database's users).
 #[derive(Debug, Clone, Copy, Default, Serialize)]

@@ -1,6 +1,6 @@
 //! The stage every replay runs on: one throwaway PostgreSQL with durable settings (`fsync` on),
 //! database `deprov` (deprov's state, migrated directly, as `docs/pgbouncer.md` asks behind a transaction
-//! pooler) and `saas` (the demo schema, [`crate::demo::load`]), a PgBouncer in front of it, and deprov
+//! pooler) and `saas` (the demo schema, [`deprov_demo::load`]), a PgBouncer in front of it, and deprov
 //! started in-process (HTTP + optionally its worker) with both URLs through that PgBouncer.
 
 use std::path::PathBuf;
@@ -12,14 +12,14 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::ReplayError;
-use crate::app::{AppError, Application, Settings};
-use crate::db::PoolerMode;
-use crate::demo::{DemoSize, DemoTenants};
-use crate::sql::SqlBuilder;
-use crate::throwaway::{Bouncer, BouncerOptions, Throwaway, ThrowawayOptions};
+use deprov::app::{AppError, Application, Settings};
+use deprov::db::PoolerMode;
+use deprov::sql::SqlBuilder;
+use deprov_demo::{DemoSize, DemoTenants};
+use deprov_testkit::{Bouncer, BouncerOptions, Throwaway, ThrowawayOptions};
 
 /// The billing source's bearer token in the configuration the replays give deprov
-/// (`crate::demo::run::config_toml`).
+/// (`deprov_demo::run::config_toml`).
 pub const BILLING_TOKEN: &str = "demo-billing-token-unused-0000";
 
 /// A running stage; everything stops when it is dropped.
@@ -72,13 +72,13 @@ impl Stage {
                 .await?;
         }
         let state = connect(&pg.url("deprov"), 1).await?;
-        crate::db::migrate(&state).await?;
+        deprov::db::migrate(&state).await?;
         state.close().await;
         let saas = connect(&pg.url("saas"), 4).await?;
-        let tenants = crate::demo::load(&saas, size).await?;
+        let tenants = deprov_demo::load(&saas, size).await?;
         saas.close().await;
         for copy in copies {
-            crate::demo::clone_database(&direct, "saas", copy).await?;
+            deprov_demo::clone_database(&direct, "saas", copy).await?;
         }
         let bouncer = tokio::task::block_in_place(|| Bouncer::start(&pg, bouncer))?;
         Ok(Self {
@@ -177,7 +177,7 @@ impl Stage {
 /// rate limit off: the replays send one source's requests at hundreds per second to measure pooling
 /// and throughput, which the limit (20/s) would turn into 429s.
 pub fn deprov_config() -> String {
-    crate::demo::run::config_toml("bench-vercel-token-0000000000", 50)
+    deprov_demo::run::config_toml("bench-vercel-token-0000000000", 50)
         .replace("poll_interval = \"500ms\"", "poll_interval = \"10ms\"")
         .replace("\nper_second = 20 ", "\nper_second = 0 ")
 }
@@ -244,7 +244,7 @@ mod tests {
     /// (the string replacements in [`super::deprov_config`] still match `deploy/example.toml`).
     #[test]
     fn the_replay_configuration_turns_the_intake_rate_limit_off() {
-        let c = crate::config::Config::from_toml(&super::deprov_config()).unwrap();
+        let c = deprov::config::Config::from_toml(&super::deprov_config()).unwrap();
         assert_eq!(c.intake.rate_limit.per_second, 0.0);
         assert_eq!(c.worker.poll_interval, std::time::Duration::from_millis(10));
     }
