@@ -37,7 +37,7 @@ pub struct BenchReport {
     pub equals_cascade: bool,
     /// Batches that hit the statement or lock timeout (each retried smaller).
     pub deprov_timeouts: i64,
-    /// deprov's read-only passes over a large parent's index range (`engine::range`).
+    /// deprov's read-only passes over a large parent's index range (`engine::range_batch`).
     pub deprov_index_passes: i64,
     /// deprov's per-table figures, in deletion order (the job's `progress.tables`).
     pub deprov_tables: serde_json::Value,

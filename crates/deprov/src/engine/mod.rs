@@ -15,8 +15,8 @@ mod durability;
 pub use durability::{Incarnation, flush, incarnation};
 pub mod plan;
 pub mod queries;
-mod range;
-pub use range::{IndexPass, kill_dead_entries};
+mod range_batch;
+pub use range_batch::{IndexPass, kill_dead_entries};
 pub mod report;
 pub mod simulate;
 pub mod statements;
@@ -297,12 +297,12 @@ pub async fn run_batch(
         && large_parent
         && plan.range_step(&plan.steps[step])
     {
-        return range::run_range(
+        return range_batch::run_range(
             target,
             plan,
             step,
             (parent, last),
-            range::Shape {
+            range_batch::Shape {
                 unchanged,
                 began,
                 jump,

@@ -7,13 +7,13 @@
 //! `x-vercel-signature` webhook) and [`oidc`] (`vercel-oidc`, the partner API's JWTs). HMACs are
 //! checked with `hmac`'s constant-time `verify_slice`, against every configured secret (rotation: any
 //! may match) and every signature the header carries, without stopping at the first match.
-//! [`payload`] reads the event type, tenant and dedup key from a verified delivery; [`config`] is the
+//! [`payload`] reads the event type, tenant and dedup key from a verified delivery; [`settings`] is the
 //! `[sources.NAME]` table.
 
-pub mod config;
 pub mod github;
 pub mod oidc;
 pub mod payload;
+pub mod settings;
 pub mod shopify;
 pub mod slack;
 pub mod standard_webhooks;
@@ -25,7 +25,7 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use hmac::{EagerHash, Hmac, KeyInit, Mac};
 
-pub use config::{Dedup, InvalidSource, Locator, ReinstallScope, Scheme, SourceConfig};
+pub use settings::{Dedup, InvalidSource, Locator, ReinstallScope, Scheme, SourceConfig};
 
 /// Default timestamp tolerance of the schemes that sign a timestamp (standard-webhooks, Stripe,
 /// Slack): 5 minutes, in the past and in the future. All three document 300 s.

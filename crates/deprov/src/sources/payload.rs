@@ -8,7 +8,7 @@
 use axum::http::HeaderMap;
 use serde_json::Value;
 
-use super::config::{Dedup, Locator, Scheme, SourceConfig};
+use super::settings::{Dedup, Locator, Scheme, SourceConfig};
 use super::{github, shopify, standard_webhooks};
 use crate::ids::MAX_TENANT_ID_LEN;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
 
-use super::config::{Dedup, Locator, Scheme, SourceConfig};
+use super::settings::{Dedup, Locator, Scheme, SourceConfig};
 use super::*;
 
 const TOL: Duration = DEFAULT_TOLERANCE;

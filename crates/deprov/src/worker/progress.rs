@@ -63,7 +63,7 @@ pub struct Progress {
     /// because those updates keep them out of a later CASCADE (`engine::simulate::preset`).
     pub presets: u64,
     /// Read-only statements that marked a large parent's dead index entries after its children
-    /// were deleted (`engine::range`).
+    /// were deleted (`engine::range_batch`).
     pub index_passes: i64,
     /// The longest of their transactions, in milliseconds (they hold no row locks).
     pub longest_index_pass_ms: f64,

@@ -61,7 +61,7 @@ impl JobRun {
             && let Some(Cursor::AfterParent(parent)) = &batch.next
         {
             // A large parent's children are gone: mark their dead index entries before the
-            // parent's own delete has to walk them (engine::range).
+            // parent's own delete has to walk them (engine::range_batch).
             let budget = (hd.max_batch_duration * 4 / 5).max(Duration::from_millis(1));
             let started = std::time::Instant::now();
             match engine::kill_dead_entries(&w.pools.target, &b.plan, b.cp.step, parent, budget)

@@ -7,9 +7,9 @@ use super::plan::{Plan, Step};
 use crate::sql::{SqlBuilder, Statement};
 
 mod blocks;
-mod range;
+mod range_sql;
 pub use blocks::block_batch;
-pub use range::{children_count, range_bound, range_delete};
+pub use range_sql::{children_count, range_bound, range_delete};
 
 /// Alias bases so nested sub-queries never shadow each other's aliases.
 const STEP_BASE: usize = 0;

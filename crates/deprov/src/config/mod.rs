@@ -251,7 +251,7 @@ mod tests {
 
     #[test]
     fn the_deploy_example_is_valid() {
-        let text = include_str!("../../../deploy/example.toml")
+        let text = include_str!("../../../../deploy/example.toml")
             .replace(
                 "token_env = \"DEPROV_BILLING_TOKEN\"",
                 "token = \"billing-token-0123456789\"",

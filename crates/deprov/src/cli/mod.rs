@@ -14,7 +14,7 @@ use crate::config::PoolConfig;
 use crate::db::{self, PoolRole};
 
 mod acting;
-mod config;
+mod config_check;
 mod jobs;
 mod kill_switch;
 mod notifications;
@@ -22,7 +22,7 @@ mod reconcile;
 mod tokens;
 
 pub use acting::Acting;
-pub use config::{CheckArgs, ConfigAction, ConfigArgs};
+pub use config_check::{CheckArgs, ConfigAction, ConfigArgs};
 pub use jobs::{AuditAction, AuditArgs, JobsAction, JobsArgs, jobs_table};
 pub use kill_switch::{ChangeArgs, KillSwitchAction, KillSwitchArgs, describe};
 pub use notifications::{NotificationsAction, NotificationsArgs, events_table};
@@ -377,7 +377,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             trial,
             target,
         } => plan_command(&target, &tenant, json, trial).await?,
-        Command::Config(args) => config::run(args).await?,
+        Command::Config(args) => config_check::run(args).await?,
     }
     Ok(())
 }
