@@ -354,19 +354,13 @@ pub async fn run_batch(
     }
     cascaded.retain(|&(_, n)| n > 0);
     tx.commit().await?;
-    let split = plan.steps[step]
-        .path
-        .first()
-        .map_or(0, |&fk| plan.catalog.foreign_keys[fk].to_cols.len());
-    let next = match (last_row, last_parent) {
-        _ if plan.steps[step].path.is_empty() => None,
-        (Some(mut row), _) if selected >= limits.rows => {
-            let child = row.split_off(split);
-            Some(Cursor::Within(row, child))
-        }
-        (_, Some(parent)) if seen >= parents.max(1) => Some(Cursor::AfterParent(parent)),
-        _ => None,
-    };
+    let next = next_cursor(
+        plan,
+        step,
+        (last_row, last_parent),
+        selected >= limits.rows,
+        seen >= parents.max(1),
+    );
     Ok(BatchResult {
         selected,
         deleted,
@@ -376,6 +370,32 @@ pub async fn run_batch(
         cascaded,
         elapsed: started.elapsed(),
     })
+}
+
+/// Where step `step` goes on after a batch that ended at `last` (its last row's key, parent key
+/// first, and its last parent's key): within that parent when the batch was `full` (it selected
+/// its row limit), after the parent when it read `all_parents` it was allowed, else nowhere (the
+/// step is done). A step without a path (the root's own rows) has no cursor.
+fn next_cursor(
+    plan: &Plan,
+    step: usize,
+    last: (Option<Vec<String>>, Option<Vec<String>>),
+    full: bool,
+    all_parents: bool,
+) -> Option<Cursor> {
+    let path = &plan.steps[step].path;
+    let split = path
+        .first()
+        .map_or(0, |&fk| plan.catalog.foreign_keys[fk].to_cols.len());
+    match last {
+        _ if path.is_empty() => None,
+        (Some(mut row), _) if full => {
+            let child = row.split_off(split);
+            Some(Cursor::Within(row, child))
+        }
+        (_, Some(parent)) if all_parents => Some(Cursor::AfterParent(parent)),
+        _ => None,
+    }
 }
 
 /// Rows deleted per table of `before` since it was read ([`deleted_so_far`]), those with any.

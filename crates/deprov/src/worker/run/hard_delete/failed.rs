@@ -33,7 +33,6 @@ impl JobRun {
         deferred: &mut Deferred,
     ) -> Result<(), Stop> {
         let w = self.worker.clone();
-        let hd = &w.config.hard_delete;
         let step = &b.plan.steps[b.cp.step];
         let table = b.plan.name(step.table).to_string();
         let state = e.sqlstate();
@@ -51,47 +50,14 @@ impl JobRun {
             return Ok(());
         }
         if canceled && b.plan.absorbs_below(step.table) && b.cp.rows <= 1 && b.cascade_rows > 0 {
-            // One parent row's cascade alone outlasts the budget: its subtree is larger than
-            // estimated. Re-plan with an eighth of the cascade allowance (at the end, leaves
-            // first: every row by its own batch) and start the steps over; what is deleted stays
-            // deleted.
             self.note_rollback(began);
-            b.cascade_rows = if b.cascade_rows >= 64 {
-                b.cascade_rows / 8
-            } else {
-                0
-            };
-            self.progress.note = Some(format!(
-                "a single row of {table} cascaded for longer than {} ms; re-planned with cascade_rows = {}",
-                limits.statement_timeout.as_millis(),
-                b.cascade_rows
-            ));
-            self.progress.replans += 1;
-            self.progress.cascade_rows = Some(b.cascade_rows);
-            b.plan = leaves_first.clone().absorb(f64::from(b.cascade_rows));
-            b.cp = Batches::fresh(&b.plan, b.cascade_rows, hd, self.limits.rows);
-            b.unbounded_step = None;
-            self.progress.plan_hash = Some(b.plan.hash());
+            self.replan_less_cascade(b, leaves_first, &table, limits);
             return Ok(());
         }
         if bound_cut {
-            // The batch was slower than the sizing expected. Retry smaller (a bound cut is not a
-            // failure: it does not count towards the run's timeouts, and the size reaches one row
-            // within a few cuts). When one row alone does not fit the bound (a SET NULL fan-out
-            // to many rows, a slow trigger), the step's batches get the full statement_timeout
-            // instead; the longest transaction then shows it.
             self.note_rollback(began);
             drop(gate);
-            if b.cp.rows <= 1 {
-                b.unbounded_step = Some(b.cp.step);
-                self.progress.unbounded_steps += 1;
-                self.progress.note = Some(format!(
-                    "a single row of {table} could not be deleted within {} ms; the step runs under the full statement_timeout",
-                    limits.statement_timeout.as_millis()
-                ));
-            } else {
-                self.shrink(b);
-            }
+            self.after_bound_cut(b, &table, limits);
             return Ok(());
         }
         let lock_timeout = state.as_deref() == Some(LOCK_NOT_AVAILABLE);
@@ -126,6 +92,57 @@ impl JobRun {
             return Ok(());
         }
         Err(e.into())
+    }
+
+    /// After one parent row's cascade alone outlasted the batch bound (its subtree is larger than
+    /// estimated): re-plans with an eighth of the cascade allowance (at the end, leaves first: every
+    /// row by its own batch) and starts the steps over; what is deleted stays deleted.
+    fn replan_less_cascade(
+        &mut self,
+        b: &mut Batches,
+        leaves_first: &Plan,
+        table: &str,
+        limits: &BatchLimits,
+    ) {
+        b.cascade_rows = if b.cascade_rows >= 64 {
+            b.cascade_rows / 8
+        } else {
+            0
+        };
+        self.progress.note = Some(format!(
+            "a single row of {table} cascaded for longer than {} ms; re-planned with cascade_rows = {}",
+            limits.statement_timeout.as_millis(),
+            b.cascade_rows
+        ));
+        self.progress.replans += 1;
+        self.progress.cascade_rows = Some(b.cascade_rows);
+        b.plan = leaves_first.clone().absorb(f64::from(b.cascade_rows));
+        b.cp = Batches::fresh(
+            &b.plan,
+            b.cascade_rows,
+            &self.worker.config.hard_delete,
+            self.limits.rows,
+        );
+        b.unbounded_step = None;
+        self.progress.plan_hash = Some(b.plan.hash());
+    }
+
+    /// After the batch bound (not the server's statement_timeout) cut a batch short: the next is
+    /// smaller (a bound cut is not a failure: it does not count towards the run's timeouts, and the
+    /// size reaches one row within a few cuts). When one row alone does not fit the bound (a SET
+    /// NULL fan-out to many rows, a slow trigger), the step's batches get the full
+    /// statement_timeout instead; the longest transaction then shows it.
+    fn after_bound_cut(&mut self, b: &mut Batches, table: &str, limits: &BatchLimits) {
+        if b.cp.rows <= 1 {
+            b.unbounded_step = Some(b.cp.step);
+            self.progress.unbounded_steps += 1;
+            self.progress.note = Some(format!(
+                "a single row of {table} could not be deleted within {} ms; the step runs under the full statement_timeout",
+                limits.statement_timeout.as_millis()
+            ));
+        } else {
+            self.shrink(b);
+        }
     }
 
     /// The next batch after a timeout: a quarter of the rows, no more parents than rows.
