@@ -4,7 +4,8 @@
 //! newline trimmed), never from the file itself, and are read once at start-up of `serve` and
 //! `worker` by [`SourceConfig::prepare`] (other commands leave them unread: [`Secrets`]), which also
 //! derives each scheme's HMAC key. They are kept only as [`Keys`], whose `Debug` prints nothing. A
-//! key the source's scheme does not use is refused ([`Scheme::uses`]). The README ("Signed senders") has a complete entry per scheme; `docs/api.md` describes each.
+//! key the source's scheme does not use is refused ([`Scheme::uses`]). The README ("Signed
+//! senders") has a complete entry per scheme; `docs/api.md` describes each.
 
 use std::time::Duration;
 
