@@ -1,10 +1,11 @@
 //! `deprov config check`: the configuration file checked as `deprov serve` checks it at start — parsed
 //! and validated, `[tenant] root_table` found in the target's catalog, and every configured statement
-//! accepted by the target database ([`crate::sqlcheck`]) — without starting anything.
+//! accepted by the target database ([`crate::sqlcheck`]) — without starting anything, and without
+//! the senders' secrets, which only `serve` and `worker` read.
 
 use std::path::PathBuf;
 
-use crate::config::Config;
+use crate::config::{Config, Secrets};
 use crate::db::{self, PoolRole, PoolerMode};
 
 /// `deprov config`.
@@ -21,7 +22,8 @@ pub enum ConfigAction {
     /// Check the configuration file against the target database as `deprov serve` does at start:
     /// the file parses and validates, `[tenant] root_table` exists, and the target accepts every
     /// configured statement (`[soft_delete] statements`, `undo_statements`, `orphans`, each
-    /// `tenant_lookup`), parsed and analysed by PostgreSQL without being run.
+    /// `tenant_lookup`), parsed and analysed by PostgreSQL without being run. The secrets the file
+    /// names (`token_env`, `secret_env`, `secret_file`) are not read: each is listed as such.
     ///
     /// Exit status: 0 all good; 1 the file is invalid, the target refuses something (each refused
     /// setting is named with the server's error), or the target cannot be reached.
@@ -71,8 +73,13 @@ impl CheckArgs {
 /// An invalid file, a refused statement or a missing root table (each named), an unreachable target.
 pub async fn run(args: ConfigArgs) -> anyhow::Result<()> {
     let ConfigAction::Check(args) = args.action;
-    let config = Config::load(&args.config.to_string_lossy())?;
+    // As `plan`: no sender's secret is needed to check the file against the target; `serve` and
+    // `worker` read them at start.
+    let config = Config::load_with(&args.config.to_string_lossy(), Secrets::Skip)?;
     println!("{}: valid", args.config.display());
+    for setting in config.secret_settings() {
+        println!("{setting}: not read here (serve and worker read it at start)");
+    }
     let url = args.target()?;
     let options = db::connect_options(url)?;
     args.pooler_mode

@@ -199,7 +199,10 @@ async fn plan_command(
     trial: bool,
 ) -> anyhow::Result<()> {
     args.pooler_mode.apply();
-    let config = crate::config::Config::load(&args.config.to_string_lossy())?;
+    let config = crate::config::Config::load_with(
+        &args.config.to_string_lossy(),
+        crate::config::Secrets::Skip,
+    )?;
     let target = db::pool(
         &db::connect_options(args.target()?)?,
         PoolRole::Cli,

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::acting::Acting;
 use super::{StateDb, cli_pool};
-use crate::config::{Config, PoolConfig};
+use crate::config::{Config, PoolConfig, Secrets};
 use crate::db::{self, Bounds, PoolRole};
 use crate::engine::BatchLimits;
 use crate::queue::JobState;
@@ -326,7 +326,7 @@ async fn reconcile_with(
 /// Configuration, database and refused-request errors.
 pub async fn run_reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
     args.db.pooler_mode.apply();
-    let config = Config::load(&args.target.config.to_string_lossy())?;
+    let config = Config::load_with(&args.target.config.to_string_lossy(), Secrets::Skip)?;
     let state = cli_pool(&args.db.database_url).await?;
     let target = target_pool(&args.db.database_url, &args.target, &config)?;
     let result = async {
@@ -362,7 +362,7 @@ pub(super) async fn undo(
         !reason.is_empty() && reason.chars().count() <= 1000,
         "--reason: must be 1..=1000 characters"
     );
-    let config = Config::load(&target.config.to_string_lossy())?;
+    let config = Config::load_with(&target.config.to_string_lossy(), Secrets::Skip)?;
     let pool = target_pool(state_url, target, &config)?;
     let actor = who(acting.actor.as_deref());
     let result = grace::undo(&mut tx, UndoTarget::new(&pool, &config), id, &actor, reason).await;

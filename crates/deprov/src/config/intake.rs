@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{ConfigError, RateLimitConfig, SourceConfig, invalid};
-use crate::sources::Scheme;
+use crate::sources::{Scheme, Secrets};
 
 /// `[intake]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -96,12 +96,14 @@ impl IntakeConfig {
 }
 
 /// Checks `[sources.NAME]`: names of 1..=64 characters of `[A-Za-z0-9-_.]`; each bearer token
-/// resolved (from `token` or `token_env`), at least 16 characters, and naming one source only.
+/// resolved (from `token`, or `token_env` with [`Secrets::Read`]), at least 16 characters, and
+/// naming one source only.
 ///
 /// # Errors
 /// [`ConfigError::Invalid`] naming the source (or its `token`).
 pub(super) fn validate_sources(
     sources: &BTreeMap<String, SourceConfig>,
+    secrets: Secrets,
 ) -> Result<(), ConfigError> {
     let mut seen = BTreeMap::new();
     for (name, source) in sources {
@@ -120,7 +122,12 @@ pub(super) fn validate_sources(
         if source.scheme != Scheme::Bearer {
             continue;
         }
-        let token = source.resolve_token().map_err(|r| invalid(&key, r))?;
+        let Some(token) = source
+            .resolve_token(secrets)
+            .map_err(|r| invalid(&key, r))?
+        else {
+            continue;
+        };
         if token.len() < 16 {
             return Err(match &source.token_env {
                 Some(var) => invalid(

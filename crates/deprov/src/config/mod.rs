@@ -106,44 +106,105 @@ pub struct Config {
     /// `deprov reconcile`: how fast released jobs become claimable.
     #[serde(default)]
     pub reconcile: ReconcileConfig,
+    /// How the file was loaded: whether the secrets it names were read.
+    #[serde(skip, default = "unread")]
+    pub secrets: Secrets,
 }
 
-pub use crate::sources::SourceConfig;
+fn unread() -> Secrets {
+    Secrets::Skip
+}
+
+pub use crate::sources::{Secrets, SourceConfig};
 
 impl Config {
-    /// Reads and validates the file at `path`. Source tokens given by `token_env` are resolved here.
+    /// Reads and validates the file at `path`, reading the secrets it names (`serve`, `worker`).
     ///
     /// # Errors
     /// [`ConfigError`] naming the key at fault.
     pub fn load(path: &str) -> Result<Self, ConfigError> {
+        Self::load_with(path, Secrets::Read)
+    }
+
+    /// Reads and validates the file at `path`; with [`Secrets::Skip`] the secrets it names are left
+    /// unread (for commands that only use the databases).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the key at fault.
+    pub fn load_with(path: &str, secrets: Secrets) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.into(),
             source,
         })?;
-        Self::from_toml(&text)
+        Self::from_toml_with(&text, secrets)
     }
 
-    /// Parses and validates TOML text.
+    /// Parses and validates TOML text, reading the secrets it names.
     ///
     /// # Errors
     /// [`ConfigError`] naming the key at fault.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        Self::from_toml_with(text, Secrets::Read)
+    }
+
+    /// Parses and validates TOML text; reads the secrets it names only with [`Secrets::Read`].
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the key at fault.
+    pub fn from_toml_with(text: &str, secrets: Secrets) -> Result<Self, ConfigError> {
         let mut config: Config = toml::from_str(text)?;
+        // The keys written in each `[sources.NAME]` (a key its scheme does not use is refused).
+        let raw: toml::Table = toml::from_str(text)?;
+        let tables = raw.get("sources").and_then(toml::Value::as_table);
         for (name, source) in &mut config.sources {
-            source.prepare(name)?;
+            let given = tables
+                .and_then(|t| t.get(name))
+                .and_then(toml::Value::as_table)
+                .map(|t| t.keys().map(String::as_str).collect::<Vec<_>>())
+                .unwrap_or_default();
+            source.prepare(name, given, secrets)?;
         }
         if let Some(n) = &mut config.notifications {
-            n.prepare()?;
+            n.prepare(secrets)?;
         }
-        config.validate()?;
+        config.validate(secrets)?;
+        config.secrets = secrets;
         Ok(config)
+    }
+
+    /// The settings naming a secret (`sources.NAME.token_env`, `…secret_env`, `…secret_file`,
+    /// `notifications.secret_env` / `secret_file`): what [`Secrets::Skip`] leaves unread.
+    pub fn secret_settings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, s) in &self.sources {
+            for (key, given) in [
+                ("token_env", s.token_env.is_some()),
+                ("secret_env", !s.secret_env.is_empty()),
+                ("secret_file", !s.secret_file.is_empty()),
+            ] {
+                if given {
+                    out.push(format!("sources.{name}.{key}"));
+                }
+            }
+        }
+        if let Some(n) = &self.notifications {
+            for (key, given) in [
+                ("secret_env", n.secret_env.is_some()),
+                ("secret_file", n.secret_file.is_some()),
+            ] {
+                if given {
+                    out.push(format!("notifications.{key}"));
+                }
+            }
+        }
+        out
     }
 
     /// Validates each section in turn (each next to its section's keys), then what spans
     /// sections.
-    fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self, secrets: Secrets) -> Result<(), ConfigError> {
         self.tenant.validate()?;
-        intake::validate_sources(&self.sources)?;
+        intake::validate_sources(&self.sources, secrets)?;
         self.soft_delete.validate()?;
         self.reconcile.validate()?;
         self.hard_delete.validate()?;
@@ -164,12 +225,16 @@ impl Config {
         QualifiedName::parse(&self.tenant.root_table).expect("validated at load")
     }
 
-    /// `(token, source name)` pairs for authenticating intake.
+    /// `(token, source name)` pairs for authenticating intake (a token left unread, [`Secrets::Skip`],
+    /// is not among them).
     pub fn source_tokens(&self) -> Vec<(String, String)> {
         self.sources
             .iter()
             .filter(|(_, s)| s.scheme == crate::sources::Scheme::Bearer)
-            .map(|(name, s)| (s.resolve_token().expect("validated at load"), name.clone()))
+            .filter_map(|(name, s)| {
+                let token = s.resolve_token(self.secrets).expect("validated at load");
+                token.map(|t| (t, name.clone()))
+            })
             .collect()
     }
 }

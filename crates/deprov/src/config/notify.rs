@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{ConfigError, invalid};
+use super::{ConfigError, Secrets, invalid};
 
 /// The event types deprov emits: one per terminal job state.
 pub const EVENT_TYPES: [&str; 3] = ["job.completed", "job.failed", "job.cancelled"];
@@ -95,26 +95,21 @@ fn default_poll_interval() -> Duration {
 }
 
 impl NotificationsConfig {
-    /// Validates the values and derives the signing key from `secret_env` / `secret_file`.
+    /// Validates the values and, with [`Secrets::Read`], derives the signing key from `secret_env` /
+    /// `secret_file`.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming `notifications.<key>` (never the secret's value).
-    pub fn prepare(&mut self) -> Result<(), ConfigError> {
+    pub fn prepare(&mut self, secrets: Secrets) -> Result<(), ConfigError> {
         let key = |k: &str| format!("notifications.{k}");
         let url = reqwest::Url::parse(&self.url)
             .map_err(|e| invalid(key("url"), format!("not a URL: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(invalid(key("url"), "must be an http:// or https:// URL"));
         }
-        let secret = match (&self.secret_env, &self.secret_file) {
-            (Some(var), None) => std::env::var(var).map_err(|_| {
-                invalid(
-                    key("secret_env"),
-                    format!("environment variable {var} is not set"),
-                )
-            })?,
-            (None, Some(path)) => std::fs::read_to_string(path)
-                .map_err(|e| invalid(key("secret_file"), format!("{path}: {e}")))?,
+        let which = match (&self.secret_env, &self.secret_file) {
+            (Some(_), None) => "secret_env",
+            (None, Some(_)) => "secret_file",
             _ => {
                 return Err(invalid(
                     key("secret_env"),
@@ -122,15 +117,25 @@ impl NotificationsConfig {
                 ));
             }
         };
-        let which = if self.secret_env.is_some() {
-            "secret_env"
-        } else {
-            "secret_file"
-        };
-        self.key = SigningKey(
-            crate::sources::standard_webhooks::derive_key(secret.trim_end())
-                .map_err(|r| invalid(key(which), r))?,
-        );
+        if secrets == Secrets::Read {
+            let secret = match &self.secret_env {
+                Some(var) => std::env::var(var).map_err(|_| {
+                    invalid(
+                        key("secret_env"),
+                        format!("environment variable {var} is not set"),
+                    )
+                })?,
+                None => {
+                    let path = self.secret_file.as_deref().unwrap_or_default();
+                    std::fs::read_to_string(path)
+                        .map_err(|e| invalid(key("secret_file"), format!("{path}: {e}")))?
+                }
+            };
+            self.key = SigningKey(
+                crate::sources::standard_webhooks::derive_key(secret.trim_end())
+                    .map_err(|r| invalid(key(which), r))?,
+            );
+        }
         if self.events.is_empty() {
             return Err(invalid(key("events"), "list at least one event type"));
         }

@@ -49,6 +49,16 @@ pub enum EngineError {
     /// The cascade pre-check could not decide (too many rows, an unsupported schema feature).
     #[error("{0}")]
     Simulation(String),
+    /// A configured statement failed: `setting` names it as the configuration file does
+    /// (`soft_delete.statements[1]`, `sources.NAME.tenant_lookup`), as the start-up check
+    /// ([`crate::sqlcheck`]) names a refused one. Retryable when `source` is.
+    #[error("{setting}: {}", text(source))]
+    Configured {
+        /// The setting, e.g. `soft_delete.undo_statements[0]`.
+        setting: String,
+        /// The statement's error.
+        source: Box<EngineError>,
+    },
     /// The target server restarted or recovered from a crash since the last checkpoint
     /// ([`Incarnation`] changed), so batches committed deferred after it may be lost: the run
     /// resumes from that checkpoint (the worker does so at once, with every later batch durable).
@@ -64,7 +74,33 @@ pub enum EngineError {
     },
 }
 
+/// `e` for an operator: a database error with its detail, hint and SQLSTATE
+/// ([`crate::db::errors::error_text`]), anything else as it displays.
+pub fn text(e: &EngineError) -> String {
+    match e {
+        EngineError::Db(db) => crate::db::errors::error_text(db),
+        other => other.to_string(),
+    }
+}
+
 impl EngineError {
+    /// `self` as the error of the configured statement `setting` ([`EngineError::Configured`]).
+    pub fn in_setting(self, setting: impl Into<String>) -> Self {
+        Self::Configured {
+            setting: setting.into(),
+            source: Box::new(self),
+        }
+    }
+
+    /// The database error, also inside [`EngineError::Configured`].
+    pub fn db(&self) -> Option<&sqlx::Error> {
+        match self {
+            Self::Db(e) => Some(e),
+            Self::Configured { source, .. } => source.db(),
+            _ => None,
+        }
+    }
+
     /// Whether retrying later may succeed: lock timeout (55P03), statement timeout (57014),
     /// serialization failure (40001), deadlock (40P01), too many connections (53300), the
     /// connection-exception class (08xxx, also PgBouncer's 08P01), admin shutdown (57P01..57P03),
@@ -73,6 +109,7 @@ impl EngineError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Db(e) => is_retryable(e),
+            Self::Configured { source, .. } => source.is_retryable(),
             Self::TargetRestarted { .. } => true,
             Self::Plan(_) | Self::Statement(_) | Self::Simulation(_) => false,
         }
@@ -80,13 +117,10 @@ impl EngineError {
 
     /// The SQLSTATE, when the server sent one.
     pub fn sqlstate(&self) -> Option<String> {
-        match self {
-            Self::Db(e) => e
-                .as_database_error()
-                .and_then(|d| d.code())
-                .map(|c| c.into_owned()),
-            _ => None,
-        }
+        self.db()?
+            .as_database_error()
+            .and_then(|d| d.code())
+            .map(|c| c.into_owned())
     }
 }
 

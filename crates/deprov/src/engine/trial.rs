@@ -199,6 +199,14 @@ pub(super) fn verdict_of(e: sqlx::Error) -> Result<Trial, EngineError> {
     }
 }
 
+/// Whether `e`, inside a trial, says nothing about the data but is out of the trial's bounds or
+/// resources ([`Answer::Undecided`]).
+pub(super) fn undecided(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|code| answer_of(&code) == Answer::Undecided)
+}
+
 /// What an error inside the trial means, by its SQLSTATE (PostgreSQL docs, Appendix A).
 #[derive(Debug, PartialEq, Eq)]
 enum Answer {

@@ -125,6 +125,11 @@ async fn attempt(
         }
         Ok(Err(verdict)) => Ok(verdict),
         Err(EngineError::Db(e)) => verdict_of(e),
+        // A soft-delete statement's error is not the cascade's verdict: the job fails naming the
+        // statement, unless it is only out of time or locks (then the batches go on).
+        Err(e @ EngineError::Configured { .. }) if e.db().is_some_and(super::trial::undecided) => {
+            Ok(Trial::Undecided(e.to_string()))
+        }
         Err(e) => Err(e),
     };
     let undecided = matches!(verdict, Ok(Trial::Undecided(_)));

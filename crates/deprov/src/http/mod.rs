@@ -50,8 +50,9 @@ use axum::response::{IntoResponse, Response};
 use tower::ServiceBuilder;
 use tower_governor::GovernorLayer;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, OnResponse, TraceLayer};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -378,14 +379,67 @@ pub fn router(state: AppState) -> Router {
     with_middleware(api, max_body)
 }
 
-/// Wraps `router` in the service's middleware, outermost first: request ID, trace span, catch-panic
-/// (500 problem), request timeout (503 problem), body limit of `max_body` bytes.
+/// A response extension marking `/readyz`'s 503: the probe's answer while the service starts, is
+/// not migrated or cannot reach its database, not a failure of the request.
+#[derive(Debug, Clone, Copy)]
+struct ProbeAnswer;
+
+/// Marks a 503 of `GET /readyz` as [`ProbeAnswer`].
+async fn mark_probe_answer(request: Request, next: Next) -> Response {
+    let probe = request.uri().path() == "/readyz";
+    let mut response = next.run(request).await;
+    if probe && response.status() == axum::http::StatusCode::SERVICE_UNAVAILABLE {
+        response.extensions_mut().insert(ProbeAnswer);
+    }
+    response
+}
+
+/// The trace layer's log of each response: tower_http's (DEBUG), then a 5xx at ERROR — except a
+/// [`ProbeAnswer`], at DEBUG: an orchestrator probing a starting service every few seconds would
+/// otherwise log an error each time.
+#[derive(Debug, Clone, Copy)]
+struct LogResponse;
+
+impl<B> OnResponse<B> for LogResponse {
+    fn on_response(self, response: &Response<B>, latency: Duration, span: &tracing::Span) {
+        DefaultOnResponse::new().on_response(response, latency, span);
+        let status = response.status();
+        if !status.is_server_error() {
+            return;
+        }
+        let latency_ms = latency.as_millis();
+        if response.extensions().get::<ProbeAnswer>().is_some() {
+            tracing::debug!(parent: span, status = status.as_u16(), latency_ms, "not ready: readiness probe answered 503");
+        } else {
+            tracing::error!(parent: span, status = status.as_u16(), latency_ms, "response failed");
+        }
+    }
+}
+
+/// A failure other than a 5xx status (those are logged by [`LogResponse`]): an error of the
+/// response body, at ERROR.
+fn log_failure(class: ServerErrorsFailureClass, latency: Duration, span: &tracing::Span) {
+    if let ServerErrorsFailureClass::Error(error) = class {
+        let latency_ms = latency.as_millis();
+        tracing::error!(parent: span, error, latency_ms, "response failed");
+    }
+}
+
+/// Wraps `router` in the service's middleware, outermost first: request ID, trace span (5xx logged
+/// at ERROR, `/readyz`'s 503 at DEBUG), catch-panic (500 problem), request timeout (503 problem),
+/// body limit of `max_body` bytes.
 fn with_middleware(router: Router, max_body: usize) -> Router {
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
     router.layer(
         ServiceBuilder::new()
             .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
-            .layer(TraceLayer::new_for_http().make_span_with(request_span))
+            .layer(
+                TraceLayer::new_for_http()
+                    .make_span_with(request_span)
+                    .on_response(LogResponse)
+                    .on_failure(log_failure),
+            )
+            .layer(middleware::from_fn(mark_probe_answer))
             .layer(PropagateRequestIdLayer::new(request_id))
             .layer(CatchPanicLayer::custom(panic_response))
             .layer(middleware::from_fn(move |req, next| {
@@ -402,6 +456,86 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
+
+    /// Every event's level and message, recorded by a `tracing` layer.
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<std::sync::Mutex<Vec<(tracing::Level, String)>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorder {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            struct Message(String);
+            impl tracing::field::Visit for Message {
+                fn record_debug(
+                    &mut self,
+                    field: &tracing::field::Field,
+                    value: &dyn std::fmt::Debug,
+                ) {
+                    if field.name() == "message" {
+                        self.0 = format!("{value:?}");
+                    }
+                }
+            }
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            let level = *event.metadata().level();
+            self.0.lock().unwrap().push((level, message.0));
+        }
+    }
+
+    /// `/readyz` answering 503 is the probe's answer, logged below ERROR; any other 5xx (a 503 of
+    /// another route, a 500) is logged at ERROR.
+    #[tokio::test]
+    async fn a_readiness_probes_503_is_not_logged_as_an_error_and_other_5xx_are() {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let recorder = Recorder::default();
+        let _guard =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
+        let unavailable = || async { StatusCode::SERVICE_UNAVAILABLE };
+        let router: Router = Router::new()
+            .route("/readyz", axum::routing::get(unavailable))
+            .route("/v1/jobs", axum::routing::get(unavailable))
+            .route(
+                "/boom",
+                axum::routing::get(|| async { StatusCode::INTERNAL_SERVER_ERROR }),
+            );
+        let app = with_middleware(router, 1024);
+        let mut logged = Vec::new();
+        for (path, status) in [
+            ("/readyz", StatusCode::SERVICE_UNAVAILABLE),
+            ("/v1/jobs", StatusCode::SERVICE_UNAVAILABLE),
+            ("/boom", StatusCode::INTERNAL_SERVER_ERROR),
+        ] {
+            let response = app
+                .clone()
+                .oneshot(Request::get(path).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(response.status(), status, "{path}");
+            let events = std::mem::take(&mut *recorder.0.lock().unwrap());
+            let errors: Vec<&String> = events
+                .iter()
+                .filter(|(level, _)| *level == tracing::Level::ERROR)
+                .map(|(_, message)| message)
+                .collect();
+            logged.push((path, errors.len()));
+            if path == "/readyz" {
+                assert!(
+                    events.contains(&(
+                        tracing::Level::DEBUG,
+                        "not ready: readiness probe answered 503".to_owned()
+                    )),
+                    "{events:?}"
+                );
+            } else {
+                assert_eq!(errors, ["response failed"], "{path}: {events:?}");
+            }
+        }
+        assert_eq!(logged, [("/readyz", 0), ("/v1/jobs", 1), ("/boom", 1)]);
+    }
 
     #[tokio::test]
     async fn a_panicking_handler_becomes_a_500_problem() {

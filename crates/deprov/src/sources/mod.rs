@@ -25,7 +25,9 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use hmac::{EagerHash, Hmac, KeyInit, Mac};
 
-pub use settings::{Dedup, InvalidSource, Locator, ReinstallScope, Scheme, SourceConfig};
+pub use settings::{
+    Dedup, InvalidSource, Locator, ReinstallScope, SOURCE_KEYS, Scheme, Secrets, SourceConfig,
+};
 
 /// Default timestamp tolerance of the schemes that sign a timestamp (standard-webhooks, Stripe,
 /// Slack): 5 minutes, in the past and in the future. All three document 300 s.

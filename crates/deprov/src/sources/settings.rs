@@ -1,9 +1,11 @@
 //! `[sources.NAME]`: one sender of deletion requests, its scheme, secrets and payload locations.
 //!
 //! Secrets come from environment variables (`secret_env`) or files (`secret_file`, trailing
-//! newline trimmed), never from the file itself, and are read once at start-up by [`SourceConfig::prepare`],
-//! which also derives each scheme's HMAC key. They are kept only as [`Keys`], whose `Debug` prints
-//! nothing. The README ("Signed senders") has a complete entry per scheme; `docs/api.md` describes each.
+//! newline trimmed), never from the file itself, and are read once at start-up of `serve` and
+//! `worker` by [`SourceConfig::prepare`] (other commands leave them unread: [`Secrets`]), which also
+//! derives each scheme's HMAC key. They are kept only as [`Keys`], whose `Debug` prints nothing. A
+//! key the source's scheme does not use is refused ([`Scheme::uses`]). The README ("Signed
+//! senders") has a complete entry per scheme; `docs/api.md` describes each.
 
 use std::time::Duration;
 
@@ -77,6 +79,44 @@ impl Scheme {
         matches!(self, Self::StandardWebhooks | Self::Stripe | Self::Slack)
     }
 
+    /// Whether the scheme reads `key` of its `[sources.NAME]` table (one of [`SOURCE_KEYS`]); a key
+    /// it does not read is refused at load ([`SourceConfig::prepare`]).
+    pub fn uses(self, key: &str) -> bool {
+        match key {
+            "token" | "token_env" => self == Self::Bearer,
+            "secret_env" | "secret_file" => self.is_hmac(),
+            "tolerance" => self.has_timestamp(),
+            "jwks_url" | "jwks_file" | "issuer" | "audience" => self == Self::VercelOidc,
+            // Webhook and deletion-request keys: the partner API takes the installation from its
+            // path and sends no events.
+            "tenant" | "tenant_lookup" | "event" | "delete_events" | "restore_events"
+            | "reinstalls" | "dedup" => self != Self::VercelOidc,
+            _ => true,
+        }
+    }
+
+    /// What a `[sources.NAME]` table of this scheme takes instead of `key`, which it does not use.
+    fn instead(self, key: &str) -> &'static str {
+        match key {
+            "token" | "token_env" if self.is_hmac() => {
+                "its deliveries are signed: give secret_env or secret_file"
+            }
+            "token" | "token_env" => "it checks Vercel's OIDC token against jwks_url or jwks_file",
+            "secret_env" | "secret_file" if self == Self::Bearer => "give token or token_env",
+            "secret_env" | "secret_file" => {
+                "it checks Vercel's OIDC token against jwks_url or jwks_file"
+            }
+            "tolerance" => "it signs no timestamp",
+            "jwks_url" | "jwks_file" | "issuer" | "audience" => {
+                "only vercel-oidc checks OIDC tokens"
+            }
+            "tenant_lookup" => "the partner API's lookup is [vercel] tenant_lookup",
+            _ => {
+                "it sends no webhooks: the partner API takes the installation from DELETE /v1/installations/{id}"
+            }
+        }
+    }
+
     /// The HMAC key for `secret` under this scheme: base64 after `whsec_` for standard-webhooks, the
     /// secret's UTF-8 bytes for the others.
     ///
@@ -89,6 +129,37 @@ impl Scheme {
             _ => Ok(secret.as_bytes().to_vec()),
         }
     }
+}
+
+/// Every key of a `[sources.NAME]` table besides `scheme`, in the order they are checked.
+pub const SOURCE_KEYS: [&str; 16] = [
+    "token",
+    "token_env",
+    "secret_env",
+    "secret_file",
+    "tolerance",
+    "tenant",
+    "tenant_lookup",
+    "event",
+    "delete_events",
+    "restore_events",
+    "reinstalls",
+    "dedup",
+    "jwks_url",
+    "jwks_file",
+    "issuer",
+    "audience",
+];
+
+/// Whether loading the configuration reads the secrets it names (`token_env`, `secret_env`,
+/// `secret_file`, `[notifications]`'s secret).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secrets {
+    /// Read and check them: `serve` and `worker`, which verify and sign with them.
+    Read,
+    /// Leave them unread (every other key and value is still checked): commands that only use the
+    /// databases (`plan`, `config check`, `reconcile`, `jobs undo`) need no sender's secret.
+    Skip,
 }
 
 /// Where a value is read from a verified delivery.
@@ -240,15 +311,42 @@ fn invalid(key: String, reason: impl Into<String>) -> InvalidSource {
 }
 
 impl SourceConfig {
-    /// Reads the secrets of source `name` and derives their keys; checks that the keys the scheme
-    /// needs are present and the others absent.
+    /// Checks source `name`'s table — `given` is the keys written in it: each must be one its
+    /// scheme uses, and those the scheme needs must be there — and, with [`Secrets::Read`], reads
+    /// its secrets and derives their keys.
     ///
     /// # Errors
     /// [`InvalidSource`] naming `sources.NAME.<key>` (never the secret's value).
-    pub fn prepare(&mut self, name: &str) -> Result<(), InvalidSource> {
+    pub fn prepare<'k>(
+        &mut self,
+        name: &str,
+        given: impl IntoIterator<Item = &'k str>,
+        secrets: Secrets,
+    ) -> Result<(), InvalidSource> {
         let key = |k: &str| format!("sources.{name}.{k}");
         let scheme = self.scheme;
-        let has_secrets = !self.secret_env.is_empty() || !self.secret_file.is_empty();
+        let given: Vec<&str> = given.into_iter().collect();
+        for k in SOURCE_KEYS {
+            if given.contains(&k) && !scheme.uses(k) {
+                return Err(invalid(
+                    key(k),
+                    format!(
+                        "not used by scheme {} ({})",
+                        scheme.as_str(),
+                        scheme.instead(k)
+                    ),
+                ));
+            }
+        }
+        if given.contains(&"dedup") && self.dedup == Dedup::Delivery && !scheme.has_delivery_id() {
+            return Err(invalid(
+                key("dedup"),
+                format!(
+                    "scheme {} sends no delivery ID: give \"tenant\", a pointer or a header",
+                    scheme.as_str()
+                ),
+            ));
+        }
         if let Some(e) = self
             .restore_events
             .iter()
@@ -260,40 +358,14 @@ impl SourceConfig {
             ));
         }
         if scheme.is_hmac() {
-            if self.token.is_some() || self.token_env.is_some() {
-                return Err(invalid(
-                    key("token"),
-                    "only for scheme = \"bearer\"; use secret_env or secret_file",
-                ));
-            }
-            let mut keys = Vec::new();
-            for var in &self.secret_env {
-                let secret = std::env::var(var).map_err(|_| {
-                    invalid(
-                        key("secret_env"),
-                        format!("environment variable {var} is not set"),
-                    )
-                })?;
-                keys.push(
-                    scheme
-                        .derive_key(secret.trim_end())
-                        .map_err(|r| invalid(key("secret_env"), format!("{var}: {r}")))?,
-                );
-            }
-            for path in &self.secret_file {
-                let secret = std::fs::read_to_string(path)
-                    .map_err(|e| invalid(key("secret_file"), format!("{path}: {e}")))?;
-                keys.push(
-                    scheme
-                        .derive_key(secret.trim_end())
-                        .map_err(|r| invalid(key("secret_file"), format!("{path}: {r}")))?,
-                );
-            }
-            if keys.is_empty() {
+            if self.secret_env.is_empty() && self.secret_file.is_empty() {
                 return Err(invalid(
                     key("secret_env"),
                     "give at least one secret (secret_env or secret_file)",
                 ));
+            }
+            if secrets == Secrets::Read {
+                self.keys = Keys(self.read_keys(name)?);
             }
             if self.delete_events.is_empty() {
                 return Err(invalid(
@@ -307,9 +379,6 @@ impl SourceConfig {
                     "say where the tenant is: { pointer = \"/…\" } or { header = \"…\" }",
                 ));
             }
-            self.keys = Keys(keys);
-        } else if has_secrets {
-            return Err(invalid(key("secret_env"), "only for HMAC schemes"));
         }
         if scheme == Scheme::VercelOidc {
             if self.jwks_url.is_some() == self.jwks_file.is_some() {
@@ -324,26 +393,11 @@ impl SourceConfig {
             if self.audience.as_deref().is_none_or(str::is_empty) {
                 return Err(invalid(key("audience"), "required for vercel-oidc"));
             }
-        } else if self.jwks_url.is_some()
-            || self.jwks_file.is_some()
-            || self.issuer.is_some()
-            || self.audience.is_some()
-        {
-            return Err(invalid(
-                key("jwks_url"),
-                "jwks_url, jwks_file, issuer and audience are only for vercel-oidc",
-            ));
         }
-        if let Some(t) = self.tolerance {
-            if !scheme.has_timestamp() {
-                return Err(invalid(
-                    key("tolerance"),
-                    format!("{} signs no timestamp", scheme.as_str()),
-                ));
-            }
-            if t < Duration::from_secs(1) || t > Duration::from_secs(3600) {
-                return Err(invalid(key("tolerance"), "must be between 1s and 1h"));
-            }
+        if let Some(t) = self.tolerance
+            && (t < Duration::from_secs(1) || t > Duration::from_secs(3600))
+        {
+            return Err(invalid(key("tolerance"), "must be between 1s and 1h"));
         }
         if self
             .tenant_lookup
@@ -383,19 +437,51 @@ impl SourceConfig {
         Ok(())
     }
 
+    /// Reads the secrets of source `name` (an HMAC scheme) and derives their keys.
+    fn read_keys(&self, name: &str) -> Result<Vec<Vec<u8>>, InvalidSource> {
+        let key = |k: &str| format!("sources.{name}.{k}");
+        let mut keys = Vec::new();
+        for var in &self.secret_env {
+            let secret = std::env::var(var).map_err(|_| {
+                invalid(
+                    key("secret_env"),
+                    format!("environment variable {var} is not set"),
+                )
+            })?;
+            keys.push(
+                self.scheme
+                    .derive_key(secret.trim_end())
+                    .map_err(|r| invalid(key("secret_env"), format!("{var}: {r}")))?,
+            );
+        }
+        for path in &self.secret_file {
+            let secret = std::fs::read_to_string(path)
+                .map_err(|e| invalid(key("secret_file"), format!("{path}: {e}")))?;
+            keys.push(
+                self.scheme
+                    .derive_key(secret.trim_end())
+                    .map_err(|r| invalid(key("secret_file"), format!("{path}: {r}")))?,
+            );
+        }
+        Ok(keys)
+    }
+
     /// The timestamp tolerance in effect.
     pub fn tolerance(&self) -> Duration {
         self.tolerance.unwrap_or(DEFAULT_TOLERANCE)
     }
 
-    /// The bearer token (`bearer` sources only).
+    /// The bearer token (`bearer` sources only); with [`Secrets::Skip`], `None` for a token given
+    /// by `token_env` (the variable is not read).
     ///
     /// # Errors
     /// A reason when not exactly one of `token`, `token_env` is given or the variable is unset.
-    pub fn resolve_token(&self) -> Result<String, String> {
+    pub fn resolve_token(&self, secrets: Secrets) -> Result<Option<String>, String> {
         match (&self.token, &self.token_env) {
-            (Some(t), None) => Ok(t.clone()),
+            (Some(t), None) => Ok(Some(t.clone())),
+            (None, Some(_)) if secrets == Secrets::Skip => Ok(None),
             (None, Some(var)) => std::env::var(var)
+                .map(Some)
                 .map_err(|_| format!("token_env: environment variable {var} is not set")),
             _ => Err("give exactly one of `token` and `token_env`".into()),
         }

@@ -82,3 +82,70 @@ async fn plan_reads_the_target_from_deprov_target_url_alone() {
         "{text}"
     );
 }
+
+/// A configuration whose bearer token, webhook secrets and notification secret are in variables
+/// and a file that do not exist here.
+const SECRETS_UNSET: &str = "[sources.billing]\ntoken_env = \"DEPROV_TEST_UNSET_BILLING_TOKEN\"\n\
+    [sources.hooks]\nscheme = \"stripe\"\nsecret_env = [\"DEPROV_TEST_UNSET_HOOKS_SECRET\"]\n\
+    secret_file = [\"/nonexistent/hooks-secret\"]\ntenant = { pointer = \"/x\" }\ndelete_events = [\"a\"]\n\
+    [notifications]\nurl = \"https://example.com/hook\"\nsecret_env = \"DEPROV_TEST_UNSET_SIGNING\"\n";
+
+/// `deprov <args>` with `config` (plus `[tenant] app.accounts`) as `DEPROV_CONFIG` and `target` as
+/// `DEPROV_TARGET_URL`: exit status and stdout + stderr.
+fn run_with_config(args: &[&str], config: &str, target: &str) -> (Option<i32>, String) {
+    let (_dir, path) =
+        crate::helpers::config_file(&format!("{config}{}", crate::helpers::TENANT_ACCOUNTS));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
+        .args(args)
+        .env("DEPROV_CONFIG", &path)
+        .env("DEPROV_TARGET_URL", target)
+        .env_remove("DEPROV_DATABASE_URL")
+        .env_remove("DEPROV_POOLER_MODE")
+        .output()
+        .unwrap();
+    (out.status.code(), crate::process::output_text(&out))
+}
+
+/// `plan` and `config check` only read the target: they run without any sender's secret, and
+/// `config check` says which it did not read. `serve` still refuses to start without them.
+#[tokio::test]
+async fn read_only_commands_need_no_source_secrets_and_serve_does() {
+    let pg = crate::process::start_pg(Some("INSERT INTO app.accounts VALUES (1)")).await;
+    let target = pg.url("postgres");
+    let (code, text) =
+        run_with_config(&["plan", "--tenant", "1", "--json"], SECRETS_UNSET, &target);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("\"root_rows\": 1"), "{text}");
+    let (code, text) = run_with_config(&["config", "check"], SECRETS_UNSET, &target);
+    assert_eq!(code, Some(0), "{text}");
+    for setting in [
+        "sources.billing.token_env",
+        "sources.hooks.secret_env",
+        "sources.hooks.secret_file",
+        "notifications.secret_env",
+    ] {
+        assert!(
+            text.contains(&format!(
+                "{setting}: not read here (serve and worker read it at start)"
+            )),
+            "{text}"
+        );
+    }
+    assert!(
+        text.contains("tenant.root_table app.accounts (key column id): found"),
+        "{text}"
+    );
+
+    let err = crate::helpers::refused_at_start(
+        "[sources.hooks]\nscheme = \"stripe\"\nsecret_env = [\"DEPROV_TEST_UNSET_HOOKS_SECRET\"]\n\
+         tenant = { pointer = \"/x\" }\ndelete_events = [\"a\"]\n",
+        "",
+    )
+    .await;
+    assert!(
+        err.to_string().contains(
+            "sources.hooks.secret_env`: environment variable DEPROV_TEST_UNSET_HOOKS_SECRET is not set"
+        ),
+        "{err}"
+    );
+}

@@ -34,6 +34,7 @@ mod reconcile;
 mod schema_edges;
 mod skew;
 mod stalled;
+mod statement_errors;
 mod sweep_kill;
 mod tenant_keys;
 mod tree_overrun;

@@ -104,3 +104,71 @@ async fn the_plan_hash_printed_is_the_one_the_job_runs_under() {
     );
     assert_eq!(progress.replans, 0, "{progress:?}");
 }
+
+/// Tenants 1 and 2, each with a user and a project; comments belong to a project (CASCADE) and
+/// name their author (SET NULL). One comment of tenant 2's project is by tenant 1's user.
+const SET_NULL_SCHEMA: &str = r#"
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, name text, installation text UNIQUE, deleted_at timestamptz);
+CREATE TABLE app.users (id bigint PRIMARY KEY, account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE INDEX ON app.users (account_id);
+CREATE TABLE app.projects (id bigint PRIMARY KEY, account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE INDEX ON app.projects (account_id);
+CREATE TABLE app.comments (
+    id bigint PRIMARY KEY,
+    project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE,
+    author_id bigint REFERENCES app.users ON DELETE SET NULL
+);
+CREATE INDEX ON app.comments (project_id);
+CREATE INDEX ON app.comments (author_id);
+INSERT INTO app.accounts (id) VALUES (1), (2);
+INSERT INTO app.users VALUES (10, 1), (20, 2);
+INSERT INTO app.projects VALUES (100, 1), (200, 2);
+INSERT INTO app.comments VALUES (1000, 100, 10), (1001, 100, 20), (2000, 200, 10), (2001, 200, 20);
+ANALYZE;
+"#;
+
+/// A table PostgreSQL's cascade deletes under its parents' batches is said to be deleted only by
+/// the parents whose keys CASCADE into it; a SET NULL parent is named for what it does.
+#[tokio::test]
+async fn a_set_null_parent_is_not_said_to_delete_an_absorbed_tables_rows() {
+    let config = crate::harness::config_hard("batch_rows = 7", "installation", "");
+    let env = crate::harness::env_with_schema(&config, SET_NULL_SCHEMA).await;
+    let report = PlanReport::build(&env.pools.target, &env.config, "1")
+        .await
+        .unwrap();
+    let comments = &report.tables[position(&report, "\"app\".\"comments\"")];
+    assert_eq!(comments.cascaded_by, ["\"app\".\"projects\""], "{report:?}");
+    assert_eq!(
+        comments.set_by,
+        ["\"app\".\"users\" (SET NULL)"],
+        "{report:?}"
+    );
+    let text = report.to_text();
+    assert!(
+        text.contains(
+            "no batches of its own: PostgreSQL's cascade deletes its rows under the batches of \"app\".\"projects\"\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "the batches of \"app\".\"users\" (SET NULL) delete none of its rows: their keys set its referencing columns instead"
+        ),
+        "{text}"
+    );
+    // What happens: tenant 1's project's comments go; tenant 2's comment by tenant 1's user stays,
+    // without its author.
+    let id = env.request("1").await;
+    env.drain(&env.worker("w1")).await;
+    assert_eq!(
+        env.job(id).await.state(),
+        deprov::queue::JobState::Completed
+    );
+    let comments: Vec<(i64, i64, Option<i64>)> =
+        sqlx::query_as("SELECT id, project_id, author_id FROM app.comments ORDER BY id")
+            .fetch_all(&env.db)
+            .await
+            .unwrap();
+    assert_eq!(comments, [(2000, 200, None), (2001, 200, Some(20))]);
+}

@@ -139,7 +139,8 @@ fn bind_as<'q>(
 }
 
 /// Runs the undo statements (`[soft_delete] undo_statements`) in one bounded transaction, like
-/// [`soft_delete`]. Returns the rows affected, or `None`, running nothing, when a statement's `$1`
+/// [`soft_delete`]; a statement's error names it (`soft_delete.undo_statements[N]`,
+/// [`EngineError::Configured`]). Returns the rows affected, or `None`, running nothing, when a statement's `$1`
 /// cannot take the tenant key (say `icfg_49` for a bigint): the soft delete of such a key could not
 /// have run either, so there is nothing to restore.
 ///
@@ -153,19 +154,27 @@ pub async fn undo_soft_delete(
 ) -> Result<Option<u64>, EngineError> {
     let mut tx = crate::db::begin(target, limits.bounds()).await?;
     let mut rows = 0;
-    for sql in statements {
-        let param = tenant_param(&mut tx, sql).await?;
+    for (i, sql) in statements.iter().enumerate() {
+        let setting = || format!("soft_delete.undo_statements[{i}]");
+        let param = tenant_param(&mut tx, sql)
+            .await
+            .map_err(|e| e.in_setting(setting()))?;
         let Ok(q) = bind_as(param, sql, tenant) else {
             tx.rollback().await?;
             return Ok(None);
         };
-        rows += q.execute(&mut *tx).await?.rows_affected();
+        rows += q
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| EngineError::from(e).in_setting(setting()))?
+            .rows_affected();
     }
     tx.commit().await?;
     Ok(Some(rows))
 }
 
-/// Step 1: runs the soft-delete statements in one bounded transaction. Returns rows affected.
+/// Step 1: runs the soft-delete statements in one bounded transaction. Returns rows affected. A
+/// statement's error names it (`soft_delete.statements[N]`, [`EngineError::Configured`]).
 ///
 /// # Errors
 /// Database errors; [`EngineError::Statement`] when a statement's `$1` cannot take the tenant key.
@@ -191,9 +200,14 @@ pub(crate) async fn soft_delete_in(
     tenant: &str,
 ) -> Result<u64, EngineError> {
     let mut rows = 0;
-    for sql in statements {
-        let q = bind_tenant(&mut *tx, sql, tenant).await?;
-        rows += q.execute(&mut *tx).await?.rows_affected();
+    for (i, sql) in statements.iter().enumerate() {
+        let ran = async {
+            let q = bind_tenant(&mut *tx, sql, tenant).await?;
+            Ok::<_, EngineError>(q.execute(&mut *tx).await?.rows_affected())
+        };
+        rows += ran
+            .await
+            .map_err(|e| e.in_setting(format!("soft_delete.statements[{i}]")))?;
     }
     Ok(rows)
 }
@@ -231,7 +245,7 @@ pub fn key_text(row: &PgRow) -> Result<Option<String>, ()> {
 
 /// Resolves a tenant key with the configured lookup statement (`$1` = the lookup value; the first
 /// column of the first row is the tenant key, read by [`key_text`]). `None` when no row matches or
-/// the key is NULL.
+/// the key is NULL. The caller names the setting in its errors ([`EngineError::in_setting`]).
 ///
 /// # Errors
 /// Database errors; [`EngineError::Statement`] for an unusable statement.

@@ -151,3 +151,225 @@ fn a_delivery_id_is_declared_where_one_is_read() {
         );
     }
 }
+
+/// A minimal valid `[sources.s]` body for `scheme`, with its secret in an environment variable
+/// (unread: parsed with [`crate::config::Secrets::Skip`]).
+fn minimal_entry(scheme: Scheme) -> String {
+    let name = scheme.as_str();
+    match scheme {
+        Scheme::Bearer => "token = \"0123456789abcdef0\"".into(),
+        Scheme::VercelOidc => format!(
+            "scheme = \"{name}\"\njwks_url = \"https://example.com/jwks\"\nissuer = \"i\"\naudience = \"a\""
+        ),
+        _ => format!(
+            "scheme = \"{name}\"\nsecret_env = [\"DEPROV_TEST_UNSET_VAR_8\"]\n\
+             tenant = {{ pointer = \"/x\" }}\ndelete_events = [\"a\"]"
+        ),
+    }
+}
+
+/// A value of each `[sources.NAME]` key, as it would be written.
+fn sample_value(key: &str) -> &'static str {
+    match key {
+        "token" => "\"fedcba9876543210f\"",
+        "token_env" => "\"DEPROV_TEST_UNSET_VAR_9\"",
+        "secret_env" => "[\"DEPROV_TEST_UNSET_VAR_9\"]",
+        "secret_file" => "[\"/nonexistent/secret\"]",
+        "tolerance" => "\"1m\"",
+        "tenant" | "event" => "{ header = \"x-tenant\" }",
+        "tenant_lookup" => "\"SELECT id FROM app.accounts WHERE slug = $1\"",
+        "delete_events" => "[\"a\"]",
+        "restore_events" => "[\"b\"]",
+        "reinstalls" => "\"any\"",
+        "dedup" => "\"tenant\"",
+        "jwks_url" => "\"https://example.com/jwks\"",
+        "jwks_file" => "\"/nonexistent/jwks.json\"",
+        "issuer" | "audience" => "\"x\"",
+        other => panic!("no sample for {other}"),
+    }
+}
+
+/// The keys each scheme ignores, as the request paths read them: bearer sources send deletion
+/// requests and webhooks, HMAC sources webhooks, and `vercel-oidc` only the partner API's
+/// `DELETE /v1/installations/{id}` (whose lookup is `[vercel] tenant_lookup`).
+fn unused_by(scheme: Scheme) -> Vec<&'static str> {
+    let oidc = ["jwks_url", "jwks_file", "issuer", "audience"];
+    let mut out = match scheme {
+        Scheme::Bearer => vec!["secret_env", "secret_file", "tolerance"],
+        Scheme::VercelOidc => vec![
+            "token",
+            "token_env",
+            "secret_env",
+            "secret_file",
+            "tolerance",
+            "tenant",
+            "tenant_lookup",
+            "event",
+            "delete_events",
+            "restore_events",
+            "reinstalls",
+            "dedup",
+        ],
+        Scheme::StandardWebhooks | Scheme::Stripe | Scheme::Slack => vec!["token", "token_env"],
+        Scheme::Github | Scheme::Shopify | Scheme::VercelWebhook => {
+            vec!["token", "token_env", "tolerance"]
+        }
+    };
+    if scheme != Scheme::VercelOidc {
+        out.extend(oidc);
+    }
+    out
+}
+
+/// Every key a scheme does not use is refused by name, for every scheme; every key it uses is
+/// not refused as unused.
+#[test]
+fn every_scheme_refuses_the_keys_it_does_not_use() {
+    use crate::config::{Config, Secrets};
+    let base = "[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n";
+    for scheme in Scheme::ALL {
+        let entry = minimal_entry(scheme);
+        Config::from_toml_with(&format!("[sources.s]\n{entry}\n{base}"), Secrets::Skip)
+            .unwrap_or_else(|e| panic!("{}: {e}", scheme.as_str()));
+        let unused = unused_by(scheme);
+        for key in SOURCE_KEYS {
+            if entry.lines().any(|l| l.starts_with(&format!("{key} ="))) {
+                continue;
+            }
+            let text = format!(
+                "[sources.s]\n{entry}\n{key} = {}\n{base}",
+                sample_value(key)
+            );
+            let result = Config::from_toml_with(&text, Secrets::Skip);
+            let refused = format!(
+                "configuration key `sources.s.{key}`: not used by scheme {}",
+                scheme.as_str()
+            );
+            match result {
+                Err(e) if unused.contains(&key) => {
+                    assert!(e.to_string().starts_with(&refused), "{text}\n-> {e}");
+                }
+                Err(e) => assert!(!e.to_string().contains("not used by"), "{text}\n-> {e}"),
+                Ok(_) => assert!(!unused.contains(&key), "{text}\n accepted"),
+            }
+        }
+    }
+    // The example of a Vercel partner-API source with webhook keys.
+    let err = Config::from_toml_with(
+        &format!(
+            "[sources.vercel]\n{}\ntenant = {{ pointer = \"/x\" }}\ndelete_events = [\"a\"]\n{base}",
+            minimal_entry(Scheme::VercelOidc)
+        ),
+        Secrets::Skip,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with(
+            "configuration key `sources.vercel.tenant`: not used by scheme vercel-oidc"
+        ),
+        "{err}"
+    );
+    // `dedup = "delivery"` written out where the scheme has no delivery ID.
+    let err = Config::from_toml_with(
+        &format!(
+            "[sources.s]\n{}\ndedup = \"delivery\"\n{base}",
+            minimal_entry(Scheme::Bearer)
+        ),
+        Secrets::Skip,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("sources.s.dedup") && err.contains("sends no delivery ID"),
+        "{err}"
+    );
+}
+
+/// [`SOURCE_KEYS`] (and `scheme`) are exactly the keys a `[sources.NAME]` table accepts, so a key
+/// added later is checked against every scheme too.
+#[test]
+fn the_source_keys_are_every_key_of_a_source_table() {
+    let err = toml::from_str::<SourceConfig>("no_such_key = 1")
+        .unwrap_err()
+        .to_string();
+    let expected = err.split("expected one of").nth(1).expect(&err);
+    let mut accepted: Vec<&str> = expected
+        .split(',')
+        .map(|k| k.trim().trim_matches('`'))
+        .filter(|k| !k.is_empty())
+        .collect();
+    accepted.sort_unstable();
+    let mut keys: Vec<&str> = SOURCE_KEYS.iter().copied().chain(["scheme"]).collect();
+    keys.sort_unstable();
+    assert_eq!(accepted, keys, "{err}");
+}
+
+/// Without the secrets (`plan`, `config check`, …) a file whose secret variables and files are
+/// absent loads, every other value still checked; with them (`serve`, `worker`) it is refused
+/// naming the variable or file.
+#[test]
+fn secrets_are_read_only_when_asked_for() {
+    use crate::config::{Config, Secrets};
+    let text = "[sources.billing]\ntoken_env = \"DEPROV_TEST_UNSET_VAR_10\"\n\
+                [sources.hooks]\nscheme = \"stripe\"\nsecret_env = [\"DEPROV_TEST_UNSET_VAR_11\"]\n\
+                secret_file = [\"/nonexistent/hooks-secret\"]\n\
+                tenant = { pointer = \"/x\" }\ndelete_events = [\"a\"]\n\
+                [notifications]\nurl = \"https://example.com/hook\"\nsecret_env = \"DEPROV_TEST_UNSET_VAR_12\"\n\
+                [tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n";
+    let config = Config::from_toml_with(text, Secrets::Skip).unwrap();
+    assert_eq!(
+        config.secret_settings(),
+        [
+            "sources.billing.token_env",
+            "sources.hooks.secret_env",
+            "sources.hooks.secret_file",
+            "notifications.secret_env"
+        ]
+    );
+    assert!(config.sources["hooks"].keys.0.is_empty());
+    assert!(config.source_tokens().is_empty());
+    // Each secret on its own, read: refused naming its variable or file.
+    let tenant = "[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n";
+    let hooks = "[sources.hooks]\nscheme = \"stripe\"\ntenant = { pointer = \"/x\" }\ndelete_events = [\"a\"]\n";
+    for (entry, named) in [
+        (
+            "[sources.billing]\ntoken_env = \"DEPROV_TEST_UNSET_VAR_10\"\n".to_owned(),
+            "sources.billing`: token_env: environment variable DEPROV_TEST_UNSET_VAR_10 is not set",
+        ),
+        (
+            format!("{hooks}secret_env = [\"DEPROV_TEST_UNSET_VAR_11\"]\n"),
+            "sources.hooks.secret_env`: environment variable DEPROV_TEST_UNSET_VAR_11 is not set",
+        ),
+        (
+            format!("{hooks}secret_file = [\"/nonexistent/hooks-secret\"]\n"),
+            "sources.hooks.secret_file`: /nonexistent/hooks-secret",
+        ),
+        (
+            "[notifications]\nurl = \"https://example.com/hook\"\nsecret_env = \"DEPROV_TEST_UNSET_VAR_12\"\n"
+                .to_owned(),
+            "notifications.secret_env`: environment variable DEPROV_TEST_UNSET_VAR_12 is not set",
+        ),
+    ] {
+        let text = format!("{entry}{tenant}");
+        Config::from_toml_with(&text, Secrets::Skip).unwrap();
+        let err = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(err.contains(named), "{err}");
+    }
+    // The rest is checked all the same: a short literal token, a source without any secret.
+    let short = text.replace(
+        "token_env = \"DEPROV_TEST_UNSET_VAR_10\"",
+        "token = \"short\"",
+    );
+    let err = Config::from_toml_with(&short, Secrets::Skip)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("sources.billing.token"), "{err}");
+    let no_secret = text
+        .replace("secret_env = [\"DEPROV_TEST_UNSET_VAR_11\"]\n", "")
+        .replace("secret_file = [\"/nonexistent/hooks-secret\"]\n", "");
+    let err = Config::from_toml_with(&no_secret, Secrets::Skip)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("sources.hooks.secret_env"), "{err}");
+}

@@ -102,7 +102,7 @@ impl JobRun {
             Err(Stop::Outcome(outcome)) => Some(outcome),
             Err(Stop::LeaseLost) => None,
             Err(Stop::Error(e)) => {
-                if let EngineError::Db(db) = &e
+                if let Some(db) = e.db()
                     && db::connection_lost(db)
                 {
                     // The pooler or a server restarted: the other idle connections are gone too.
@@ -123,11 +123,8 @@ impl JobRun {
     /// since the job last advanced make `max_attempts` (`stalled_attempts`, [`jobs::heartbeat`]);
     /// a run that advanced the job is retried however many claims it had in all.
     fn classify(&self, e: &EngineError) -> Outcome {
-        // Only a database error carries a SQLSTATE.
-        let text = match e {
-            EngineError::Db(db) => crate::db::errors::error_text(db),
-            other => other.to_string(),
-        };
+        // Only a database error carries a SQLSTATE; a configured statement's names its setting.
+        let text = engine::text(e);
         let deleted = self.progress.rows_deleted;
         let message = if deleted > 0 {
             format!("{text}; {deleted} rows of the tenant were already deleted")
@@ -397,29 +394,41 @@ impl JobRun {
     /// source with `tenant_lookup`), to a tenant key; `None` = no such tenant (nothing to delete).
     async fn resolve(&mut self) -> Result<Option<String>, Stop> {
         let w = &self.worker;
-        let (lookup, value) = if self.job.subject_kind == SubjectKind::Lookup.as_str() {
-            let (source, value) = self.job.subject.split_once(':').unwrap_or(("", ""));
-            let sql = w
-                .config
-                .sources
-                .get(source)
-                .and_then(|s| s.tenant_lookup.clone());
-            if sql.is_none() {
-                return Err(Stop::Error(EngineError::Statement(format!(
-                    "sources.{source}.tenant_lookup is no longer configured; cannot resolve {value:?}"
-                ))));
-            }
-            (sql, value.to_owned())
-        } else {
-            let sql = w
-                .config
-                .vercel
-                .as_ref()
-                .and_then(|v| v.tenant_lookup.clone());
-            (sql, self.job.subject.clone())
-        };
+        // The statement, the setting that holds it, the value it looks up, and what that value is.
+        let (lookup, setting, value, what) =
+            if self.job.subject_kind == SubjectKind::Lookup.as_str() {
+                let (source, value) = self.job.subject.split_once(':').unwrap_or(("", ""));
+                let setting = format!("sources.{source}.tenant_lookup");
+                let sql = w
+                    .config
+                    .sources
+                    .get(source)
+                    .and_then(|s| s.tenant_lookup.clone());
+                if sql.is_none() {
+                    return Err(Stop::Error(EngineError::Statement(format!(
+                        "{setting} is no longer configured; cannot resolve {value:?}"
+                    ))));
+                }
+                let what = format!("{value:?} sent by source {source}");
+                (sql, setting, value.to_owned(), what)
+            } else {
+                let sql = w
+                    .config
+                    .vercel
+                    .as_ref()
+                    .and_then(|v| v.tenant_lookup.clone());
+                let what = format!("Vercel installation {:?}", self.job.subject);
+                (
+                    sql,
+                    "vercel.tenant_lookup".to_owned(),
+                    self.job.subject.clone(),
+                    what,
+                )
+            };
         let tenant = match lookup {
-            Some(sql) => engine::lookup_tenant(&w.pools.target, &sql, &value, &self.limits).await?,
+            Some(sql) => engine::lookup_tenant(&w.pools.target, &sql, &value, &self.limits)
+                .await
+                .map_err(|e| e.in_setting(&setting))?,
             None => Some(value),
         };
         match &tenant {
@@ -432,8 +441,7 @@ impl JobRun {
             },
             None => {
                 self.progress.note = Some(format!(
-                    "no tenant found for installation {:?}; nothing to delete",
-                    self.job.subject
+                    "no tenant found for {what} ({setting} returned no tenant key); nothing to delete"
                 ))
             }
         }
