@@ -218,100 +218,145 @@ pub async fn receive(
     };
     authenticate(&state, &name, source, &headers, &body)?;
     if payload::reads_body(source) {
-        // Acknowledging it as an ignored event would tell the sender a deletion was handled.
-        match serde_json::from_slice::<serde_json::Value>(&body) {
-            Err(e) => {
-                return Err(ApiError::BadRequest(format!(
-                    "the delivery's body is not valid JSON: {e}"
-                )));
-            }
-            Ok(v) if !v.is_object() => {
-                return Err(ApiError::BadRequest(
-                    "the delivery's body is not a JSON object".into(),
-                ));
-            }
-            Ok(_) => {}
-        }
+        json_object(&body)?;
     }
     let delivery = payload::extract(source, &headers, &body);
-    if source.scheme == Scheme::Slack && delivery.event.as_deref() == Some("url_verification") {
-        let challenge = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v.get("challenge")?.as_str().map(str::to_owned));
-        return Ok((
-            StatusCode::OK,
-            axum::Json(WebhookAnswer {
-                outcome: WebhookOutcome::Challenge,
-                event_type: delivery.event,
-                request_id: None,
-                job_id: None,
-                state: None,
-                duplicate: false,
-                challenge,
-                reinstall: None,
-            }),
-        ));
-    }
-    if let Some(event) = delivery
+    let answer = if source.scheme == Scheme::Slack
+        && delivery.event.as_deref() == Some("url_verification")
+    {
+        (StatusCode::OK, slack_challenge(&body, delivery.event))
+    } else if let Some(event) = delivery
         .event
         .as_deref()
         .filter(|e| source.restore_events.iter().any(|r| r == e))
     {
-        let tenant = delivery.tenant.as_deref().ok_or_else(|| {
-            ApiError::Unprocessable(format!(
-                "no tenant at sources.{name}.tenant ({:?})",
-                source.tenant
-            ))
-        })?;
-        let reason = format!("event {event}");
-        let outcome =
-            super::reconcile::reinstall_subject(&state, &name, tenant, Some(&reason)).await?;
-        tracing::info!(source = %name, event, ?outcome, "webhook reinstall");
-        return Ok((
+        (
             StatusCode::OK,
-            axum::Json(WebhookAnswer {
-                outcome: WebhookOutcome::Reinstall,
-                event_type: delivery.event.clone(),
-                request_id: None,
-                job_id: None,
-                state: None,
-                duplicate: false,
-                challenge: None,
-                reinstall: Some(outcome),
-            }),
-        ));
-    }
-    if !delivery.deletes {
-        let key = delivery
-            .dedup
-            .clone()
-            .unwrap_or_else(|| hex::encode(Sha256::digest(&body)));
-        let (id, duplicate) = crate::queue::ignored::record(
-            &state.pools.intake,
-            &name,
-            delivery.event.as_deref(),
-            &key,
+            reinstall(&state, &name, source, &delivery, event).await?,
         )
-        .await?;
-        tracing::info!(source = %name, event = ?delivery.event, duplicate, "webhook ignored: not a delete event");
-        return Ok((
+    } else if !delivery.deletes {
+        (
             StatusCode::OK,
-            axum::Json(WebhookAnswer {
-                outcome: WebhookOutcome::Ignored,
-                event_type: delivery.event,
-                request_id: Some(id),
-                job_id: None,
-                state: None,
-                duplicate,
-                challenge: None,
-                reinstall: None,
-            }),
-        ));
+            ignore(&state, &name, &delivery, &body).await?,
+        )
+    } else {
+        (
+            StatusCode::ACCEPTED,
+            record(&state, &name, source, &delivery).await?,
+        )
+    };
+    Ok((answer.0, axum::Json(answer.1)))
+}
+
+impl WebhookAnswer {
+    /// An answer of `outcome` for a delivery of `event_type`, with nothing recorded yet.
+    fn new(outcome: WebhookOutcome, event_type: Option<String>) -> Self {
+        Self {
+            outcome,
+            event_type,
+            request_id: None,
+            job_id: None,
+            state: None,
+            duplicate: false,
+            challenge: None,
+            reinstall: None,
+        }
     }
+}
+
+/// Refuses (400) a body that is not a JSON object, for a source that reads its event type, tenant
+/// or deduplication key from the body: acknowledging it as an ignored event would tell the sender
+/// a deletion was handled.
+fn json_object(body: &[u8]) -> Result<(), ApiError> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Err(e) => Err(ApiError::BadRequest(format!(
+            "the delivery's body is not valid JSON: {e}"
+        ))),
+        Ok(v) if !v.is_object() => Err(ApiError::BadRequest(
+            "the delivery's body is not a JSON object".into(),
+        )),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Slack's `url_verification`: the body's `challenge`, echoed; nothing stored.
+fn slack_challenge(body: &[u8], event: Option<String>) -> WebhookAnswer {
+    let challenge = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("challenge")?.as_str().map(str::to_owned));
+    WebhookAnswer {
+        challenge,
+        ..WebhookAnswer::new(WebhookOutcome::Challenge, event)
+    }
+}
+
+/// A `restore_events` event: the tenant reinstalled ([`super::reconcile::reinstall_subject`]).
+///
+/// # Errors
+/// 422 without a tenant where the source says it is; the reinstall's errors.
+async fn reinstall(
+    state: &AppState,
+    name: &str,
+    source: &SourceConfig,
+    delivery: &payload::Delivery,
+    event: &str,
+) -> Result<WebhookAnswer, ApiError> {
+    let tenant = delivery.tenant.as_deref().ok_or_else(|| {
+        ApiError::Unprocessable(format!(
+            "no tenant at sources.{name}.tenant ({:?})",
+            source.tenant
+        ))
+    })?;
+    let reason = format!("event {event}");
+    let outcome = super::reconcile::reinstall_subject(state, name, tenant, Some(&reason)).await?;
+    tracing::info!(source = %name, event, ?outcome, "webhook reinstall");
+    Ok(WebhookAnswer {
+        reinstall: Some(outcome),
+        ..WebhookAnswer::new(WebhookOutcome::Reinstall, delivery.event.clone())
+    })
+}
+
+/// A verified delivery whose event does not delete: recorded as ignored (deduplicated on its
+/// key, else the body's SHA-256), so a redelivery answers `duplicate`.
+///
+/// # Errors
+/// The state database's.
+async fn ignore(
+    state: &AppState,
+    name: &str,
+    delivery: &payload::Delivery,
+    body: &[u8],
+) -> Result<WebhookAnswer, ApiError> {
+    let key = delivery
+        .dedup
+        .clone()
+        .unwrap_or_else(|| hex::encode(Sha256::digest(body)));
+    let (id, duplicate) =
+        crate::queue::ignored::record(&state.pools.intake, name, delivery.event.as_deref(), &key)
+            .await?;
+    tracing::info!(source = %name, event = ?delivery.event, duplicate, "webhook ignored: not a delete event");
+    Ok(WebhookAnswer {
+        request_id: Some(id),
+        duplicate,
+        ..WebhookAnswer::new(WebhookOutcome::Ignored, delivery.event.clone())
+    })
+}
+
+/// A deleting event: recorded as a deletion request, as intake records one.
+///
+/// # Errors
+/// 422 without a tenant or deduplication key where the source says, or a delivery ID reused with
+/// another body; intake's errors.
+async fn record(
+    state: &AppState,
+    name: &str,
+    source: &SourceConfig,
+    delivery: &payload::Delivery,
+) -> Result<WebhookAnswer, ApiError> {
     let req = new_request(
-        &name,
+        name,
         source,
-        &delivery,
+        delivery,
         state.readiness.sql_check().key_form(),
     )?;
     let accepted = state.record(req).await.map_err(|e| match e {
@@ -325,17 +370,11 @@ pub async fn receive(
     })?;
     tracing::info!(source = %name, event = ?delivery.event, request_id = %accepted.request_id,
         job_id = %accepted.job_id, duplicate = accepted.duplicate, "webhook deletion recorded");
-    Ok((
-        StatusCode::ACCEPTED,
-        axum::Json(WebhookAnswer {
-            outcome: WebhookOutcome::Recorded,
-            event_type: delivery.event,
-            request_id: Some(accepted.request_id),
-            job_id: Some(accepted.job_id),
-            state: Some(job_state(&accepted.state)?),
-            duplicate: accepted.duplicate,
-            challenge: None,
-            reinstall: None,
-        }),
-    ))
+    Ok(WebhookAnswer {
+        request_id: Some(accepted.request_id),
+        job_id: Some(accepted.job_id),
+        state: Some(job_state(&accepted.state)?),
+        duplicate: accepted.duplicate,
+        ..WebhookAnswer::new(WebhookOutcome::Recorded, delivery.event.clone())
+    })
 }
