@@ -319,30 +319,7 @@ impl PlanReport {
             total
         );
         for t in &self.tables {
-            let _ = writeln!(out, "  {:>3}. {:<50} {:>12} rows", t.order, t.table, t.rows);
-            for p in &t.paths {
-                let _ = writeln!(out, "       via {p}");
-            }
-            if t.direct_only {
-                let _ = writeln!(
-                    out,
-                    "       batches only through its key to the root: a row reached only through another path goes with that path's parent's cascade"
-                );
-            }
-            if !t.cascaded_by.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "       no batches of its own: PostgreSQL's cascade deletes its rows under the batches of {}",
-                    t.cascaded_by.join(", ")
-                );
-            }
-            if !t.set_by.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "       the batches of {} delete none of its rows: their keys set its referencing columns instead",
-                    t.set_by.join(", ")
-                );
-            }
+            t.write_text(&mut out);
         }
         if self.blockers.is_empty() {
             let _ = writeln!(out, "blockers: none");
@@ -407,5 +384,40 @@ impl PlanReport {
             }
         }
         out
+    }
+}
+
+impl TableReport {
+    /// This table's lines of [`PlanReport::to_text`]: its place in the order, rows, paths, and
+    /// what deletes its rows when it has no batches of its own.
+    fn write_text(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "  {:>3}. {:<50} {:>12} rows",
+            self.order, self.table, self.rows
+        );
+        for p in &self.paths {
+            let _ = writeln!(out, "       via {p}");
+        }
+        if self.direct_only {
+            let _ = writeln!(
+                out,
+                "       batches only through its key to the root: a row reached only through another path goes with that path's parent's cascade"
+            );
+        }
+        if !self.cascaded_by.is_empty() {
+            let _ = writeln!(
+                out,
+                "       no batches of its own: PostgreSQL's cascade deletes its rows under the batches of {}",
+                self.cascaded_by.join(", ")
+            );
+        }
+        if !self.set_by.is_empty() {
+            let _ = writeln!(
+                out,
+                "       the batches of {} delete none of its rows: their keys set its referencing columns instead",
+                self.set_by.join(", ")
+            );
+        }
     }
 }
