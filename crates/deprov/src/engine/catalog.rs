@@ -159,34 +159,28 @@ pub struct Catalog {
     pub foreign_keys: Vec<ForeignKey>,
 }
 
-impl Catalog {
-    /// Reads the catalog. Three queries; cost grows with the number of tables, not rows.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub async fn read(conn: &mut PgConnection) -> Result<Self, sqlx::Error> {
-        let tables: Vec<(i64, String, String, bool, Vec<String>, f64)> = crate::db::query_as(
-            "SELECT c.oid::int8, n.nspname::text, c.relname::text, c.relkind = 'p', \
+/// Ordinary and partitioned tables (not partitions) outside the system schemas: oid, schema, name,
+/// partitioned, primary-key columns in key order, `reltuples`.
+const TABLES: &str = "SELECT c.oid::int8, n.nspname::text, c.relname::text, c.relkind = 'p', \
                coalesce((SELECT array_agg(a.attname::text ORDER BY k.ord) \
                  FROM pg_constraint pk CROSS JOIN LATERAL unnest(pk.conkey) WITH ORDINALITY k(attnum, ord) \
                  JOIN pg_attribute a ON a.attrelid = pk.conrelid AND a.attnum = k.attnum \
                  WHERE pk.conrelid = c.oid AND pk.contype = 'p'), '{}'), c.reltuples::float8 \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
-               AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'",
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        let columns: Vec<(i64, String, String)> = crate::db::query_as(
-            "SELECT a.attrelid::int8, a.attname::text, format_type(a.atttypid, a.atttypmod) \
+               AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'";
+
+/// The columns of those tables with their types (`format_type`).
+const COLUMNS: &str = "SELECT a.attrelid::int8, a.attname::text, format_type(a.atttypid, a.atttypmod) \
              FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
-               AND n.nspname NOT IN ('pg_catalog', 'information_schema')",
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        let fks: Vec<FkRow> = crate::db::query_as(
-            "SELECT c.conname::text, c.conrelid::int8, \
+               AND n.nspname NOT IN ('pg_catalog', 'information_schema')";
+
+/// Foreign keys (a partitioned table's own, not its partitions' copies): name, referencing table
+/// and columns, referenced table and columns, `confdeltype`, deferrable, whether the action sets a
+/// NOT NULL column, whether every referencing column is NOT NULL, and whether an index leads with
+/// exactly the referencing columns.
+const FOREIGN_KEYS: &str = "SELECT c.conname::text, c.conrelid::int8, \
                ARRAY(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY k(attnum, ord) \
                      JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum ORDER BY k.ord), \
                c.confrelid::int8, \
@@ -200,12 +194,33 @@ impl Catalog {
                EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.conrelid AND i.indpred IS NULL \
                  AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] @> c.conkey \
                  AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] <@ c.conkey) \
-             FROM pg_constraint c WHERE c.contype = 'f' AND c.conparentid = 0",
-        )
-        .fetch_all(&mut *conn)
-        .await?;
+             FROM pg_constraint c WHERE c.contype = 'f' AND c.conparentid = 0";
 
+/// A row of [`TABLES`].
+type TableRow = (i64, String, String, bool, Vec<String>, f64);
+
+impl Catalog {
+    /// Reads the catalog. Three queries; cost grows with the number of tables, not rows.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn read(conn: &mut PgConnection) -> Result<Self, sqlx::Error> {
+        let tables: Vec<TableRow> = crate::db::query_as(TABLES).fetch_all(&mut *conn).await?;
+        let columns: Vec<(i64, String, String)> =
+            crate::db::query_as(COLUMNS).fetch_all(&mut *conn).await?;
+        let fks: Vec<FkRow> = crate::db::query_as(FOREIGN_KEYS)
+            .fetch_all(&mut *conn)
+            .await?;
         let mut catalog = Catalog::default();
+        catalog.add_tables(tables);
+        catalog.add_columns(columns);
+        catalog.add_foreign_keys(fks);
+        Ok(catalog)
+    }
+
+    /// The tables of [`TABLES`], keyed by their primary key's columns (types filled in by
+    /// [`Self::add_columns`]), else by `ctid`.
+    fn add_tables(&mut self, tables: Vec<TableRow>) {
         for (oid, schema, name, partitioned, pk, estimated_rows) in tables {
             let key = if pk.is_empty() {
                 RowKey::Ctid
@@ -217,7 +232,7 @@ impl Catalog {
                 )
             };
             let oid = oid as u32;
-            catalog.tables.insert(
+            self.tables.insert(
                 oid,
                 Table {
                     oid,
@@ -229,12 +244,16 @@ impl Catalog {
                 },
             );
         }
+    }
+
+    /// The columns of [`COLUMNS`] with their types, and the types of each primary key's columns.
+    fn add_columns(&mut self, columns: Vec<(i64, String, String)>) {
         for (oid, col, ty) in columns {
-            if let Some(t) = catalog.tables.get_mut(&(oid as u32)) {
+            if let Some(t) = self.tables.get_mut(&(oid as u32)) {
                 t.columns.insert(col, SqlType::from_catalog(ty));
             }
         }
-        for t in catalog.tables.values_mut() {
+        for t in self.tables.values_mut() {
             if let RowKey::Columns(cols) = &mut t.key {
                 for (col, ty) in cols.iter_mut() {
                     *ty = t
@@ -245,6 +264,10 @@ impl Catalog {
                 }
             }
         }
+    }
+
+    /// The foreign keys of [`FOREIGN_KEYS`] between tables of the catalog.
+    fn add_foreign_keys(&mut self, fks: Vec<FkRow>) {
         for (
             name,
             from,
@@ -259,8 +282,8 @@ impl Catalog {
         ) in fks
         {
             let (from, to) = (from as u32, to as u32);
-            if catalog.tables.contains_key(&from) && catalog.tables.contains_key(&to) {
-                catalog.foreign_keys.push(ForeignKey {
+            if self.tables.contains_key(&from) && self.tables.contains_key(&to) {
+                self.foreign_keys.push(ForeignKey {
                     name,
                     from,
                     from_cols,
@@ -274,7 +297,6 @@ impl Catalog {
                 });
             }
         }
-        Ok(catalog)
     }
 
     /// Whether an index is known to lead with exactly `columns` of `table` (in any order): its
