@@ -118,53 +118,10 @@ impl Plan {
             })?;
         let fks = &catalog.foreign_keys;
 
-        // Closure and shortest paths: breadth-first over cascading foreign keys, child to parent.
-        let mut tree_paths: BTreeMap<u32, Vec<usize>> = BTreeMap::from([(root_oid, Vec::new())]);
-        let mut queue = VecDeque::from([root_oid]);
-        while let Some(parent) = queue.pop_front() {
-            for (i, fk) in fks.iter().enumerate() {
-                if fk.to == parent
-                    && fk.on_delete == OnDelete::Cascade
-                    && !tree_paths.contains_key(&fk.from)
-                {
-                    let mut path = vec![i];
-                    path.extend(tree_paths[&parent].iter().copied());
-                    tree_paths.insert(fk.from, path);
-                    queue.push_back(fk.from);
-                }
-            }
-        }
+        let tree_paths = shortest_paths(fks, root_oid);
         let closure: BTreeSet<u32> = tree_paths.keys().copied().collect();
 
-        // Leaves first: post-order over "is referenced by" edges inside the closure.
-        let mut order = Vec::new();
-        let mut visited = BTreeSet::new();
-        post_order(&catalog, &closure, root_oid, &mut visited, &mut order);
-
-        let mut steps = Vec::new();
-        for &table in &order {
-            if table != root_oid {
-                let mut paths = Vec::new();
-                let mut on_path = BTreeSet::from([table]);
-                all_paths(
-                    &catalog,
-                    &closure,
-                    root_oid,
-                    table,
-                    &mut on_path,
-                    &mut Vec::new(),
-                    &mut paths,
-                );
-                if paths.is_empty() {
-                    paths.push(tree_paths[&table].clone()); // more than MAX_PATHS: the shortest one
-                }
-                steps.extend(paths.into_iter().map(|path| Step { table, path }));
-            }
-        }
-        steps.push(Step {
-            table: root_oid,
-            path: Vec::new(),
-        });
+        let steps = leaves_first_steps(&catalog, &closure, &tree_paths, root_oid);
 
         let into_closure = |pred: &dyn Fn(OnDelete) -> bool| -> Vec<usize> {
             fks.iter()
@@ -350,6 +307,68 @@ impl Plan {
 /// Most paths enumerated per table; beyond it the table keeps only its shortest path and PostgreSQL's
 /// cascade removes rows reachable through the others (still correct, just not leaves-first).
 pub const MAX_PATHS: usize = 64;
+
+/// The tenant's closure with each table's shortest path to the root (foreign-key indexes, child to
+/// parent): breadth-first over cascading foreign keys from `root_oid`.
+fn shortest_paths(fks: &[super::catalog::ForeignKey], root_oid: u32) -> BTreeMap<u32, Vec<usize>> {
+    let mut tree_paths: BTreeMap<u32, Vec<usize>> = BTreeMap::from([(root_oid, Vec::new())]);
+    let mut queue = VecDeque::from([root_oid]);
+    while let Some(parent) = queue.pop_front() {
+        for (i, fk) in fks.iter().enumerate() {
+            if fk.to == parent
+                && fk.on_delete == OnDelete::Cascade
+                && !tree_paths.contains_key(&fk.from)
+            {
+                let mut path = vec![i];
+                path.extend(tree_paths[&parent].iter().copied());
+                tree_paths.insert(fk.from, path);
+                queue.push_back(fk.from);
+            }
+        }
+    }
+    tree_paths
+}
+
+/// The plan's steps, leaves first (post-order over "is referenced by" edges inside `closure`):
+/// one per path from the root to each table (at most `MAX_PATHS`, else its shortest path in
+/// `tree_paths`), the root's own step last.
+fn leaves_first_steps(
+    catalog: &Catalog,
+    closure: &BTreeSet<u32>,
+    tree_paths: &BTreeMap<u32, Vec<usize>>,
+    root_oid: u32,
+) -> Vec<Step> {
+    // Leaves first: post-order over "is referenced by" edges inside the closure.
+    let mut order = Vec::new();
+    let mut visited = BTreeSet::new();
+    post_order(catalog, closure, root_oid, &mut visited, &mut order);
+
+    let mut steps = Vec::new();
+    for &table in &order {
+        if table != root_oid {
+            let mut paths = Vec::new();
+            let mut on_path = BTreeSet::from([table]);
+            all_paths(
+                catalog,
+                closure,
+                root_oid,
+                table,
+                &mut on_path,
+                &mut Vec::new(),
+                &mut paths,
+            );
+            if paths.is_empty() {
+                paths.push(tree_paths[&table].clone()); // more than MAX_PATHS: the shortest one
+            }
+            steps.extend(paths.into_iter().map(|path| Step { table, path }));
+        }
+    }
+    steps.push(Step {
+        table: root_oid,
+        path: Vec::new(),
+    });
+    steps
+}
 
 /// Every simple cascading path from `table` to the root, in foreign-key order (depth-first).
 /// Leaves `out` empty when there are more than [`MAX_PATHS`].
