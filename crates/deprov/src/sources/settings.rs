@@ -323,9 +323,27 @@ impl SourceConfig {
         given: impl IntoIterator<Item = &'k str>,
         secrets: Secrets,
     ) -> Result<(), InvalidSource> {
+        let given: Vec<&str> = given.into_iter().collect();
+        self.check_keys(name, &given)?;
+        self.check_events(name)?;
+        if self.scheme.is_hmac() {
+            self.prepare_hmac(name, secrets)?;
+        }
+        if self.scheme == Scheme::VercelOidc {
+            self.check_oidc(name)?;
+        }
+        self.check_values(name)?;
+        if self.dedup == Dedup::Delivery && !self.scheme.has_delivery_id() {
+            self.dedup = Dedup::Tenant;
+        }
+        Ok(())
+    }
+
+    /// Refuses a key of `given` (the keys written in the table) that the scheme does not read, and
+    /// `dedup = "delivery"` for a scheme that sends no delivery ID.
+    fn check_keys(&self, name: &str, given: &[&str]) -> Result<(), InvalidSource> {
         let key = |k: &str| format!("sources.{name}.{k}");
         let scheme = self.scheme;
-        let given: Vec<&str> = given.into_iter().collect();
         for k in SOURCE_KEYS {
             if given.contains(&k) && !scheme.uses(k) {
                 return Err(invalid(
@@ -347,6 +365,12 @@ impl SourceConfig {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Refuses an event type that both restores and deletes.
+    fn check_events(&self, name: &str) -> Result<(), InvalidSource> {
+        let key = |k: &str| format!("sources.{name}.{k}");
         if let Some(e) = self
             .restore_events
             .iter()
@@ -357,43 +381,59 @@ impl SourceConfig {
                 format!("{e:?} is also in delete_events"),
             ));
         }
-        if scheme.is_hmac() {
-            if self.secret_env.is_empty() && self.secret_file.is_empty() {
-                return Err(invalid(
-                    key("secret_env"),
-                    "give at least one secret (secret_env or secret_file)",
-                ));
-            }
-            if secrets == Secrets::Read {
-                self.keys = Keys(self.read_keys(name)?);
-            }
-            if self.delete_events.is_empty() {
-                return Err(invalid(
-                    key("delete_events"),
-                    "list the event types that mean delete",
-                ));
-            }
-            if self.tenant.is_none() {
-                return Err(invalid(
-                    key("tenant"),
-                    "say where the tenant is: { pointer = \"/…\" } or { header = \"…\" }",
-                ));
-            }
+        Ok(())
+    }
+
+    /// An HMAC scheme: a secret given (read, and its keys derived, with [`Secrets::Read`]), the
+    /// event types that delete, and where the tenant is.
+    fn prepare_hmac(&mut self, name: &str, secrets: Secrets) -> Result<(), InvalidSource> {
+        let key = |k: &str| format!("sources.{name}.{k}");
+        if self.secret_env.is_empty() && self.secret_file.is_empty() {
+            return Err(invalid(
+                key("secret_env"),
+                "give at least one secret (secret_env or secret_file)",
+            ));
         }
-        if scheme == Scheme::VercelOidc {
-            if self.jwks_url.is_some() == self.jwks_file.is_some() {
-                return Err(invalid(
-                    key("jwks_url"),
-                    "give exactly one of jwks_url and jwks_file",
-                ));
-            }
-            if self.issuer.as_deref().is_none_or(str::is_empty) {
-                return Err(invalid(key("issuer"), "required for vercel-oidc"));
-            }
-            if self.audience.as_deref().is_none_or(str::is_empty) {
-                return Err(invalid(key("audience"), "required for vercel-oidc"));
-            }
+        if secrets == Secrets::Read {
+            self.keys = Keys(self.read_keys(name)?);
         }
+        if self.delete_events.is_empty() {
+            return Err(invalid(
+                key("delete_events"),
+                "list the event types that mean delete",
+            ));
+        }
+        if self.tenant.is_none() {
+            return Err(invalid(
+                key("tenant"),
+                "say where the tenant is: { pointer = \"/…\" } or { header = \"…\" }",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `vercel-oidc`: exactly one JWKS source, an issuer and an audience.
+    fn check_oidc(&self, name: &str) -> Result<(), InvalidSource> {
+        let key = |k: &str| format!("sources.{name}.{k}");
+        if self.jwks_url.is_some() == self.jwks_file.is_some() {
+            return Err(invalid(
+                key("jwks_url"),
+                "give exactly one of jwks_url and jwks_file",
+            ));
+        }
+        if self.issuer.as_deref().is_none_or(str::is_empty) {
+            return Err(invalid(key("issuer"), "required for vercel-oidc"));
+        }
+        if self.audience.as_deref().is_none_or(str::is_empty) {
+            return Err(invalid(key("audience"), "required for vercel-oidc"));
+        }
+        Ok(())
+    }
+
+    /// The tolerance's range, a non-empty `tenant_lookup`, and well-formed JSON pointers and header
+    /// names for the tenant, the event type and the deduplication key.
+    fn check_values(&self, name: &str) -> Result<(), InvalidSource> {
+        let key = |k: &str| format!("sources.{name}.{k}");
         if let Some(t) = self.tolerance
             && (t < Duration::from_secs(1) || t > Duration::from_secs(3600))
         {
@@ -430,9 +470,6 @@ impl SourceConfig {
                 }
                 _ => {}
             }
-        }
-        if self.dedup == Dedup::Delivery && !scheme.has_delivery_id() {
-            self.dedup = Dedup::Tenant;
         }
         Ok(())
     }
