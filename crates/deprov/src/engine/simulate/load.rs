@@ -138,6 +138,45 @@ pub(super) async fn facts(
         set_cols: vec![Vec::new(); fks.len()],
         ..Facts::default()
     };
+    add_triggers(&mut facts, triggers, &index);
+    let columns: BTreeMap<(u32, String), (bool, Option<String>, bool)> = columns
+        .into_iter()
+        .map(|(rel, col, nn, def, vol)| ((rel as u32, col), (nn, def, vol)))
+        .collect();
+    for (from, con, cols) in set_cols {
+        let Some(&i) = index.get(&(from as u32, con.as_str())) else {
+            continue;
+        };
+        let fk = &fks[i];
+        let set_default = fk.on_delete == crate::engine::catalog::OnDelete::SetDefault;
+        for column in cols {
+            let (not_null, default, volatile) = columns
+                .get(&(fk.from, column.clone()))
+                .cloned()
+                .unwrap_or((false, None, false));
+            let value = match default {
+                Some(expr) if set_default => {
+                    default_value(pool, plan, limits, fk, &column, expr, volatile).await?
+                }
+                _ => None,
+            };
+            facts.set_cols[i].push(SetCol {
+                column,
+                not_null,
+                value,
+            });
+        }
+    }
+    Ok(facts)
+}
+
+/// The referential triggers of [`facts`]' read, by table, each table's in name order (the order
+/// PostgreSQL fires them in), for the foreign keys of `index`.
+fn add_triggers(
+    facts: &mut Facts,
+    triggers: Vec<(i64, String, i64, String, String, bool)>,
+    index: &HashMap<(u32, &str), usize>,
+) {
     for (rel, name, from, con, proname, deferred) in triggers {
         let Some(&fk) = index.get(&(from as u32, con.as_str())) else {
             continue;
@@ -160,55 +199,44 @@ pub(super) async fn facts(
     for list in facts.triggers.values_mut() {
         list.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
     }
-    let columns: BTreeMap<(u32, String), (bool, Option<String>, bool)> = columns
-        .into_iter()
-        .map(|(rel, col, nn, def, vol)| ((rel as u32, col), (nn, def, vol)))
-        .collect();
-    for (from, con, cols) in set_cols {
-        let Some(&i) = index.get(&(from as u32, con.as_str())) else {
-            continue;
-        };
-        let fk = &fks[i];
-        let set_default = fk.on_delete == crate::engine::catalog::OnDelete::SetDefault;
-        for column in cols {
-            let (not_null, default, volatile) = columns
-                .get(&(fk.from, column.clone()))
-                .cloned()
-                .unwrap_or((false, None, false));
-            let value = match default {
-                Some(expr) if set_default => {
-                    if volatile {
-                        return Err(SimError::Unsupported(format!(
-                            "column {:?} of {} (ON DELETE SET DEFAULT of {:?}) has a volatile default",
-                            column,
-                            plan.name(fk.from),
-                            fk.name
-                        )));
-                    }
-                    let ty = &plan.catalog.tables[&fk.from].columns[&column];
-                    let mut b = SqlBuilder::new();
-                    b.sql("SELECT (")
-                        .expr(&CatalogExpr::from_catalog(expr))
-                        .sql("::")
-                        .ty(ty)
-                        .sql(")::text");
-                    let mut tx = begin(pool, limits).await?;
-                    let v: Option<String> = crate::db::query_scalar(b.build().as_query())
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    tx.commit().await?;
-                    v
-                }
-                _ => None,
-            };
-            facts.set_cols[i].push(SetCol {
-                column,
-                not_null,
-                value,
-            });
-        }
+}
+
+/// The value `ON DELETE SET DEFAULT` of `fk` writes into `column`: its default `expr`, evaluated
+/// once by the target in its own bounded transaction and cast to the column's type, as text.
+///
+/// # Errors
+/// [`SimError::Unsupported`] for a volatile default (each row would get another value); the
+/// target's errors.
+async fn default_value(
+    pool: &PgPool,
+    plan: &Plan,
+    limits: &BatchLimits,
+    fk: &crate::engine::catalog::ForeignKey,
+    column: &str,
+    expr: String,
+    volatile: bool,
+) -> Result<Option<String>, SimError> {
+    if volatile {
+        return Err(SimError::Unsupported(format!(
+            "column {:?} of {} (ON DELETE SET DEFAULT of {:?}) has a volatile default",
+            column,
+            plan.name(fk.from),
+            fk.name
+        )));
     }
-    Ok(facts)
+    let ty = &plan.catalog.tables[&fk.from].columns[column];
+    let mut b = SqlBuilder::new();
+    b.sql("SELECT (")
+        .expr(&CatalogExpr::from_catalog(expr))
+        .sql("::")
+        .ty(ty)
+        .sql(")::text");
+    let mut tx = begin(pool, limits).await?;
+    let v: Option<String> = crate::db::query_scalar(b.build().as_query())
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(v)
 }
 
 /// One row read: `(tableoid, ctid as text, tracked column values as text)`.
