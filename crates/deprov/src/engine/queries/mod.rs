@@ -164,76 +164,140 @@ fn children(
 /// The root step (empty path) has no parent: it deletes the root row by its key.
 pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor, jump: bool) -> Statement {
     let Some((&first, rest)) = step.path.split_first() else {
-        let mut b = SqlBuilder::new();
-        b.sql("WITH del AS (DELETE FROM ")
-            .relation(plan.name(step.table), plan.partitioned(step.table))
-            .sql(" t0 WHERE ");
-        b.col(0, &plan.key_column).sql(" = $1::").ty(&plan.key_type);
-        b.sql(" RETURNING 1) SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM del), 0::int8, 0::int8, NULL::text[], NULL::text[]");
-        return b.build();
+        return root_batch(plan, step);
     };
-    let fk = &plan.catalog.foreign_keys[first];
-    let parent = &plan.catalog.tables[&fk.to];
-    let child = &plan.catalog.tables[&step.table];
-    let key = child.key_columns();
-    let key_cols: Vec<String> = key.iter().map(|(c, _)| c.clone()).collect();
-    let parent_types: Vec<&crate::sql::SqlType> =
-        fk.to_cols.iter().map(|c| &parent.columns[c]).collect();
-    let key_types: Vec<&crate::sql::SqlType> = key.iter().map(|(_, t)| t).collect();
-    let np = fk.to_cols.len();
-    let pnames: Vec<String> = (0..np).map(|i| format!("p{i}")).collect();
-    let knames: Vec<String> = (0..key.len()).map(|i| format!("k{i}")).collect();
-    let order: Vec<&String> = pnames.iter().chain(knames.iter()).collect();
-    // Trees go leaves first: descending keys (see above); so do tables referencing themselves
-    // through other actions, whose referenced rows a batch keeps back.
-    let held = plan.held_self_refs(step.table);
-    let desc = plan.is_tree(step.table) || !held.is_empty();
-    // A table without a primary key is keyed by `ctid`, an order no index gives: `ORDER BY ctid
-    // LIMIT n` over one parent's children reads and sorts all of them, every batch, so a batch's
-    // time would not depend on its size. Such a table's children of a parent are taken in index
-    // order instead, with no position inside the parent: every row a batch selects is deleted
-    // (nothing is kept back: no tree, no held reference), so the rest of a parent's children are
-    // exactly those still there.
-    let unordered = matches!(child.key, super::catalog::RowKey::Ctid) && !desc;
-    // (name, descending) of the batch's order: parents ascending, children in the step's direction.
-    let directed: Vec<(&String, bool)> = pnames
-        .iter()
-        .map(|p| (p, false))
-        .chain(knames.iter().map(|k| (k, desc)))
-        .collect();
-
+    let shape = BatchShape::new(plan, step, first);
     let mut b = SqlBuilder::new();
     // The next parents after the cursor's.
-    b.sql(if held.is_empty() {
+    b.sql(if shape.held.is_empty() {
         "WITH "
     } else {
         "WITH RECURSIVE "
     });
-    b.sql("par AS MATERIALIZED (SELECT ");
-    b.join(&fk.to_cols, ", ", |b, i, c| {
-        b.col(1, c).sql(" AS p").int(i as i64);
-    });
-    parents_after(&mut b, plan, fk, rest, 1, cursor, &parent_types);
-    if jump {
-        // The first remaining parent, read apart (see `Jump`), so the ordered scan starts there.
-        b.sql(" AND (");
-        cols(&mut b, 1, &fk.to_cols);
-        b.sql(") >= (SELECT ");
-        cols(&mut b, JUMP_BASE + 1, &fk.to_cols);
-        b.sql(" FROM (SELECT ");
-        cols(&mut b, JUMP_BASE + 1, &fk.to_cols);
-        parents_after(&mut b, plan, fk, rest, JUMP_BASE + 1, cursor, &parent_types);
-        b.sql(" OFFSET 0) ").alias(JUMP_BASE + 1).sql(" ORDER BY ");
-        cols(&mut b, JUMP_BASE + 1, &fk.to_cols);
-        b.sql(" LIMIT 1)");
-    }
-    b.sql(" ORDER BY ");
-    cols(&mut b, 1, &fk.to_cols);
-    b.sql(" LIMIT $4), batch AS (");
+    shape.parents(&mut b, rest, cursor, jump);
+    b.sql(", batch AS (");
     if let Cursor::Within(..) = cursor {
-        // The rest of the cursor parent's children.
+        shape.cursor_parent_rest(&mut b, jump);
+        b.sql(" UNION ALL ");
+    }
+    shape.next_parents_children(&mut b, jump);
+    if !shape.held.is_empty() {
+        // In a table that is also a tree, a row kept back must not go by its parent's cascade
+        // either: its CASCADE references to itself keep rows back too (a parent goes once its
+        // children are gone, as the held passes and the sweep then allow).
+        kept(&mut b, plan, step.table, &plan.self_refs(step.table));
+    }
+    shape.delete_and_count(&mut b);
+    b.build()
+}
+
+/// The root step's batch: the root row by its key.
+fn root_batch(plan: &Plan, step: &Step) -> Statement {
+    let mut b = SqlBuilder::new();
+    b.sql("WITH del AS (DELETE FROM ")
+        .relation(plan.name(step.table), plan.partitioned(step.table))
+        .sql(" t0 WHERE ");
+    b.col(0, &plan.key_column).sql(" = $1::").ty(&plan.key_type);
+    b.sql(" RETURNING 1) SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM del), 0::int8, 0::int8, NULL::text[], NULL::text[]");
+    b.build()
+}
+
+/// What [`batch`]'s statement is built from: the step's first foreign key, its parent and child
+/// tables, the names of the parent values (`p0`, …) and child keys (`k0`, …) a batch row carries,
+/// and the children's order.
+struct BatchShape<'p> {
+    plan: &'p Plan,
+    step: &'p Step,
+    /// The step's first foreign key (index into the catalog's foreign keys).
+    first: usize,
+    fk: &'p super::catalog::ForeignKey,
+    child: &'p super::catalog::Table,
+    key_cols: Vec<String>,
+    parent_types: Vec<&'p crate::sql::SqlType>,
+    key_types: Vec<crate::sql::SqlType>,
+    pnames: Vec<String>,
+    knames: Vec<String>,
+    /// Self-references of the table through other actions than CASCADE, whose referenced rows a
+    /// batch keeps back.
+    held: Vec<usize>,
+    /// Children in descending key order: trees go leaves first, and so do tables with held
+    /// self-references.
+    desc: bool,
+    /// A table without a primary key (keyed by `ctid`), whose children of a parent are taken in
+    /// index order with no position inside the parent: `ORDER BY ctid LIMIT n` over one parent's
+    /// children reads and sorts all of them, every batch, so a batch's time would not depend on its
+    /// size. Every row a batch selects is deleted (nothing is kept back: no tree, no held
+    /// reference), so the rest of a parent's children are exactly those still there.
+    unordered: bool,
+}
+
+impl<'p> BatchShape<'p> {
+    fn new(plan: &'p Plan, step: &'p Step, first: usize) -> Self {
+        let fk = &plan.catalog.foreign_keys[first];
+        let parent = &plan.catalog.tables[&fk.to];
+        let child = &plan.catalog.tables[&step.table];
+        let key = child.key_columns();
+        let held = plan.held_self_refs(step.table);
+        let desc = plan.is_tree(step.table) || !held.is_empty();
+        Self {
+            plan,
+            step,
+            first,
+            fk,
+            child,
+            key_cols: key.iter().map(|(c, _)| c.clone()).collect(),
+            parent_types: fk.to_cols.iter().map(|c| &parent.columns[c]).collect(),
+            knames: (0..key.len()).map(|i| format!("k{i}")).collect(),
+            key_types: key.into_iter().map(|(_, t)| t).collect(),
+            pnames: (0..fk.to_cols.len()).map(|i| format!("p{i}")).collect(),
+            unordered: matches!(child.key, super::catalog::RowKey::Ctid) && !desc,
+            held,
+            desc,
+        }
+    }
+
+    /// (name, descending) of the batch's order: parents ascending, children in the step's
+    /// direction.
+    fn directed(&self) -> Vec<(&String, bool)> {
+        self.pnames
+            .iter()
+            .map(|p| (p, false))
+            .chain(self.knames.iter().map(|k| (k, self.desc)))
+            .collect()
+    }
+
+    /// `par`: the next `$4` parents after the cursor's (with `jump`, from the first remaining
+    /// one, read apart so the ordered scan starts there).
+    fn parents(&self, b: &mut SqlBuilder, rest: &[usize], cursor: &Cursor, jump: bool) {
+        let (plan, fk) = (self.plan, self.fk);
+        b.sql("par AS MATERIALIZED (SELECT ");
+        b.join(&fk.to_cols, ", ", |b, i, c| {
+            b.col(1, c).sql(" AS p").int(i as i64);
+        });
+        parents_after(b, plan, fk, rest, 1, cursor, &self.parent_types);
+        if jump {
+            b.sql(" AND (");
+            cols(b, 1, &fk.to_cols);
+            b.sql(") >= (SELECT ");
+            cols(b, JUMP_BASE + 1, &fk.to_cols);
+            b.sql(" FROM (SELECT ");
+            cols(b, JUMP_BASE + 1, &fk.to_cols);
+            parents_after(b, plan, fk, rest, JUMP_BASE + 1, cursor, &self.parent_types);
+            b.sql(" OFFSET 0) ").alias(JUMP_BASE + 1).sql(" ORDER BY ");
+            cols(b, JUMP_BASE + 1, &fk.to_cols);
+            b.sql(" LIMIT 1)");
+        }
+        b.sql(" ORDER BY ");
+        cols(b, 1, &fk.to_cols);
+        b.sql(" LIMIT $4)");
+    }
+
+    /// The rest of the cursor parent's children (the parent's values from `$3`), after the
+    /// cursor's child key (`$3` too).
+    fn cursor_parent_rest(&self, b: &mut SqlBuilder, jump: bool) {
+        let parent_types = &self.parent_types;
         b.sql("(SELECT ");
-        b.join(&pnames, ", ", |b, i, p| {
+        b.join(&self.pnames, ", ", |b, i, p| {
             b.sql("($3::text[])[")
                 .int(i as i64 + 1)
                 .sql("]::")
@@ -249,94 +313,104 @@ pub fn batch(plan: &Plan, step: &Step, cursor: &Cursor, jump: bool) -> Statement
                 .sql("]::")
                 .ty(parent_types[i]);
         };
-        children(&mut b, plan, step, first, &key_cols, &cursor_parent);
-        if !unordered {
+        let (plan, step, first) = (self.plan, self.step, self.first);
+        children(b, plan, step, first, &self.key_cols, &cursor_parent);
+        if !self.unordered {
             b.sql(" AND (");
-            cols(&mut b, 0, &key_cols);
-            b.sql(if desc { ") < " } else { ") > " });
-            cursor_values(&mut b, &key_types, np);
+            cols(b, 0, &self.key_cols);
+            b.sql(if self.desc { ") < " } else { ") > " });
+            let key_types: Vec<&crate::sql::SqlType> = self.key_types.iter().collect();
+            cursor_values(b, &key_types, self.pnames.len());
             if jump {
                 first_child(
-                    &mut b,
+                    b,
                     plan,
                     step,
                     first,
-                    &key_cols,
-                    desc,
+                    &self.key_cols,
+                    self.desc,
                     &cursor_parent,
-                    Some((&key_types, np)),
+                    Some((&key_types, self.pnames.len())),
                 );
             }
             b.sql(" ORDER BY ");
-            cols_ordered(&mut b, 0, &key_cols, desc);
+            cols_ordered(b, 0, &self.key_cols, self.desc);
         }
-        b.sql(" LIMIT $2) c) UNION ALL ");
+        b.sql(" LIMIT $2) c)");
     }
-    b.sql("(SELECT ");
-    b.join(&pnames, ", ", |b, _, p| {
-        b.sql("par.").ident(p);
-    });
-    b.sql(", c.* FROM par CROSS JOIN LATERAL (");
-    // The lateral parent: its i-th value from `par`.
-    let par_parent = |b: &mut SqlBuilder, i: usize| {
-        b.sql("par.").ident(&pnames[i]);
-    };
-    children(&mut b, plan, step, first, &key_cols, &par_parent);
-    if !unordered {
-        if jump {
-            first_child(
-                &mut b,
-                plan,
-                step,
-                first,
-                &key_cols,
-                desc,
-                &par_parent,
-                None,
-            );
+
+    /// The children of each parent of `par` (at most `$2` each, in key order), then the first `$2`
+    /// of them all in (parent, key) order: the batch.
+    fn next_parents_children(&self, b: &mut SqlBuilder, jump: bool) {
+        let (plan, step, first) = (self.plan, self.step, self.first);
+        b.sql("(SELECT ");
+        b.join(&self.pnames, ", ", |b, _, p| {
+            b.sql("par.").ident(p);
+        });
+        b.sql(", c.* FROM par CROSS JOIN LATERAL (");
+        // The lateral parent: its i-th value from `par`.
+        let par_parent = |b: &mut SqlBuilder, i: usize| {
+            b.sql("par.").ident(&self.pnames[i]);
+        };
+        children(b, plan, step, first, &self.key_cols, &par_parent);
+        if !self.unordered {
+            if jump {
+                first_child(
+                    b,
+                    plan,
+                    step,
+                    first,
+                    &self.key_cols,
+                    self.desc,
+                    &par_parent,
+                    None,
+                );
+            }
+            b.sql(" ORDER BY ");
+            cols_ordered(b, 0, &self.key_cols, self.desc);
         }
-        b.sql(" ORDER BY ");
-        cols_ordered(&mut b, 0, &key_cols, desc);
+        b.sql(" LIMIT $2) c) ORDER BY ");
+        b.join(&self.directed(), ", ", |b, _, (c, d)| {
+            b.ident(c).sql(if *d { " DESC" } else { "" });
+        });
+        b.sql(" LIMIT $2)");
     }
-    b.sql(" LIMIT $2) c) ORDER BY ");
-    b.join(&directed, ", ", |b, _, (c, d)| {
-        b.ident(c).sql(if *d { " DESC" } else { "" });
-    });
-    b.sql(" LIMIT $2)");
-    if !held.is_empty() {
-        // In a table that is also a tree, a row kept back must not go by its parent's cascade
-        // either: its CASCADE references to itself keep rows back too (a parent goes once its
-        // children are gone, as the held passes and the sweep then allow).
-        kept(&mut b, plan, step.table, &plan.self_refs(step.table));
+
+    /// `del`: the batch's rows deleted by `ctid` (but those kept back), then the statement's
+    /// result row: rows selected, deleted, parents read, parents used, the last parent and the
+    /// last selected row as text.
+    fn delete_and_count(&self, b: &mut SqlBuilder) {
+        let (plan, step) = (self.plan, self.step);
+        b.sql(", del AS (DELETE FROM ")
+            .relation(plan.name(step.table), plan.partitioned(step.table))
+            .sql(" d ");
+        if self.child.partitioned {
+            b.sql("USING batch WHERE d.tableoid = batch.toid AND d.ctid = batch.tid");
+        } else {
+            b.sql("WHERE d.ctid = ANY (ARRAY(SELECT tid FROM batch))");
+        }
+        if !self.held.is_empty() {
+            b.sql(" AND NOT EXISTS (SELECT 1 FROM kept WHERE kept.tid = d.ctid AND kept.toid = d.tableoid)");
+        }
+        b.sql(" RETURNING 1) SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM del), (SELECT count(*) FROM par), ");
+        b.sql("(SELECT count(*) FROM (SELECT DISTINCT ");
+        b.join(&self.pnames, ", ", |b, _, p| {
+            b.ident(p);
+        });
+        b.sql(" FROM batch) u), (SELECT ARRAY[");
+        b.join(&self.pnames, ", ", |b, _, p| {
+            b.ident(p).sql("::text");
+        });
+        b.sql("] FROM par ORDER BY ");
+        b.join(&self.pnames, ", ", |b, _, p| {
+            b.ident(p).sql(" DESC");
+        });
+        b.sql(" LIMIT 1), ");
+        let directed = self.directed();
+        let order: Vec<&String> = self.pnames.iter().chain(self.knames.iter()).collect();
+        let reversed: Vec<(&String, bool)> = directed.iter().map(|&(c, d)| (c, !d)).collect();
+        last_as_text(b, "batch", &order, &reversed);
     }
-    b.sql(", del AS (DELETE FROM ")
-        .relation(plan.name(step.table), plan.partitioned(step.table))
-        .sql(" d ");
-    if child.partitioned {
-        b.sql("USING batch WHERE d.tableoid = batch.toid AND d.ctid = batch.tid");
-    } else {
-        b.sql("WHERE d.ctid = ANY (ARRAY(SELECT tid FROM batch))");
-    }
-    if !held.is_empty() {
-        b.sql(" AND NOT EXISTS (SELECT 1 FROM kept WHERE kept.tid = d.ctid AND kept.toid = d.tableoid)");
-    }
-    b.sql(" RETURNING 1) SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM del), (SELECT count(*) FROM par), ");
-    b.sql("(SELECT count(*) FROM (SELECT DISTINCT ");
-    b.join(&pnames, ", ", |b, _, p| {
-        b.ident(p);
-    });
-    b.sql(" FROM batch) u), (SELECT ARRAY[");
-    b.join(&pnames, ", ", |b, _, p| {
-        b.ident(p).sql("::text");
-    });
-    b.sql("] FROM par ORDER BY ");
-    b.join(&pnames, ", ", |b, _, p| {
-        b.ident(p).sql(" DESC");
-    });
-    b.sql(" LIMIT 1), ");
-    let reversed: Vec<(&String, bool)> = directed.iter().map(|&(c, d)| (c, !d)).collect();
-    last_as_text(&mut b, "batch", &order, &reversed);
-    b.build()
 }
 
 /// ` FROM <path> WHERE <tenant> AND <parent key> IS NOT NULL [AND (<parent key>) > <cursor>]`: the
