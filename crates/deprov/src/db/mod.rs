@@ -78,6 +78,7 @@ use sqlx::query::{Query, QueryAs, QueryScalar};
 use sqlx::{FromRow, PgConnection, Postgres, SqlSafeStr, Transaction};
 
 use crate::config::PoolConfig;
+use crate::sql::{QualifiedName, SqlBuilder};
 
 /// How deprov reaches its databases (`DEPROV_POOLER_MODE`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -585,32 +586,79 @@ impl Pools {
     }
 }
 
-/// Applies deprov's migrations (`migrations/`, embedded at build time) to the state database.
+/// Applies deprov's migrations (`migrations/`, embedded at build time) to the state database,
+/// recording them in the history table [`migrations_table`] finds (on a fresh database, where
+/// sqlx puts it: `_sqlx_migrations` in the first schema of the `search_path` that exists).
 ///
 /// # Errors
 /// Connection or migration failure.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
-    sqlx::migrate!("./migrations").run(pool).await
+    let mut migrator = sqlx::migrate!("./migrations");
+    if let Some(table) = migrations_table(pool)
+        .await
+        .map_err(sqlx::migrate::MigrateError::Execute)?
+    {
+        migrator.dangerous_set_table_name(table.to_string());
+    }
+    migrator.run(pool).await
+}
+
+/// The table holding deprov's migration history: a `_sqlx_migrations` table, in whatever schema,
+/// where this build's first migration is recorded as applied; `None` on a database deprov never
+/// migrated. Found by its contents, not through the `search_path`: for a role named `deprov` the
+/// `search_path`'s `"$user"` entry resolves to no schema before the first migration creates
+/// schema `deprov`, and to that schema after it, so an unqualified `_sqlx_migrations` would name
+/// another table on every later run (PostgreSQL docs, 5.9.3 "The Schema Search Path").
+///
+/// # Errors
+/// Connection and query errors.
+pub async fn migrations_table(pool: &PgPool) -> Result<Option<QualifiedName>, sqlx::Error> {
+    let Some(first) = sqlx::migrate!("./migrations")
+        .iter()
+        .next()
+        .map(|m| m.version)
+    else {
+        return Ok(None);
+    };
+    let schemas: Vec<String> = query_scalar(
+        "SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.relname = '_sqlx_migrations' AND c.relkind IN ('r', 'p') ORDER BY n.nspname",
+    )
+    .fetch_all(pool)
+    .await?;
+    for schema in schemas {
+        let table = QualifiedName::new(schema, "_sqlx_migrations");
+        let mut b = SqlBuilder::new();
+        b.sql("SELECT EXISTS (SELECT 1 FROM ")
+            .table(&table)
+            .sql(" WHERE version = $1 AND success)");
+        let recorded: bool = query_scalar(b.build().as_query())
+            .bind(first)
+            .fetch_one(pool)
+            .await?;
+        if recorded {
+            return Ok(Some(table));
+        }
+    }
+    Ok(None)
 }
 
 /// The versions of deprov's migrations (embedded at build time) that the state database has not
-/// applied successfully, ascending; all of them when sqlx's `_sqlx_migrations` table does not exist
-/// yet. One read-only statement; works through a transaction pooler.
+/// applied successfully, ascending: all of them when it has no migration history yet
+/// ([`migrations_table`]). Read-only statements; works through a transaction pooler.
 ///
 /// # Errors
-/// Connection and query errors other than the missing table (SQLSTATE 42P01).
+/// Connection and query errors.
 pub async fn pending_migrations(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
-    let applied: Vec<i64> = match query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-        .fetch_all(pool)
-        .await
-    {
-        Ok(v) => v,
-        Err(sqlx::Error::Database(e))
-            if e.code().as_deref() == Some(crate::sqlstate::UNDEFINED_TABLE) =>
-        {
-            Vec::new()
+    let applied: Vec<i64> = match migrations_table(pool).await? {
+        Some(table) => {
+            let mut b = SqlBuilder::new();
+            b.sql("SELECT version FROM ")
+                .table(&table)
+                .sql(" WHERE success");
+            query_scalar(b.build().as_query()).fetch_all(pool).await?
         }
-        Err(e) => return Err(e),
+        None => Vec::new(),
     };
     Ok(sqlx::migrate!("./migrations")
         .iter()

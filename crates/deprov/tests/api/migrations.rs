@@ -131,3 +131,41 @@ async fn started_while_the_state_database_is_down_readiness_waits_for_a_missing_
     cancel.cancel();
     let _ = server.await;
 }
+
+/// A state database owned by a role named `deprov`, as the Kubernetes base and
+/// `deploy/pgbouncer` name it: `search_path`'s `"$user"` entry finds no schema before the first
+/// migration creates schema `deprov`, and finds it after. `deprov migrate` still runs again (an
+/// upgrade: nothing pending, no migration replayed) and `serve`'s start-up check sees nothing
+/// pending.
+#[tokio::test]
+async fn a_state_role_named_deprov_migrates_again() {
+    let pg = start_pg(None).await;
+    let admin = connect(&pg).await;
+    for statement in [
+        "CREATE ROLE deprov LOGIN",
+        "CREATE DATABASE state OWNER deprov",
+    ] {
+        sqlx::raw_sql(statement).execute(&admin).await.unwrap();
+    }
+    let url = format!("postgres://deprov@127.0.0.1:{}/state", pg.port());
+    for run in 1..=3 {
+        let (code, text) = run_with_env_to_exit(&url, &["migrate"], "", &[]).await;
+        assert_eq!(code, Some(0), "run {run}: {text}");
+    }
+    let state = sqlx::PgPool::connect(&url).await.unwrap();
+    assert_eq!(
+        deprov::db::pending_migrations(&state).await.unwrap(),
+        Vec::<i64>::new()
+    );
+    // One history, where the first run put it, each migration once.
+    let table = deprov::db::migrations_table(&state).await.unwrap().unwrap();
+    assert_eq!(table.to_string(), r#""public"."_sqlx_migrations""#);
+    let (rows, versions): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT version) FROM public._sqlx_migrations WHERE success",
+    )
+    .fetch_one(&state)
+    .await
+    .unwrap();
+    assert_eq!(rows, versions);
+    assert!(rows >= 3, "{rows} migrations recorded");
+}
