@@ -197,7 +197,8 @@ pub(super) fn tables_text(tables: &serde_json::Value) -> String {
     );
     out.push_str(
         "(a table with rows and 0 batches was emptied by PostgreSQL's cascade under the batches of\n \
-         its parents: their time and rows/s include it)\n",
+         its parents, whose time and rows/s include it, or, with 1 batch in all, by the whole\n \
+         cascade in one transaction: the trial cascade that committed)\n",
     );
     for t in tables.as_array().into_iter().flatten() {
         let rows = t["rows_deleted"].as_i64().unwrap_or(0);

@@ -416,7 +416,9 @@ pub enum Outcome {
 }
 
 /// Ends the worker's lease with `outcome`. Returns `false` when the worker no longer held the job (its
-/// lease expired and another worker took it over): nothing is changed then. A job an operator asked
+/// lease expired and another worker took it over): nothing is changed then. A completed job has
+/// advanced, so its `stalled_attempts` is 0 (also when it was deleted in one transaction, with no
+/// checkpoint written). A job an operator asked
 /// to cancel while it ran ends `cancelled` instead of going back `queued` or `held` (e.g. when it
 /// was handed back to wait out its grace period).
 ///
@@ -450,7 +452,8 @@ pub async fn finish(
            step = CASE WHEN $3 = 'completed' THEN 'done' ELSE step END, \
            finished_at = CASE WHEN $3 IN ('completed', 'failed', 'cancelled') \
              OR cancel_requested_at IS NOT NULL THEN now() END, \
-           attempts = attempts - $7, stalled_attempts = greatest(stalled_attempts - $7, 0), \
+           attempts = attempts - $7, \
+           stalled_attempts = CASE WHEN $3 = 'completed' THEN 0 ELSE greatest(stalled_attempts - $7, 0) END, \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
     )

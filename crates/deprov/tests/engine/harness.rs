@@ -228,6 +228,8 @@ pub async fn delete_tenant_1(schema: &str, config: &str) -> deprov::worker::Prog
         deprov::queue::JobState::Completed,
         "{job:?} {outcomes:?}"
     );
+    // A completed job advanced, whichever way it went (batches, or one transaction).
+    assert_eq!(job.stalled_attempts, 0, "{job:?}");
     assert_eq!(digest(&env.db).await, digest(&expected).await);
     deprov::worker::Progress::from_json(&job.progress)
 }
