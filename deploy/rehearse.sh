@@ -5,7 +5,8 @@
 #      `deprov_target`) holding the demo schema (crates/deprov-demo/src/schema.sql) and three accounts made by the
 #      demo's generators (crates/deprov-demo/src/data.sql)
 #   2. PgBouncer on deploy/pgbouncer/pgbouncer.ini, changed only in its addresses and auth_file
-#   3. the migration Job, one API process (deprov-api) and two workers (deprov-worker), each run
+#   3. the migration Job (twice, as at an upgrade), one API process (deprov-api) and two workers
+#      (deprov-worker), each run
 #      with the command, arguments and environment deploy/kubernetes gives it (check_manifests.py
 #      run-spec), the Secrets filled with URLs through PgBouncer and throwaway tokens; only the
 #      listen addresses and the configuration file's path (deploy/kubernetes/deprov.toml) are this
@@ -110,7 +111,7 @@ cat >"$tmp/secrets.json" <<JSON
 }
 JSON
 # `start NAME KIND/NAME [--set VAR=VALUE]...`: runs the workload's command with exactly its
-# environment (env -i), `deprov` being BINARY; in the background unless NAME is "migrate".
+# environment (env -i), `deprov` being BINARY; in the background unless NAME starts with "migrate".
 start() {
   local name=$1 workload=$2 word var
   shift 2
@@ -124,7 +125,7 @@ start() {
     esac
   done <"$tmp/$name.spec"
   echo "$name: ${argv[*]:1} (${#envv[@]} variables from $workload)"
-  if [ "$name" = migrate ]; then
+  if [[ $name == migrate* ]]; then
     env -i "${envv[@]}" "${argv[@]}" >"$tmp/$name.deprov.log" 2>&1 || die "the migration Job failed"
   else
     env -i "${envv[@]}" "${argv[@]}" >"$tmp/$name.deprov.log" 2>&1 &
@@ -136,6 +137,8 @@ api_port=$(free_port)
 metrics_1=$(free_port)
 metrics_2=$(free_port)
 start migrate Job/deprov-migrate
+# The Job again, as at an upgrade: nothing pending, nothing replayed.
+start migrate-again Job/deprov-migrate
 start api Deployment/deprov-api --set DEPROV_CONFIG="$config" --set DEPROV_LISTEN="127.0.0.1:$api_port"
 start worker-1 Deployment/deprov-worker --set DEPROV_CONFIG="$config" --set DEPROV_METRICS_LISTEN="127.0.0.1:$metrics_1"
 start worker-2 Deployment/deprov-worker --set DEPROV_CONFIG="$config" --set DEPROV_METRICS_LISTEN="127.0.0.1:$metrics_2"
