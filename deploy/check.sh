@@ -19,7 +19,7 @@
 #      of deploy/kubernetes
 # Exits non-zero on any failure, after reporting all of them.
 #
-#   deploy/check.sh --install               first creates the venv below (pip, from PyPI)
+#   deploy/check.sh --install               first creates the venv below (pip, from PyPI), then checks
 #   deploy/check.sh --write-prometheusrule  regenerates deploy/kubernetes/prometheusrule.yaml
 #
 # Needs: python3 (3.11+, with venv), a venv at DEPROV_KV_VENV (default /opt/deprov-kv) holding
