@@ -16,7 +16,8 @@
 #   5. the application database equals a copy taken before the run on which the cascading
 #      `DELETE FROM app.accounts WHERE id = 1` ran (every table's rows, by md5); accounts 2 and 3
 #      keep every row
-#   6. `promtool check metrics` on the API's and a worker's live /metrics
+#   6. `promtool check metrics` on the API's and both workers' live /metrics
+#   7. no process logged a warning or an error
 # Prints each step's result; exits non-zero on the first failure, showing the processes' logs.
 #
 #   deploy/rehearse.sh [BINARY]     BINARY defaults to target/release/deprov
@@ -156,6 +157,14 @@ ready "$api/readyz"
 ready "http://127.0.0.1:$metrics_1/healthz"
 ready "http://127.0.0.1:$metrics_2/healthz"
 echo "ok   api /readyz, worker-1 and worker-2 /healthz: 200"
+# Both workers registered as live (deprov.workers), so that the kill switch waits for both.
+for _ in $(seq 1 100); do
+  live=$(pg -d deprov -At -c 'SELECT count(*) FROM deprov.workers WHERE live_until > now()')
+  [ "$live" -ge 2 ] && break
+  sleep 0.1
+done
+[ "$live" -ge 2 ] || die "$live live worker(s) in deprov.workers after 10 s, expected 2"
+echo "ok   2 live workers in deprov.workers"
 
 # The operator's CLI, with the API's environment (its state URL through the transaction pool).
 operator() {
@@ -223,4 +232,10 @@ counted=$(cat "$tmp/worker-1.metrics" "$tmp/worker-2.metrics" |
 deleted=$(job_field 'progress["rows_deleted"]' <<<"$job_json")
 [ "$counted" = "$deleted" ] || die "the workers' deprov_rows_deleted_total is $counted, the job deleted $deleted rows"
 echo "ok   deprov_rows_deleted_total over both workers: $counted, the job's rows"
+# A clean run logs no warning and no error in any process.
+if grep -hE '"level":"(WARN|ERROR)"' "$tmp"/*.deprov.log >"$tmp/warnings"; then
+  cat "$tmp/warnings" >&2
+  die "the processes logged the warnings or errors above"
+fi
+echo "ok   no process logged a warning or an error"
 echo "deploy/rehearse.sh: the deployment ran a deletion end to end"

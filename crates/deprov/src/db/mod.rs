@@ -594,10 +594,15 @@ impl Pools {
 /// Connection or migration failure.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     let mut migrator = sqlx::migrate!("./migrations");
-    if let Some(table) = migrations_table(pool)
-        .await
-        .map_err(sqlx::migrate::MigrateError::Execute)?
-    {
+    let found = async {
+        let mut tx = begin(pool, Bounds::STATE).await?;
+        let table = migrations_table(&mut tx).await?;
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(table)
+    }
+    .await
+    .map_err(sqlx::migrate::MigrateError::Execute)?;
+    if let Some(table) = found {
         migrator.dangerous_set_table_name(table.to_string());
     }
     migrator.run(pool).await
@@ -608,11 +613,15 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 /// migrated. Found by its contents, not through the `search_path`: for a role named `deprov` the
 /// `search_path`'s `"$user"` entry resolves to no schema before the first migration creates
 /// schema `deprov`, and to that schema after it, so an unqualified `_sqlx_migrations` would name
-/// another table on every later run (PostgreSQL docs, 5.9.3 "The Schema Search Path").
+/// another table on every later run (PostgreSQL docs, 5.9.3 "The Schema Search Path"). Run it in
+/// a transaction ([`begin`]): through a transaction pooler, only a transaction keeps its
+/// statements on one server connection.
 ///
 /// # Errors
 /// Connection and query errors.
-pub async fn migrations_table(pool: &PgPool) -> Result<Option<QualifiedName>, sqlx::Error> {
+pub async fn migrations_table(
+    conn: &mut PgConnection,
+) -> Result<Option<QualifiedName>, sqlx::Error> {
     let Some(first) = sqlx::migrate!("./migrations")
         .iter()
         .next()
@@ -624,7 +633,7 @@ pub async fn migrations_table(pool: &PgPool) -> Result<Option<QualifiedName>, sq
         "SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
          WHERE c.relname = '_sqlx_migrations' AND c.relkind IN ('r', 'p') ORDER BY n.nspname",
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await?;
     for schema in schemas {
         let table = QualifiedName::new(schema, "_sqlx_migrations");
@@ -634,7 +643,7 @@ pub async fn migrations_table(pool: &PgPool) -> Result<Option<QualifiedName>, sq
             .sql(" WHERE version = $1 AND success)");
         let recorded: bool = query_scalar(b.build().as_query())
             .bind(first)
-            .fetch_one(pool)
+            .fetch_one(&mut *conn)
             .await?;
         if recorded {
             return Ok(Some(table));
@@ -645,21 +654,25 @@ pub async fn migrations_table(pool: &PgPool) -> Result<Option<QualifiedName>, sq
 
 /// The versions of deprov's migrations (embedded at build time) that the state database has not
 /// applied successfully, ascending: all of them when it has no migration history yet
-/// ([`migrations_table`]). Read-only statements; works through a transaction pooler.
+/// ([`migrations_table`]). One read-only transaction; works through a transaction pooler.
 ///
 /// # Errors
 /// Connection and query errors.
 pub async fn pending_migrations(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
-    let applied: Vec<i64> = match migrations_table(pool).await? {
+    let mut tx = begin(pool, Bounds::STATE).await?;
+    let applied: Vec<i64> = match migrations_table(&mut tx).await? {
         Some(table) => {
             let mut b = SqlBuilder::new();
             b.sql("SELECT version FROM ")
                 .table(&table)
                 .sql(" WHERE success");
-            query_scalar(b.build().as_query()).fetch_all(pool).await?
+            query_scalar(b.build().as_query())
+                .fetch_all(&mut *tx)
+                .await?
         }
         None => Vec::new(),
     };
+    tx.commit().await?;
     Ok(sqlx::migrate!("./migrations")
         .iter()
         .map(|m| m.version)

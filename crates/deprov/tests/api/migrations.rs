@@ -158,7 +158,12 @@ async fn a_state_role_named_deprov_migrates_again() {
         Vec::<i64>::new()
     );
     // One history, where the first run put it, each migration once.
-    let table = deprov::db::migrations_table(&state).await.unwrap().unwrap();
+    let mut conn = state.acquire().await.unwrap();
+    let table = deprov::db::migrations_table(&mut conn)
+        .await
+        .unwrap()
+        .unwrap();
+    drop(conn);
     assert_eq!(table.to_string(), r#""public"."_sqlx_migrations""#);
     let (rows, versions): (i64, i64) = sqlx::query_as(
         "SELECT count(*), count(DISTINCT version) FROM public._sqlx_migrations WHERE success",
