@@ -50,9 +50,7 @@ cleanup() {
       tail -n 15 "$log" >&2
     done
   fi
-  stack_stop "$status"
-  rm -rf "$stack_dir"
-  exit "$status"
+  stack_exit "$status"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

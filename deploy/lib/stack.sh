@@ -11,7 +11,7 @@
 #   stack_ini_copy          $stack_dir/pgbouncer.ini: the ini with only listen_addr, listen_port,
 #                           auth_file and each pool's host=/port= changed (sets bouncer_port)
 #   stack_pgbouncer         PgBouncer on that copy, as the postgres user, until it accepts connections
-# and `stack_stop` from its exit trap. `fail` counts a failure; `die` exits.
+# and `stack_exit STATUS` (or `stack_stop STATUS`) from its exit trap. `fail` counts a failure; `die` exits.
 #
 # Needs: pgbouncer, PostgreSQL server binaries, psql, python3; as root, runuser and a postgres user.
 
@@ -196,4 +196,11 @@ stack_stop() {
       fi
     done
   fi
+}
+
+# Ends the script with STATUS: stops the servers (stack_stop) and removes stack_dir.
+stack_exit() {
+  stack_stop "$1"
+  rm -rf "$stack_dir"
+  exit "$1"
 }

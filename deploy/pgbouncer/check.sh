@@ -38,9 +38,7 @@ cleanup() {
   if [ -n "$listener_pid" ]; then
     kill "$listener_pid" 2>/dev/null || true
   fi
-  stack_stop "$status"
-  rm -rf "$stack_dir"
-  exit "$status"
+  stack_exit "$status"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
