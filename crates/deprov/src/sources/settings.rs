@@ -303,9 +303,10 @@ pub struct InvalidSource {
     pub reason: String,
 }
 
-fn invalid(key: String, reason: impl Into<String>) -> InvalidSource {
+/// `sources.NAME.<key>` of source `name` is invalid, for `reason`.
+fn invalid(name: &str, key: &str, reason: impl Into<String>) -> InvalidSource {
     InvalidSource {
-        key,
+        key: format!("sources.{name}.{key}"),
         reason: reason.into(),
     }
 }
@@ -342,12 +343,12 @@ impl SourceConfig {
     /// Refuses a key of `given` (the keys written in the table) that the scheme does not read, and
     /// `dedup = "delivery"` for a scheme that sends no delivery ID.
     fn check_keys(&self, name: &str, given: &[&str]) -> Result<(), InvalidSource> {
-        let key = |k: &str| format!("sources.{name}.{k}");
         let scheme = self.scheme;
         for k in SOURCE_KEYS {
             if given.contains(&k) && !scheme.uses(k) {
                 return Err(invalid(
-                    key(k),
+                    name,
+                    k,
                     format!(
                         "not used by scheme {} ({})",
                         scheme.as_str(),
@@ -358,7 +359,8 @@ impl SourceConfig {
         }
         if given.contains(&"dedup") && self.dedup == Dedup::Delivery && !scheme.has_delivery_id() {
             return Err(invalid(
-                key("dedup"),
+                name,
+                "dedup",
                 format!(
                     "scheme {} sends no delivery ID: give \"tenant\", a pointer or a header",
                     scheme.as_str()
@@ -370,14 +372,14 @@ impl SourceConfig {
 
     /// Refuses an event type that both restores and deletes.
     fn check_events(&self, name: &str) -> Result<(), InvalidSource> {
-        let key = |k: &str| format!("sources.{name}.{k}");
         if let Some(e) = self
             .restore_events
             .iter()
             .find(|e| self.delete_events.contains(e))
         {
             return Err(invalid(
-                key("restore_events"),
+                name,
+                "restore_events",
                 format!("{e:?} is also in delete_events"),
             ));
         }
@@ -387,10 +389,10 @@ impl SourceConfig {
     /// An HMAC scheme: a secret given (read, and its keys derived, with [`Secrets::Read`]), the
     /// event types that delete, and where the tenant is.
     fn prepare_hmac(&mut self, name: &str, secrets: Secrets) -> Result<(), InvalidSource> {
-        let key = |k: &str| format!("sources.{name}.{k}");
         if self.secret_env.is_empty() && self.secret_file.is_empty() {
             return Err(invalid(
-                key("secret_env"),
+                name,
+                "secret_env",
                 "give at least one secret (secret_env or secret_file)",
             ));
         }
@@ -399,13 +401,15 @@ impl SourceConfig {
         }
         if self.delete_events.is_empty() {
             return Err(invalid(
-                key("delete_events"),
+                name,
+                "delete_events",
                 "list the event types that mean delete",
             ));
         }
         if self.tenant.is_none() {
             return Err(invalid(
-                key("tenant"),
+                name,
+                "tenant",
                 "say where the tenant is: { pointer = \"/…\" } or { header = \"…\" }",
             ));
         }
@@ -414,18 +418,18 @@ impl SourceConfig {
 
     /// `vercel-oidc`: exactly one JWKS source, an issuer and an audience.
     fn check_oidc(&self, name: &str) -> Result<(), InvalidSource> {
-        let key = |k: &str| format!("sources.{name}.{k}");
         if self.jwks_url.is_some() == self.jwks_file.is_some() {
             return Err(invalid(
-                key("jwks_url"),
+                name,
+                "jwks_url",
                 "give exactly one of jwks_url and jwks_file",
             ));
         }
         if self.issuer.as_deref().is_none_or(str::is_empty) {
-            return Err(invalid(key("issuer"), "required for vercel-oidc"));
+            return Err(invalid(name, "issuer", "required for vercel-oidc"));
         }
         if self.audience.as_deref().is_none_or(str::is_empty) {
-            return Err(invalid(key("audience"), "required for vercel-oidc"));
+            return Err(invalid(name, "audience", "required for vercel-oidc"));
         }
         Ok(())
     }
@@ -433,18 +437,17 @@ impl SourceConfig {
     /// The tolerance's range, a non-empty `tenant_lookup`, and well-formed JSON pointers and header
     /// names for the tenant, the event type and the deduplication key.
     fn check_values(&self, name: &str) -> Result<(), InvalidSource> {
-        let key = |k: &str| format!("sources.{name}.{k}");
         if let Some(t) = self.tolerance
             && (t < Duration::from_secs(1) || t > Duration::from_secs(3600))
         {
-            return Err(invalid(key("tolerance"), "must be between 1s and 1h"));
+            return Err(invalid(name, "tolerance", "must be between 1s and 1h"));
         }
         if self
             .tenant_lookup
             .as_deref()
             .is_some_and(|s| s.trim().is_empty())
         {
-            return Err(invalid(key("tenant_lookup"), "must not be empty"));
+            return Err(invalid(name, "tenant_lookup", "must not be empty"));
         }
         let dedup = match &self.dedup {
             Dedup::Pointer(p) => Some(Locator::Pointer(p.clone())),
@@ -459,14 +462,15 @@ impl SourceConfig {
             match loc {
                 Some(Locator::Pointer(p)) if !(p.is_empty() || p.starts_with('/')) => {
                     return Err(invalid(
-                        key(k),
+                        name,
+                        k,
                         "a JSON pointer is empty or starts with `/`",
                     ));
                 }
                 Some(Locator::Header(h))
                     if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() =>
                 {
-                    return Err(invalid(key(k), format!("{h:?} is not a header name")));
+                    return Err(invalid(name, k, format!("{h:?} is not a header name")));
                 }
                 _ => {}
             }
@@ -476,28 +480,28 @@ impl SourceConfig {
 
     /// Reads the secrets of source `name` (an HMAC scheme) and derives their keys.
     fn read_keys(&self, name: &str) -> Result<Vec<Vec<u8>>, InvalidSource> {
-        let key = |k: &str| format!("sources.{name}.{k}");
         let mut keys = Vec::new();
         for var in &self.secret_env {
             let secret = std::env::var(var).map_err(|_| {
                 invalid(
-                    key("secret_env"),
+                    name,
+                    "secret_env",
                     format!("environment variable {var} is not set"),
                 )
             })?;
             keys.push(
                 self.scheme
                     .derive_key(secret.trim_end())
-                    .map_err(|r| invalid(key("secret_env"), format!("{var}: {r}")))?,
+                    .map_err(|r| invalid(name, "secret_env", format!("{var}: {r}")))?,
             );
         }
         for path in &self.secret_file {
             let secret = std::fs::read_to_string(path)
-                .map_err(|e| invalid(key("secret_file"), format!("{path}: {e}")))?;
+                .map_err(|e| invalid(name, "secret_file", format!("{path}: {e}")))?;
             keys.push(
                 self.scheme
                     .derive_key(secret.trim_end())
-                    .map_err(|r| invalid(key("secret_file"), format!("{path}: {r}")))?,
+                    .map_err(|r| invalid(name, "secret_file", format!("{path}: {r}")))?,
             );
         }
         Ok(keys)
