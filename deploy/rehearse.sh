@@ -198,11 +198,11 @@ job_field '"ok   job %s completed: %s rows deleted in %s batches, longest batch 
 
 echo "== app against the cascade's copy"
 digest() {
-  psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d "$1" -At -c "
+  pg -d "$1" -At -c "
     SELECT format('SELECT %L, count(*), md5(coalesce(string_agg(t::text, %L ORDER BY t::text), %L)) FROM %I.%I t',
                   tablename, ',', '', schemaname, tablename) || ';'
     FROM pg_tables WHERE schemaname = 'app' ORDER BY tablename" |
-    psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U postgres -d "$1" -At
+    pg -d "$1" -At
 }
 digest app >"$tmp/deprov.digest"
 digest app_cascade >"$tmp/cascade.digest"

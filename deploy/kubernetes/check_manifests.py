@@ -436,33 +436,34 @@ def run_spec(args):
     base = pathlib.Path(args.base)
     kustomization = yaml.safe_load((base / "kustomization.yaml").read_text(encoding="utf-8"))
     docs = load([base / r for r in kustomization["resources"]])
-    literals = {}
-    for gen in kustomization.get("configMapGenerator", []):
-        literals[gen["name"]] = dict(lit.split("=", 1) for lit in gen.get("literals", []))
+    # The generated ConfigMaps as effective_env reads them: their literals as data.
+    configmaps = {
+        gen["name"]: {"data": dict(lit.split("=", 1) for lit in gen.get("literals", []))}
+        for gen in kustomization.get("configMapGenerator", [])
+    }
     kind, name = args.workload.split("/", 1)
     found = [d for _, d in docs if d.get("kind") == kind and d.get("metadata", {}).get("name") == name]
     if len(found) != 1:
         print(f"{args.workload}: not one object of {base}", file=sys.stderr)
         return 1
-    c = container(found[0])
     secrets = json.loads(pathlib.Path(args.secrets).read_text(encoding="utf-8"))
-    env = {}
-    for source in c.get("envFrom", []):
-        env.update(literals[source["configMapRef"]["name"]])
-    for var, ref in env_refs(c).items():
-        if ref[0] == "value":
-            env[var] = ref[1]
-        elif ref[0] == "secret" and f"{ref[1]}/{ref[2]}" in secrets:
-            env[var] = secrets[f"{ref[1]}/{ref[2]}"]
-        else:
-            print(f"{args.workload}: no value for {var} ({ref}) in {args.secrets}", file=sys.stderr)
-            return 1
+    env = effective_env(container(found[0]), configmaps)
+    if env is None:
+        print(f"{args.workload}: envFrom names a ConfigMap {base} does not generate", file=sys.stderr)
+        return 1
+    for var, value in env.items():
+        if isinstance(value, tuple):
+            if value[0] != "secret" or f"{value[1]}/{value[2]}" not in secrets:
+                print(f"{args.workload}: no value for {var} ({value}) in {args.secrets}", file=sys.stderr)
+                return 1
+            env[var] = secrets[f"{value[1]}/{value[2]}"]
     for setting in args.set:
         var, value = setting.split("=", 1)
         if var not in env:
             print(f"{args.workload} does not set {var}: --set {setting} refused", file=sys.stderr)
             return 1
         env[var] = value
+    c = container(found[0])
     for word in c.get("command", []) + c.get("args", []):
         print(f"ARG {word}")
     for var, value in env.items():
