@@ -388,17 +388,19 @@ pub async fn run_batch(
     }
     cascaded.retain(|&(_, n)| n > 0);
     tx.commit().await?;
+    // `seen` counts one parent beyond those the batch took when there is one: then the step
+    // goes on after the last parent taken; else a batch that is not full ends it.
     let next = next_cursor(
         plan,
         step,
         (last_row, last_parent),
         selected >= limits.rows,
-        seen >= parents.max(1),
+        seen > parents.max(1),
     );
     Ok(BatchResult {
         selected,
         deleted,
-        parents: seen,
+        parents: seen.min(parents.max(1)),
         parents_used: used,
         next,
         cascaded,
@@ -408,14 +410,14 @@ pub async fn run_batch(
 
 /// Where step `step` goes on after a batch that ended at `last` (its last row's key, parent key
 /// first, and its last parent's key): within that parent when the batch was `full` (it selected
-/// its row limit), after the parent when it read `all_parents` it was allowed, else nowhere (the
-/// step is done). A step without a path (the root's own rows) has no cursor.
+/// its row limit), after the parent when `more_parents` follow it, else nowhere (the step is
+/// done). A step without a path (the root's own rows) has no cursor.
 fn next_cursor(
     plan: &Plan,
     step: usize,
     last: (Option<Vec<String>>, Option<Vec<String>>),
     full: bool,
-    all_parents: bool,
+    more_parents: bool,
 ) -> Option<Cursor> {
     let path = &plan.steps[step].path;
     let split = path
@@ -427,7 +429,7 @@ fn next_cursor(
             let child = row.split_off(split);
             Some(Cursor::Within(row, child))
         }
-        (_, Some(parent)) if all_parents => Some(Cursor::AfterParent(parent)),
+        (_, Some(parent)) if more_parents => Some(Cursor::AfterParent(parent)),
         _ => None,
     }
 }

@@ -28,6 +28,7 @@ mod keyless;
 mod kill_switch_ack;
 mod notify;
 mod operator_jobs;
+mod parent_lookahead;
 mod plan_report;
 mod precheck_reads;
 mod reconcile;

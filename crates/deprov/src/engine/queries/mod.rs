@@ -142,8 +142,9 @@ fn children(
 /// key order, and keeps the first `$2` rows in (parent, key) order. They are deleted by `ctid`, a TID
 /// scan whatever the table's size. Every batch starts where the last one ended, so no batch re-reads
 /// the rows or dead tuples of earlier batches. Returns `(selected int8, deleted int8, parents int8,
-/// parents_used int8, last_parent text[], last_row text[])`: `parents` read, `parents_used` among them
-/// with rows in the batch, and `last_row` = parent values then child key of the last selected row.
+/// parents_used int8, last_parent text[], last_row text[])`: `parents` read — one more than `$4` when
+/// another parent follows those the batch took — `parents_used` among them with rows in the batch,
+/// and `last_row` = parent values then child key of the last selected row.
 ///
 /// In a table with a cascading reference to itself (a tree), children are taken in *descending* key
 /// order: rows are usually created after their parents, so the leaves of the tree go first and
@@ -267,10 +268,12 @@ impl<'p> BatchShape<'p> {
     }
 
     /// `par`: the next `$4` parents after the cursor's (with `jump`, from the first remaining
-    /// one, read apart so the ordered scan starts there).
+    /// one, read apart so the ordered scan starts there), taken from `ahead`, which reads one
+    /// parent more: whether another parent follows, so that a batch that is not full and has one
+    /// knows the step ends with it, with no batch after it only to find no parent.
     fn parents(&self, b: &mut SqlBuilder, rest: &[usize], cursor: &Cursor, jump: bool) {
         let (plan, fk) = (self.plan, self.fk);
-        b.sql("par AS MATERIALIZED (SELECT ");
+        b.sql("ahead AS MATERIALIZED (SELECT ");
         b.join(&fk.to_cols, ", ", |b, i, c| {
             b.col(1, c).sql(" AS p").int(i as i64);
         });
@@ -289,6 +292,10 @@ impl<'p> BatchShape<'p> {
         }
         b.sql(" ORDER BY ");
         cols(b, 1, &fk.to_cols);
+        b.sql(" LIMIT $4 + 1), par AS MATERIALIZED (SELECT * FROM ahead ORDER BY ");
+        b.join(&self.pnames, ", ", |b, _, p| {
+            b.ident(p);
+        });
         b.sql(" LIMIT $4)");
     }
 
@@ -377,7 +384,7 @@ impl<'p> BatchShape<'p> {
     }
 
     /// `del`: the batch's rows deleted by `ctid` (but those kept back), then the statement's
-    /// result row: rows selected, deleted, parents read, parents used, the last parent and the
+    /// result row: rows selected, deleted, parents read (with the one ahead), parents used, the last parent and the
     /// last selected row as text.
     fn delete_and_count(&self, b: &mut SqlBuilder) {
         let (plan, step) = (self.plan, self.step);
@@ -392,7 +399,7 @@ impl<'p> BatchShape<'p> {
         if !self.held.is_empty() {
             b.sql(" AND NOT EXISTS (SELECT 1 FROM kept WHERE kept.tid = d.ctid AND kept.toid = d.tableoid)");
         }
-        b.sql(" RETURNING 1) SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM del), (SELECT count(*) FROM par), ");
+        b.sql(" RETURNING 1) SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM del), (SELECT count(*) FROM ahead), ");
         b.sql("(SELECT count(*) FROM (SELECT DISTINCT ");
         b.join(&self.pnames, ", ", |b, _, p| {
             b.ident(p);
