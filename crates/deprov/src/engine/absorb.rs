@@ -148,23 +148,62 @@ impl Plan {
     }
 
     /// Rows for the first batch of a step on `table`: `batch_rows` rows' worth of work by estimate —
-    /// `batch_rows` divided by the rows one of its rows cascades to — and a single row when a foreign
-    /// key referencing the table has no index (each deleted row then scans the referencing table).
+    /// `batch_rows` divided by the rows one of its rows cascades to. When a foreign key referencing
+    /// the table has no index, each deleted row scans the referencing tables: as many rows as keep
+    /// those scans within [`FIRST_SCAN_ROWS`] rows by their estimates, at most `batch_rows`, and a
+    /// single row when one of them was never analyzed.
     pub fn first_batch_rows(&self, table: u32, batch_rows: i64) -> i64 {
         if self.delete_scans(table) {
-            return 1;
+            return self
+                .scanned_per_delete(table)
+                .map_or(1, |rows| within_first_scan(rows, batch_rows));
         }
         let per_row = self.cascade_estimate.get(&table).copied().unwrap_or(1.0);
         ((batch_rows as f64 / per_row).floor() as i64).max(1)
     }
 
-    /// The size of a step's first batch: for a block step ([`Plan::block_step`]), `batch_rows`
-    /// blocks of its table; else [`Plan::first_batch_rows`] of its table.
+    /// Parents for the first batch of `step` (of `rows` rows), whose foreign key to its parent has
+    /// no index: each parent's children are then a scan of the step's table, so as many parents as
+    /// keep those scans within [`FIRST_SCAN_ROWS`] rows by the table's estimate, at most `rows`,
+    /// and one when the table was never analyzed.
+    pub fn first_unindexed_parents(&self, step: &super::plan::Step, rows: i64) -> i64 {
+        let estimate = self.catalog.tables[&step.table].estimated_rows;
+        if estimate < 0.0 || self.partitioned(step.table) {
+            return 1;
+        }
+        within_first_scan(estimate, rows)
+    }
+
+    /// The rows one deleted row of `table` makes PostgreSQL scan: the estimated rows of every table
+    /// referencing it through a foreign key without an index. `None` when one of them was never
+    /// analyzed or is partitioned (its estimate is its partitions').
+    fn scanned_per_delete(&self, table: u32) -> Option<f64> {
+        self.catalog
+            .foreign_keys
+            .iter()
+            .filter(|fk| fk.to == table && !fk.indexed)
+            .map(|fk| {
+                let t = &self.catalog.tables[&fk.from];
+                (t.estimated_rows >= 0.0 && !t.partitioned).then_some(t.estimated_rows)
+            })
+            .sum()
+    }
+
+    /// The size of a step's first batch: [`Plan::first_batch_rows`] of its table — for a block
+    /// step ([`Plan::block_step`]) in blocks, as many as hold those rows by the table's estimates
+    /// (every row of a block range may be the tenant's), at most `batch_rows`; `batch_rows` blocks
+    /// when the table was never analyzed.
     pub fn first_batch(&self, step: &super::plan::Step, batch_rows: i64) -> i64 {
-        if self.block_step(step) {
+        let rows = self.first_batch_rows(step.table, batch_rows);
+        if !self.block_step(step) {
+            return rows;
+        }
+        let t = &self.catalog.tables[&step.table];
+        if t.estimated_rows <= 0.0 || t.estimated_pages <= 0.0 {
             return batch_rows.max(1);
         }
-        self.first_batch_rows(step.table, batch_rows)
+        let per_block = (t.estimated_rows / t.estimated_pages).max(1.0);
+        ((rows as f64 / per_block).ceil() as i64).clamp(1, batch_rows.max(1))
     }
 
     /// Whether deleting a row of `table` makes PostgreSQL scan a whole referencing table: a foreign
@@ -204,6 +243,18 @@ impl Plan {
 }
 
 /// Whether `to` is reachable from `from` over "is referenced by" edges inside the closure (any action).
+/// Rows a step's first batch may make PostgreSQL scan where a foreign key has no index (the
+/// referencing tables its deleted rows' triggers scan, or its own table per parent): a few
+/// milliseconds of sequential scan, well within any batch bound. Batches after it are sized by
+/// their measured time.
+pub const FIRST_SCAN_ROWS: f64 = 20_000.0;
+
+/// `limit` or fewer: how many scans of `scanned` rows each fit in [`FIRST_SCAN_ROWS`], at least 1.
+fn within_first_scan(scanned: f64, limit: i64) -> i64 {
+    let fit = (FIRST_SCAN_ROWS / scanned.max(1.0)).floor() as i64;
+    fit.clamp(1, limit.max(1))
+}
+
 fn reaches(plan: &Plan, from: u32, to: u32) -> bool {
     let mut stack = vec![from];
     let mut visited = BTreeSet::new();

@@ -82,6 +82,9 @@ pub struct Table {
     /// table was never analyzed). Only used to decide what PostgreSQL's cascade may delete in a
     /// batch (see [`super::absorb`]), never for correctness.
     pub estimated_rows: f64,
+    /// The planner's size estimate in blocks (`pg_class.relpages`, set with `reltuples`; 0 when
+    /// never analyzed). Like `estimated_rows`, only used to size first batches.
+    pub estimated_pages: f64,
 }
 
 impl Table {
@@ -160,12 +163,12 @@ pub struct Catalog {
 }
 
 /// Ordinary and partitioned tables (not partitions) outside the system schemas: oid, schema, name,
-/// partitioned, primary-key columns in key order, `reltuples`.
+/// partitioned, primary-key columns in key order, `reltuples`, `relpages`.
 const TABLES: &str = "SELECT c.oid::int8, n.nspname::text, c.relname::text, c.relkind = 'p', \
                coalesce((SELECT array_agg(a.attname::text ORDER BY k.ord) \
                  FROM pg_constraint pk CROSS JOIN LATERAL unnest(pk.conkey) WITH ORDINALITY k(attnum, ord) \
                  JOIN pg_attribute a ON a.attrelid = pk.conrelid AND a.attnum = k.attnum \
-                 WHERE pk.conrelid = c.oid AND pk.contype = 'p'), '{}'), c.reltuples::float8 \
+                 WHERE pk.conrelid = c.oid AND pk.contype = 'p'), '{}'), c.reltuples::float8, c.relpages::float8 \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
                AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'";
@@ -197,7 +200,7 @@ const FOREIGN_KEYS: &str = "SELECT c.conname::text, c.conrelid::int8, \
              FROM pg_constraint c WHERE c.contype = 'f' AND c.conparentid = 0";
 
 /// A row of [`TABLES`].
-type TableRow = (i64, String, String, bool, Vec<String>, f64);
+type TableRow = (i64, String, String, bool, Vec<String>, f64, f64);
 
 impl Catalog {
     /// Reads the catalog. Three queries; cost grows with the number of tables, not rows.
@@ -221,7 +224,7 @@ impl Catalog {
     /// The tables of [`TABLES`], keyed by their primary key's columns (types filled in by
     /// [`Self::add_columns`]), else by `ctid`.
     fn add_tables(&mut self, tables: Vec<TableRow>) {
-        for (oid, schema, name, partitioned, pk, estimated_rows) in tables {
+        for (oid, schema, name, partitioned, pk, estimated_rows, estimated_pages) in tables {
             let key = if pk.is_empty() {
                 RowKey::Ctid
             } else {
@@ -241,6 +244,7 @@ impl Catalog {
                     columns: BTreeMap::new(),
                     partitioned,
                     estimated_rows,
+                    estimated_pages,
                 },
             );
         }

@@ -264,16 +264,23 @@ impl JobRun {
 /// checks every child table): each step starts small again and grows by measurement. The first
 /// batch reads as many parents as it has rows when its foreign key to them has an index (each
 /// parent's children are then one index lookup, at most the batch's rows each), so a step whose
-/// parents have few children does not spend a batch on one parent first; else one parent (each
+/// parents have few children does not spend a batch on one parent first; else as many parents as
+/// the table's estimate lets scan within a first batch ([`Plan::first_unindexed_parents`]: each
 /// parent's children are a scan of the table).
 fn start_step(cp: &mut Checkpoint, plan: &Plan, batch_rows: i64) {
     cp.cursor = Cursor::Start;
     let step = plan.steps.get(cp.step);
     cp.rows = step.map_or(batch_rows, |s| plan.first_batch(s, batch_rows));
-    let indexed = step
-        .and_then(|s| s.path.first())
-        .is_some_and(|&fk| plan.catalog.foreign_keys[fk].indexed);
-    cp.parents = if indexed { cp.rows.max(1) } else { 1 };
+    cp.parents = match step {
+        Some(s)
+            if s.path
+                .first()
+                .is_some_and(|&fk| !plan.catalog.foreign_keys[fk].indexed) =>
+        {
+            plan.first_unindexed_parents(s, cp.rows)
+        }
+        _ => cp.rows.max(1),
+    };
 }
 
 /// What of a run's hard delete is durable on the target.
