@@ -66,7 +66,7 @@ pub(super) struct JobRun {
     /// job; the claim's count until then): what [`Self::classify`] holds against `max_attempts`.
     stalled: AtomicI32,
     /// The whole cascade's tries in this run ([`Self::whole_cascade`]): at most two, the second
-    /// after the pre-checks ([`Self::whole_again`]). Any try's verdict stands for the trial's.
+    /// straight after the first ([`Self::whole_again`]). Any try's verdict stands for the trial's.
     whole_tries: u8,
     /// When the last try of the whole cascade rolled back undecided (it ran out of its bound,
     /// waited too long for a lock, or met a deadlock): the rows it had deleted when it was stopped
@@ -279,6 +279,11 @@ impl JobRun {
         if let Some(outcome) = self.whole_cascade(&plan, &tenant).await? {
             return Ok(outcome);
         }
+        if self.whole_again()
+            && let Some(outcome) = self.whole_cascade(&plan, &tenant).await?
+        {
+            return Ok(outcome);
+        }
         if let Some(refusal) = self.pre_checks(&plan, &tenant).await? {
             return Ok(Outcome::Failed(refusal));
         }
@@ -291,11 +296,6 @@ impl JobRun {
             Checkpoint::from_json(self.job.checkpoint.as_ref()).as_ref(),
         )
         .await?;
-        if self.whole_again()
-            && let Some(outcome) = self.whole_cascade(&plan, &tenant).await?
-        {
-            return Ok(outcome);
-        }
 
         if self.job.step == "soft_delete" || self.job.step == "resolve" {
             self.soft_delete(&tenant).await?;

@@ -1,8 +1,8 @@
 //! A job whose tenant's whole cascade fits one batch's bound: deleted by one transaction
 //! ([`engine::whole`]) instead of a trial, a soft delete and batches.
 //!
-//! It is tried before the pre-checks, and once more after them for a small tenant whose first try
-//! was undecided ([`JobRun::whole_again`]).
+//! It is tried before the pre-checks, and once more straight after for a small tenant whose first
+//! try was undecided ([`JobRun::whole_again`]).
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -114,14 +114,16 @@ impl JobRun {
         }
     }
 
-    /// Whether to try the whole cascade once more, after the pre-checks and before the soft
-    /// delete: its one try in this run was undecided (it ran out of its bound, waited too long for
-    /// a lock, or met a deadlock) having deleted at most `[hard_delete] cascade_rows` rows — no
-    /// more than one batch may let PostgreSQL cascade to. Such a tenant is small, or slow to
-    /// delete for a reason a second try may not meet again: the first try and the pre-checks read
-    /// its pages into shared buffers, and a lock may have been released. When the second try fits,
-    /// it saves the soft delete's own transaction and every batch; when it does not, it costs one
-    /// more transaction within the same bounds, rolled back. A tenant whose first try got further
+    /// Whether to try the whole cascade once more, straight after its first try and before the
+    /// pre-checks: that one try in this run was undecided (it ran out of its bound, waited too
+    /// long for a lock, or met a deadlock) having deleted at most `[hard_delete] cascade_rows`
+    /// rows — no more than one batch may let PostgreSQL cascade to. Such a tenant is small, or
+    /// slow to delete for a reason a second try may not meet again: the first try read its pages
+    /// into shared buffers and prepared the referential triggers' queries on its connection
+    /// (PostgreSQL caches them per session), and a lock may have been released. When the second
+    /// try fits, it saves the pre-checks, the soft delete's own transaction and every batch (the
+    /// cascade committed is PostgreSQL's own verdict); when it does not, it costs one more
+    /// transaction within the same bounds, rolled back. A tenant whose first try got further
     /// goes on in batches.
     pub(super) fn whole_again(&self) -> bool {
         let cascade_rows = i64::from(self.worker.config.hard_delete.cascade_rows);
