@@ -100,13 +100,7 @@ impl JobRun {
         // A block range is read whole, however few of its rows are the tenant's: it is sized by
         // time alone.
         let full = if block { b.cp.rows } else { batch.selected };
-        let rows = self
-            .sizing
-            .next_rows(b.cp.rows, full, batch.elapsed)
-            .min(b.ceiling);
-        // The ceiling a cut set lifts by a quarter per committed batch: a step's one slow range
-        // does not hold its later batches small.
-        b.ceiling = b.ceiling.saturating_add(b.ceiling / 4);
+        let rows = self.sizing.next_rows(b.cp.rows, full, batch.elapsed);
         b.cp.parents = self
             .sizing
             .next_parents(b.cp.parents, b.cp.rows, batch, rows);
@@ -161,7 +155,6 @@ impl JobRun {
             b.cp.kept_back = 0;
             b.cp.pass_deleted = 0;
         }
-        b.ceiling = i64::MAX;
         start_step(&mut b.cp, &b.plan, self.limits.rows);
         Ok(())
     }

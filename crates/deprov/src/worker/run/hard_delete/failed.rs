@@ -39,17 +39,6 @@ impl JobRun {
         let canceled = state.as_deref() == Some(QUERY_CANCELED);
         // The batch bound, not the server's own statement_timeout, cut the batch short.
         let bound_cut = canceled && limits.statement_timeout < self.limits.statement_timeout;
-        tracing::debug!(
-            job = %self.job.id,
-            step = b.cp.step,
-            table = %table,
-            rows = b.cp.rows,
-            parents = b.cp.parents,
-            jump = b.jump,
-            sqlstate = state.as_deref().unwrap_or(""),
-            ms = began.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1000.0),
-            "batch rolled back"
-        );
         if bound_cut && !b.jumped && !step.path.is_empty() && !b.plan.block_step(step) {
             // Before shrinking the batch or blaming a cascade, retry it once with the same size
             // reading first where its rows begin: a tenant whose rows sit behind other tenants'
@@ -135,7 +124,6 @@ impl JobRun {
             self.limits.rows,
         );
         b.unbounded_step = None;
-        b.ceiling = i64::MAX;
         self.progress.plan_hash = Some(b.plan.hash());
     }
 
@@ -153,8 +141,6 @@ impl JobRun {
                 limits.statement_timeout.as_millis()
             ));
         } else {
-            // The step's batches stay below the size the bound cut from now on.
-            b.ceiling = b.ceiling.min((b.cp.rows / 2).max(1));
             self.shrink(b);
         }
     }

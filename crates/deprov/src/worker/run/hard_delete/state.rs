@@ -29,11 +29,6 @@ pub(super) struct Batches {
     /// A jump was tried since the last committed batch (a jump cut short too did not help: the
     /// retries shrink without it).
     pub jumped: bool,
-    /// The most rows (or blocks) the current step's batches grow to: half of a size the batch
-    /// bound cut short in this step, lifted by a quarter per committed batch, so the sizing does
-    /// not grow straight back into the same cut (a table whose cost per row varies from range to
-    /// range); unlimited at each step's start.
-    pub ceiling: i64,
     /// The step whose batches run under the full `statement_timeout`: its single row could not be
     /// deleted within the batch bound. Any other batch is cut at the bound.
     pub unbounded_step: Option<usize>,
@@ -183,7 +178,6 @@ impl JobRun {
             large_parent: false,
             jump: false,
             jumped: false,
-            ceiling: i64::MAX,
             unbounded_step: None,
             every,
             checkpointed: Instant::now(),
