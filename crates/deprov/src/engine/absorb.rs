@@ -242,7 +242,6 @@ impl Plan {
     }
 }
 
-/// Whether `to` is reachable from `from` over "is referenced by" edges inside the closure (any action).
 /// Rows a step's first batch may make PostgreSQL scan where a foreign key has no index (the
 /// referencing tables its deleted rows' triggers scan, or its own table per parent): a few
 /// milliseconds of sequential scan, well within any batch bound. Batches after it are sized by
@@ -255,6 +254,7 @@ fn within_first_scan(scanned: f64, limit: i64) -> i64 {
     fit.clamp(1, limit.max(1))
 }
 
+/// Whether `to` is reachable from `from` over "is referenced by" edges inside the closure (any action).
 fn reaches(plan: &Plan, from: u32, to: u32) -> bool {
     let mut stack = vec![from];
     let mut visited = BTreeSet::new();

@@ -30,59 +30,9 @@ async fn tasks_left(db: &sqlx::PgPool) -> i64 {
         .unwrap()
 }
 
-#[tokio::test]
-async fn a_batch_that_is_not_full_ends_its_step_unless_another_parent_follows() {
-    let env = env_with_schema(&config_text(""), SCHEMA).await;
-    let plan = load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
-        .await
-        .unwrap();
-    let step = plan
-        .steps
-        .iter()
-        .position(|s| plan.name(s.table).to_string() == "\"app\".\"tasks\"")
-        .unwrap();
-    let limits = BatchLimits {
-        rows: 100,
-        lock_timeout: std::time::Duration::from_secs(1),
-        statement_timeout: std::time::Duration::from_secs(5),
-        deferred: false,
-    };
-    let batch = |cursor: Cursor, parents: i64| {
-        let (db, plan) = (env.db.clone(), plan.clone());
-        async move {
-            let began = std::sync::OnceLock::new();
-            let at = BatchStart {
-                step,
-                cursor: &cursor,
-                parents,
-                large_parent: false,
-                unchanged: None,
-                began: &began,
-                jump: false,
-            };
-            engine::run_batch(&db, &plan, at, "1", &limits)
-                .await
-                .unwrap()
-        }
-    };
-
-    // Two of the three projects: a third follows, so the step goes on after project 2.
-    let first: BatchResult = batch(Cursor::Start, 2).await;
-    assert_eq!((first.selected, first.deleted, first.parents), (4, 4, 2));
-    assert_eq!(first.next, Some(Cursor::AfterParent(vec!["2".into()])));
-    assert_eq!(tasks_left(&env.db).await, 3);
-
-    // The last project: no parent follows, and the batch is not full: the step ends with it.
-    let last = batch(first.next.unwrap(), 2).await;
-    assert_eq!((last.selected, last.deleted, last.parents), (2, 2, 1));
-    assert_eq!(last.next, None);
-    // Tenant 2's task stays.
-    assert_eq!(tasks_left(&env.db).await, 1);
-}
-
-#[tokio::test]
-async fn a_batch_that_takes_every_parent_ends_its_step() {
-    let env = env_with_schema(&config_text(""), SCHEMA).await;
+/// Runs one batch of the tasks step of tenant 1 from `cursor`, taking at most `parents` parents
+/// and 100 rows.
+async fn tasks_batch(env: &crate::harness::Env, cursor: Cursor, parents: i64) -> BatchResult {
     let plan = load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
         .await
         .unwrap();
@@ -98,19 +48,43 @@ async fn a_batch_that_takes_every_parent_ends_its_step() {
         deferred: false,
     };
     let began = std::sync::OnceLock::new();
-    // Exactly as many parents as the tenant has: nothing is read ahead, nothing is left.
     let at = BatchStart {
         step,
-        cursor: &Cursor::Start,
-        parents: 3,
+        cursor: &cursor,
+        parents,
         large_parent: false,
         unchanged: None,
         began: &began,
         jump: false,
     };
-    let only = engine::run_batch(&env.db, &plan, at, "1", &limits)
+    engine::run_batch(&env.db, &plan, at, "1", &limits)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_batch_that_is_not_full_ends_its_step_unless_another_parent_follows() {
+    let env = env_with_schema(&config_text(""), SCHEMA).await;
+
+    // Two of the three projects: a third follows, so the step goes on after project 2.
+    let first = tasks_batch(&env, Cursor::Start, 2).await;
+    assert_eq!((first.selected, first.deleted, first.parents), (4, 4, 2));
+    assert_eq!(first.next, Some(Cursor::AfterParent(vec!["2".into()])));
+    assert_eq!(tasks_left(&env.db).await, 3);
+
+    // The last project: no parent follows, and the batch is not full: the step ends with it.
+    let last = tasks_batch(&env, first.next.unwrap(), 2).await;
+    assert_eq!((last.selected, last.deleted, last.parents), (2, 2, 1));
+    assert_eq!(last.next, None);
+    // Tenant 2's task stays.
+    assert_eq!(tasks_left(&env.db).await, 1);
+}
+
+#[tokio::test]
+async fn a_batch_that_takes_every_parent_ends_its_step() {
+    let env = env_with_schema(&config_text(""), SCHEMA).await;
+    // Exactly as many parents as the tenant has: nothing is read ahead, nothing is left.
+    let only = tasks_batch(&env, Cursor::Start, 3).await;
     assert_eq!((only.selected, only.parents, only.next), (6, 3, None));
     assert_eq!(tasks_left(&env.db).await, 1);
 }

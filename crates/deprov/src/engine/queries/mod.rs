@@ -384,8 +384,8 @@ impl<'p> BatchShape<'p> {
     }
 
     /// `del`: the batch's rows deleted by `ctid` (but those kept back), then the statement's
-    /// result row: rows selected, deleted, parents read (with the one ahead), parents used, the last parent and the
-    /// last selected row as text.
+    /// result row: rows selected, deleted, parents read (with the one ahead), parents used, the
+    /// last parent and the last selected row as text.
     fn delete_and_count(&self, b: &mut SqlBuilder) {
         let (plan, step) = (self.plan, self.step);
         b.sql(", del AS (DELETE FROM ")
