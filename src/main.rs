@@ -2,7 +2,8 @@
 
 use clap::Parser;
 
-/// mimalloc, as the `deprov` binary uses: the benchmarks measure the service as it runs.
+/// mimalloc, as the `deprov` binary uses and built alike (`no_thp`, see its `main.rs`): the
+/// benchmarks measure the service as it runs.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
