@@ -274,8 +274,11 @@ impl JobRun {
             tenant = self.rekey(&plan, tenant).await?;
         }
         // Keyed now by the tenant as the key column reads it: a tenant switch on that key holds
-        // the job before the pre-check, which would otherwise fail it for a held tenant.
-        drop(self.may_destroy().await?);
+        // the job before the pre-check, which would otherwise fail it for a held tenant. The
+        // whole cascade reads the switches itself, before its own check.
+        if !self.whole_applies() {
+            drop(self.may_destroy().await?);
+        }
         if let Some(outcome) = self.whole_cascade(&plan, &tenant).await? {
             return Ok(outcome);
         }

@@ -30,20 +30,14 @@ impl JobRun {
         plan: &engine::Plan,
         tenant: &str,
     ) -> Result<Option<Outcome>, Stop> {
+        if !self.whole_applies() {
+            return Ok(None);
+        }
         let w = self.worker.clone();
         let hd = &w.config.hard_delete;
         let soft_delete_first = matches!(self.job.step.as_str(), "soft_delete" | "resolve");
-        let applies = hd.trial_cascade
-            && hd.whole_cascade
-            && self.before_hard_delete()
-            && if soft_delete_first {
-                hd.grace_period.is_zero()
-            } else {
-                self.grace_remaining().is_none()
-            };
-        if !applies {
-            return Ok(None);
-        }
+        // Read before the trigger check, so that a held or cancelled job is not failed by it.
+        let gate = self.may_destroy().await?;
         if let Some(refusal) = self.refuse_user_triggers(plan).await? {
             return Ok(Some(Outcome::Failed(refusal)));
         }
@@ -52,7 +46,6 @@ impl JobRun {
         } else {
             &[]
         };
-        let gate = self.may_destroy().await?;
         let started = std::time::Instant::now();
         let whole = engine::whole::whole_cascade(
             &w.pools.target,
@@ -112,6 +105,21 @@ impl JobRun {
                 ))))
             }
         }
+    }
+
+    /// Whether [`Self::whole_cascade`] runs: with `[hard_delete] trial_cascade` and
+    /// `whole_cascade`, before any hard-delete statement, and with no grace period left to wait.
+    pub(super) fn whole_applies(&self) -> bool {
+        let hd = &self.worker.config.hard_delete;
+        let soft_delete_first = matches!(self.job.step.as_str(), "soft_delete" | "resolve");
+        hd.trial_cascade
+            && hd.whole_cascade
+            && self.before_hard_delete()
+            && if soft_delete_first {
+                hd.grace_period.is_zero()
+            } else {
+                self.grace_remaining().is_none()
+            }
     }
 
     /// Whether to try the whole cascade once more, straight after its first try and before the
