@@ -197,30 +197,111 @@ impl Deprov {
         started: Instant,
         window: Option<Duration>,
     ) -> Result<jobs::Job, BenchError> {
+        let running = self.start_worker(None);
+        let ended = self.until_ended(job_id, started, window).await;
+        running.stop().await;
+        ended?;
+        self.job(job_id).await
+    }
+
+    /// The request for `tenant` sent to a running service: the worker is started first, listening
+    /// on `notify_url` (the state database, as `DEPROV_NOTIFY_URL` has it in a deployment), and
+    /// requests are recorded once it listens (or after [`LISTEN_WAIT`] without), each then woken
+    /// for as intake wakes it ([`jobs::wake_workers`]). With `warm_up` (a key no root row has),
+    /// that key's request is served first, so that the measured one meets the worker, its pools
+    /// and the servers' per-connection caches (prepared statements, PL/pgSQL plans) as a service
+    /// that has served a request before: its time is a running service's request-to-completion
+    /// time, not a start's. Returns the measured job as it ended and when its request was accepted
+    /// (its intake transaction committed; this process's clock).
+    pub(super) async fn serve(
+        &self,
+        tenant: &str,
+        warm_up: Option<&str>,
+        notify_url: String,
+    ) -> Result<(jobs::Job, time::OffsetDateTime), BenchError> {
+        let running = self.start_worker(Some(notify_url));
+        let served = async {
+            self.until_listening().await?;
+            if let Some(key) = warm_up {
+                let job_id = self.request(key).await?;
+                self.until_ended(job_id, Instant::now(), Some(WARM_UP_WAIT))
+                    .await?;
+            }
+            let job_id = self.record(tenant).await?;
+            let accepted = time::OffsetDateTime::now_utc();
+            self.wake().await;
+            self.until_ended(job_id, Instant::now(), None).await?;
+            Ok::<_, BenchError>((job_id, accepted))
+        }
+        .await;
+        running.stop().await;
+        let (job_id, requested) = served?;
+        Ok((self.job(job_id).await?, requested))
+    }
+
+    /// [`Self::record`], then the wake-up intake sends after its commit.
+    async fn request(&self, tenant: &str) -> Result<uuid::Uuid, BenchError> {
+        let job_id = self.record(tenant).await?;
+        self.wake().await;
+        Ok(job_id)
+    }
+
+    /// The wake-up intake sends after its commit ([`jobs::wake_workers`]).
+    async fn wake(&self) {
+        if let Err(e) = jobs::wake_workers(&self.pools.intake).await {
+            // The worker still polls: the job only waits for its next poll.
+            tracing::warn!(error = %e, "could not wake the worker");
+        }
+    }
+
+    fn start_worker(&self, notify_url: Option<String>) -> RunningWorker {
         let cancel = CancellationToken::new();
-        let worker = Worker::new(
-            self.pools.clone(),
-            self.config.clone(),
-            "bench-worker".into(),
-        );
-        let running = tokio::spawn({
+        let worker = Worker::new(self.pools.clone(), self.config.clone(), WORKER_ID.into())
+            .with_notify_url(notify_url);
+        let handle = tokio::spawn({
             let cancel = cancel.clone();
             async move { worker.run(cancel).await }
         });
+        RunningWorker { cancel, handle }
+    }
+
+    /// Waits until the bench's worker reports a `LISTEN` connection in `deprov.workers`, at most
+    /// [`LISTEN_WAIT`].
+    async fn until_listening(&self) -> Result<(), BenchError> {
+        let since = Instant::now();
+        while since.elapsed() < LISTEN_WAIT {
+            let live = deprov::queue::workers::live(&self.pools.queue).await?;
+            if live.iter().any(|w| w.id == WORKER_ID && w.listening) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tracing::warn!("the worker is not listening: the job waits for its poll");
+        Ok(())
+    }
+
+    /// Polls the job until it ended or `window` (if any) has passed since `started`.
+    async fn until_ended(
+        &self,
+        job_id: uuid::Uuid,
+        started: Instant,
+        window: Option<Duration>,
+    ) -> Result<(), BenchError> {
         let ended = |state: &str| matches!(state, "completed" | "failed");
         loop {
             let job = jobs::get(&self.pools.queue, job_id).await?;
             if job.is_some_and(|j| ended(&j.state))
                 || window.is_some_and(|w| started.elapsed() >= w)
             {
-                break;
+                return Ok(());
             }
             // Polled slowly, so the polling is no load beside the deletion: the time comes from the
             // job's own timestamps.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        cancel.cancel();
-        let _ = running.await;
+    }
+
+    async fn job(&self, job_id: uuid::Uuid) -> Result<jobs::Job, BenchError> {
         match jobs::get(&self.pools.queue, job_id).await? {
             Some(job) => Ok(job),
             None => Err(BenchError::Job {
@@ -228,6 +309,28 @@ impl Deprov {
                 error: "the job's row is gone".into(),
             }),
         }
+    }
+}
+
+/// The bench's worker's name (`deprov.workers.id`, the jobs' lease owner).
+const WORKER_ID: &str = "bench-worker";
+
+/// How long [`Deprov::serve`] waits for its worker to listen before it sends the request anyway.
+const LISTEN_WAIT: Duration = Duration::from_secs(5);
+
+/// How long [`Deprov::serve`] waits for its warm-up request's job to end before it goes on.
+const WARM_UP_WAIT: Duration = Duration::from_secs(30);
+
+/// A worker [`Deprov`] started; [`Self::stop`] stops it as SIGTERM does.
+struct RunningWorker {
+    cancel: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl RunningWorker {
+    async fn stop(self) {
+        self.cancel.cancel();
+        let _ = self.handle.await;
     }
 }
 
@@ -267,8 +370,9 @@ pub(super) async fn run_deprov(
     let saas_url = server.url(run.target_db);
     let fg = workload::start(&saas_url, args.clients, args.rate, keys.foreground.clone());
     let writer = workload::start(&saas_url, 1, args.rate, keys.tenant.clone());
-    let job_id = deprov.record(&tenant.to_string()).await?;
-    let job = deprov.work(job_id, Instant::now(), None).await?;
+    let (job, _) = deprov
+        .serve(&tenant.to_string(), Some("-1"), server.url(run.state_db))
+        .await?;
     let (writer, fg) = (writer.stop().await, fg.stop().await);
     if job.state != "completed" {
         return Err(BenchError::Job {

@@ -8,19 +8,21 @@
 //! 2. Both copies `ANALYZE`d and read once (every table scanned), then a `CHECKPOINT` (skipped,
 //!    with a note, without the privilege).
 //! 3. Copy A: the cascading `DELETE FROM <root> WHERE <key> = $1`, one transaction, timed.
-//! 4. Copy B: a deletion request recorded as intake records it and the service's worker running
-//!    the job to its end with the configuration's `[tenant]`, `[soft_delete]`, `[hard_delete]`,
+//! 4. Copy B: the service's worker started and listening, then a deletion request recorded and
+//!    woken for as intake does it, run to its end with the configuration's `[tenant]`, `[soft_delete]`, `[hard_delete]`,
 //!    `[pacing]`, `[worker]` and `[pools]` (sources, `[vercel]` and `[notifications]` are left out,
 //!    so no secret is needed; `grace_period` is 0), timed from the request to `completed`, while a
-//!    [`TransactionSampler`] watches copy B's transactions every 5 ms.
+//!    [`TransactionSampler`] watches copy B's transactions every 5 ms. Before it, the worker
+//!    serves one request for a key no root row has, as a running service has served requests
+//!    before: the measured job meets warm connections, not a start ([`Deprov::serve`]).
 //! 5. Both copies compared table by table (every table of every schema but the system ones).
 //! 6. The three databases dropped (also after an error or Ctrl-C), unless `--keep-copies`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgPool};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -29,7 +31,7 @@ use super::error::BenchError;
 pub use super::error::TargetError;
 use super::side::{Deprov, TimeSplit, warm};
 use super::target_db::{
-    Names, admin_pool, checkpoint, compare, copy_database, key_type, tenant_exists,
+    Names, absent_key, admin_pool, checkpoint, compare, copy_database, key_type, tenant_exists,
 };
 pub use super::target_report::{TargetReport, TargetSide};
 use deprov::config::{Config, ConfigError};
@@ -168,6 +170,7 @@ async fn measure(
         .await?;
     let key_type = key_type(&pool, &root, column).await?;
     tenant_exists(&pool, &root, column, &key_type, &run.tenant).await?;
+    let absent = absent_key(&pool, &root, column, &key_type).await?;
     let cascade = cascade_delete_key(&pool, &root, column, &key_type, &run.tenant)
         .await
         .map_err(TargetError::Cascade)?;
@@ -178,12 +181,13 @@ async fn measure(
         quiet,
         "deprov: a deletion request and a worker, on the second copy",
     );
-    let (job, sampled, requested) = deprov_job(
+    let (job, sampled, accepted) = deprov_job(
         config,
         &on(&names.state),
         &copy_b,
         &names.deprov,
         &run.tenant,
+        absent.as_deref(),
     )
     .await?;
 
@@ -229,9 +233,9 @@ async fn measure(
         deprov_time: TimeSplit::from_progress(&job.progress, deprov_side.elapsed_s),
         deprov: deprov_side,
         job_id: job.id,
-        // Both on this process's clock (the worker runs here): the request, and the soft delete's
-        // commit less its transaction's time.
-        before_soft_delete_ms: soft_delete_start.map(|at| ms(at - requested)),
+        // Both on this process's clock (the worker runs here): the request's acceptance, and the
+        // soft delete's commit less its transaction's time.
+        before_soft_delete_ms: soft_delete_start.map(|at| ms(at - accepted)),
         // Both on the state database's clock.
         before_hard_delete_ms: hard_delete_start.map(|at| ms(at - job.created_at)),
         soft_delete_ms: progress.soft_delete_ms,
@@ -252,15 +256,18 @@ async fn measure(
     })
 }
 
-/// deprov's job on the copy `copy_b` (database `datname`), its state in `state`: its request and
-/// the worker until the job ended, with the sampler on the copy's transactions. Returns the job,
-/// what was sampled, and when the request was sent (this process's clock).
+/// deprov's job on the copy `copy_b` (database `datname`), its state in `state`: its request sent
+/// to a running worker (after the request for `warm_up`, a key no root row has:
+/// [`Deprov::serve`]) until the job ended, with the sampler on the copy's transactions (the
+/// warm-up's included). Returns the job, what was sampled, and when the request was accepted
+/// (this process's clock).
 async fn deprov_job(
     config: &Config,
     state: &PgConnectOptions,
     copy_b: &PgConnectOptions,
     datname: &str,
     tenant: &str,
+    warm_up: Option<&str>,
 ) -> Result<(Job, Sampled, OffsetDateTime), TargetError> {
     let deprov = Deprov {
         config: Arc::new(config.clone()),
@@ -279,12 +286,12 @@ async fn deprov_job(
         deprov::db::query("SELECT 1").execute(pool).await?;
     }
     let sampler = TransactionSampler::start(state, datname, Duration::from_millis(5)).await?;
-    let requested = OffsetDateTime::now_utc();
-    let job_id = deprov.record(tenant).await?;
-    let job = deprov.work(job_id, Instant::now(), None).await;
+    let served = deprov
+        .serve(tenant, warm_up, state.to_url_lossy().to_string())
+        .await;
     let sampled = sampler.stop().await;
     deprov.pools.close().await;
-    let job = job?;
+    let (job, accepted) = served?;
     if job.state != "completed" {
         return Err(BenchError::Job {
             state: job.state,
@@ -292,7 +299,7 @@ async fn deprov_job(
         }
         .into());
     }
-    Ok((job, sampled?, requested))
+    Ok((job, sampled?, accepted))
 }
 
 fn stamp(text: Option<&str>) -> Option<OffsetDateTime> {

@@ -165,6 +165,30 @@ pub(super) async fn tenant_exists(
     }
 }
 
+/// A key of `key_type` that no root row has, for the warm-up request of
+/// [`super::side::Deprov::serve`]: the first of a fresh UUID (uuid and text keys) and `-4242`
+/// (integer and numeric keys) that casts to the type and is absent. `None` when neither does.
+pub(super) async fn absent_key(
+    pool: &PgPool,
+    root: &QualifiedName,
+    column: &str,
+    key_type: &SqlType,
+) -> Result<Option<String>, TargetError> {
+    for key in [uuid::Uuid::new_v4().to_string(), "-4242".to_owned()] {
+        match tenant_exists(pool, root, column, key_type, &key).await {
+            Err(TargetError::NoTenant { .. }) => return Ok(Some(key)),
+            Ok(()) => {}
+            // Not a value of the type: class 22, data exception (PostgreSQL docs, Appendix A).
+            Err(TargetError::Db(e))
+                if e.as_database_error()
+                    .and_then(|d| d.code())
+                    .is_some_and(|c| c.starts_with("22")) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
 /// The tables whose contents differ between the two copies ([`table_digest`] of each).
 pub(super) async fn compare(
     a: &PgConnectOptions,

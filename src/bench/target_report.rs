@@ -72,10 +72,12 @@ pub struct TargetReport {
     pub ratio: f64,
     /// deprov's job.
     pub job_id: uuid::Uuid,
-    /// From the request to the start of the soft delete's transaction, the first statement that
-    /// changes the tenant's data, in ms (lookups, plan, pre-checks, trial cascade and simulation).
+    /// From the request's acceptance (its intake transaction committed) to the start of the soft
+    /// delete's transaction, the first statement that changes the tenant's data, in ms (lookups,
+    /// plan, pre-checks, trial cascade and simulation).
     pub before_soft_delete_ms: Option<f64>,
-    /// From the request to the start of the hard delete, in ms.
+    /// From the request (its intake transaction's start, `created_at`) to the start of the hard
+    /// delete, in ms.
     pub before_hard_delete_ms: Option<f64>,
     /// The soft delete's transaction, in ms.
     pub soft_delete_ms: f64,

@@ -252,6 +252,24 @@ async fn target_copies_end_equal_and_the_source_is_untouched() {
     copy.close().await;
     assert_eq!(unassigned, 1200 / 7 - 900 / 7, "tasks 903, 910, … 1197");
 
+    // The worker served a request for a key no row has before the measured one, which is the
+    // report's job.
+    let state = pool(&user.server, &r.state_database).await;
+    let jobs: Vec<(uuid::Uuid, String, String)> =
+        sqlx::query_as("SELECT id, subject, state FROM deprov.jobs ORDER BY created_at")
+            .fetch_all(&state)
+            .await
+            .unwrap();
+    state.close().await;
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    assert_eq!(jobs[1].0, r.job_id, "{jobs:?}");
+    assert_eq!(jobs[1].1, "1", "{jobs:?}");
+    assert!(jobs[0].1 != "1" && jobs[0].1 != "2", "{jobs:?}");
+    assert!(
+        matches!(jobs[0].2.as_str(), "completed" | "failed"),
+        "{jobs:?}"
+    );
+
     // The user's database is as it was.
     assert_eq!(user.counts("shopdb", 1).await, before);
     let mut kept = vec![r.cascade_copy, r.deprov_copy, r.state_database];
