@@ -6,9 +6,9 @@
 use super::plan::{Plan, Step};
 use crate::sql::{SqlBuilder, Statement};
 
-mod blocks;
+mod block_sql;
 mod range_sql;
-pub use blocks::block_batch;
+pub use block_sql::block_batch;
 pub use range_sql::{children_count, range_bound, range_delete};
 
 /// Alias bases so nested sub-queries never shadow each other's aliases.
