@@ -14,7 +14,7 @@
 //!    so no secret is needed; `grace_period` is 0), timed from the request to `completed`, while a
 //!    [`TransactionSampler`] watches copy B's transactions every 5 ms. Before it, the worker
 //!    serves one request for a key no root row has, as a running service has served requests
-//!    before: the measured job meets warm connections, not a start ([`Deprov::serve`]).
+//!    before: the measured job meets warm connections, not a start (`Deprov::serve`).
 //! 5. Both copies compared table by table (every table of every schema but the system ones).
 //! 6. The three databases dropped (also after an error or Ctrl-C), unless `--keep-copies`.
 
