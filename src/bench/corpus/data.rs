@@ -102,6 +102,46 @@ fn local(b: &mut SqlBuilder, t: &Table, f: &ForeignKey, n: usize) {
 /// The `INSERT` of `t` (index `i`) with its parameter arrays.
 pub fn insert(schema: &Schema, i: usize) -> Insert {
     let t = &schema.tables[i];
+    let arrays = arrays(schema, i);
+    let mut b = SqlBuilder::new();
+    target_columns(&mut b, schema, t);
+    if t.pk != PrimaryKey::Pair {
+        key(&mut b, t, &|b| {
+            b.sql("b.c0 + g");
+        });
+        b.sql(", ");
+    }
+    for (k, f) in t.fks.iter().enumerate() {
+        reference(&mut b, schema, t, k, f);
+        b.sql(", ");
+    }
+    if t.bare_tenant_column {
+        key(&mut b, schema.root(), &|b| {
+            b.sql("b.c2");
+        });
+        b.sql(", ");
+    }
+    for &p in &t.payload {
+        b.sql(PAYLOAD[p].1).sql(", ");
+    }
+    b.sql("timestamptz '2024-01-01 00:00:00+00' + (b.c0 + g) * interval '1 second' FROM unnest(");
+    b.join(&arrays, ", ", |b, n, _| {
+        b.param(n + 1).sql("::bigint[]");
+    });
+    b.sql(") AS b(");
+    b.join(&arrays, ", ", |b, n, _| {
+        col_name(b, n);
+    });
+    b.sql(") CROSS JOIN LATERAL generate_series(1::bigint, b.c1) AS g");
+    Insert {
+        sql: b.build(),
+        arrays,
+    }
+}
+
+/// The bind parameters of table `i`'s `INSERT` (see [`Insert::arrays`]), one element per tenant.
+fn arrays(schema: &Schema, i: usize) -> Vec<Vec<i64>> {
+    let t = &schema.tables[i];
     let tenants = schema.tenants.len();
     let offsets: Vec<Vec<i64>> = schema.tables.iter().map(Table::offsets).collect();
     let block = |table: usize, tenant: usize| -> (i64, i64) {
@@ -126,8 +166,12 @@ pub fn insert(schema: &Schema, i: usize) -> Insert {
         }
         arrays.extend(cols);
     }
+    arrays
+}
 
-    let mut b = SqlBuilder::new();
+/// Appends `INSERT INTO <t> (<columns>, created_at) SELECT `: the key, the foreign keys, the bare
+/// tenant column, the payload.
+fn target_columns(b: &mut SqlBuilder, schema: &Schema, t: &Table) {
     b.sql("INSERT INTO ").table(&t.qualified()).sql(" (");
     let mut names: Vec<&str> = Vec::new();
     if t.pk != PrimaryKey::Pair {
@@ -145,70 +189,44 @@ pub fn insert(schema: &Schema, i: usize) -> Insert {
             .sql(PAYLOAD[p].0.split(' ').next().unwrap_or("title"));
     }
     b.sql(", created_at) SELECT ");
-    if t.pk != PrimaryKey::Pair {
-        key(&mut b, t, &|b| {
-            b.sql("b.c0 + g");
-        });
-        b.sql(", ");
-    }
-    for (k, f) in t.fks.iter().enumerate() {
-        let [off, rows, xoff, xrows] = fk_cols(k);
-        let parent = &schema.tables[f.parent];
-        let same = |b: &mut SqlBuilder| {
-            col(b, off);
-            b.sql(" + ");
-            local(b, t, f, rows);
-        };
-        let next = |b: &mut SqlBuilder| {
-            col(b, xoff);
-            b.sql(" + ");
-            local(b, t, f, xrows);
-        };
-        let guarded = f.every > 1 || f.spread == Spread::Tree;
-        if guarded {
-            b.sql("CASE WHEN ");
-            if f.spread == Spread::Tree {
-                b.sql("g >= 2");
-            } else {
-                b.sql("g % ").int(f.every).sql(" = 0");
-            }
-            b.sql(" THEN ");
-        }
-        if f.cross_tenant {
-            b.sql("CASE WHEN g % 7 = 3 THEN ");
-            key(&mut b, parent, &next);
-            b.sql(" ELSE ");
-            key(&mut b, parent, &same);
-            b.sql(" END");
+}
+
+/// Appends the value of `t`'s foreign key `f` (number `k`): the referenced row's key in the same
+/// tenant's block (some rows of a cross-tenant key: the next tenant's), NULL on the rows it skips.
+fn reference(b: &mut SqlBuilder, schema: &Schema, t: &Table, k: usize, f: &ForeignKey) {
+    let [off, rows, xoff, xrows] = fk_cols(k);
+    let parent = &schema.tables[f.parent];
+    let same = |b: &mut SqlBuilder| {
+        col(b, off);
+        b.sql(" + ");
+        local(b, t, f, rows);
+    };
+    let next = |b: &mut SqlBuilder| {
+        col(b, xoff);
+        b.sql(" + ");
+        local(b, t, f, xrows);
+    };
+    let guarded = f.every > 1 || f.spread == Spread::Tree;
+    if guarded {
+        b.sql("CASE WHEN ");
+        if f.spread == Spread::Tree {
+            b.sql("g >= 2");
         } else {
-            key(&mut b, parent, &same);
+            b.sql("g % ").int(f.every).sql(" = 0");
         }
-        if guarded {
-            b.sql(" END");
-        }
-        b.sql(", ");
+        b.sql(" THEN ");
     }
-    if t.bare_tenant_column {
-        key(&mut b, schema.root(), &|b| {
-            b.sql("b.c2");
-        });
-        b.sql(", ");
+    if f.cross_tenant {
+        b.sql("CASE WHEN g % 7 = 3 THEN ");
+        key(b, parent, &next);
+        b.sql(" ELSE ");
+        key(b, parent, &same);
+        b.sql(" END");
+    } else {
+        key(b, parent, &same);
     }
-    for &p in &t.payload {
-        b.sql(PAYLOAD[p].1).sql(", ");
-    }
-    b.sql("timestamptz '2024-01-01 00:00:00+00' + (b.c0 + g) * interval '1 second' FROM unnest(");
-    b.join(&arrays, ", ", |b, n, _| {
-        b.param(n + 1).sql("::bigint[]");
-    });
-    b.sql(") AS b(");
-    b.join(&arrays, ", ", |b, n, _| {
-        col_name(b, n);
-    });
-    b.sql(") CROSS JOIN LATERAL generate_series(1::bigint, b.c1) AS g");
-    Insert {
-        sql: b.build(),
-        arrays,
+    if guarded {
+        b.sql(" END");
     }
 }
 

@@ -640,267 +640,42 @@ fn fan_out(rng: &mut StdRng, parent_rows: i64) -> i64 {
 /// [`LARGE_TENANT_ROWS`] rows). The same seed gives the same schema; the scale changes row counts
 /// only.
 pub fn generate(seed: u64, scale: f64) -> Schema {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let root_word = *ROOTS.choose(&mut rng).expect("non-empty");
-    let plural = rng.random_bool(0.5);
-    let mut nouns: Vec<&'static str> = NOUNS.to_vec();
-    rand::seq::SliceRandom::shuffle(nouns.as_mut_slice(), &mut rng);
-    let closure_target = rng.random_range(20..=80usize);
-    let mut d = Draw {
-        rng,
-        plural,
-        tables: Vec::new(),
-        large: Vec::new(),
-        nouns,
-        tenant_column: format!("{root_word}_id"),
-    };
-    let root_key = d.key();
-    let root_name = d.name(root_word);
-    d.tables.push(Table {
-        schema: "app",
-        name: root_name,
-        key: root_key,
-        salt: 1,
-        pk: PrimaryKey::Id,
-        fks: Vec::new(),
-        payload: vec![0],
-        checks: true,
-        rls: false,
-        partitioned: false,
-        tenant_fk: None,
-        bare_tenant_column: false,
-        in_closure: true,
-        rows: Vec::new(),
-        depth: 0,
-    });
-    d.large.push(1);
-
+    let (mut d, closure_target) = Draw::start(seed);
     // Forced shapes: 2 join tables, a tree, the partitioned table and the skewed table, added after
     // the random tree of tables so that their parents exist.
     let forced = 5;
-    let random_tables = closure_target - 1 - forced;
-    for _ in 0..random_tables {
-        let parent = if d.tables.len() < 3 || d.rng.random_bool(0.3) {
-            0
-        } else {
-            d.pick_table(3)
-        };
-        let rows = if parent == 0 {
-            *[3, 10, 30, 100, 300, 1000]
-                .choose(&mut d.rng)
-                .expect("non-empty")
-        } else {
-            let p = d.large[parent];
-            fan_out(&mut d.rng, p)
-        };
-        let noun = d.next_noun();
-        let t = d.table(noun, parent, rows, None);
-        // A second CASCADE parent (another cascade path), one table in ten.
-        if parent != 0 && d.rng.random_bool(0.1) {
-            let other = d.pick_table(3);
-            if other != parent && other != t {
-                d.add_fk(t, other, Action::Cascade, 1, false);
-            }
-        }
-        // An optional SET NULL reference, some rows of other tenants pointing at this tenant's.
-        if d.rng.random_bool(0.25) {
-            let other = d.pick_table(4);
-            if other != t {
-                let cross = d.rng.random_bool(0.5);
-                d.add_fk(t, other, Action::SetNull, 2, cross);
-            }
-        }
+    d.random_tables(closure_target - 1 - forced);
+    d.cross_tenant_set_null();
+    d.join_tables();
+    d.tree_table();
+    d.partitioned_table();
+    let skewed = d.skewed_table();
+    d.no_action_keys();
+    d.cycle();
+    d.row_level_security();
+    d.size_large_tenant(skewed);
+    let outside_first = d.outside_tables();
+    let (tenants, large, small) = tenants();
+    d.tenant_rows(&tenants, large, small, skewed, scale);
+    d.cap_join_rows(tenants.len());
+    d.indexes(skewed);
+    debug_assert!(outside_first > 1);
+    Schema {
+        seed,
+        scale,
+        tenant_column: d.tenant_column.clone(),
+        tables: d.tables,
+        tenants,
+        large,
+        small,
+        skewed,
     }
-    // At least one SET NULL across tenants.
-    let closure_tables: Vec<usize> = (1..d.tables.len()).collect();
-    if !d
-        .tables
-        .iter()
-        .any(|t| t.fks.iter().any(|f| f.cross_tenant))
-    {
-        let t = closure_tables[closure_tables.len() / 2];
-        let other = d.pick_table(4);
-        let other = if other == t { 1 } else { other };
-        d.add_fk(t, other, Action::SetNull, 2, true);
-    }
+}
 
-    // Two join tables: composite primary keys over two CASCADE parents.
-    for _ in 0..2 {
-        let a = d.pick_table(3);
-        let mut b = d.pick_table(2);
-        if b == a {
-            b = if a == 1 { 2 } else { 1 };
-        }
-        let (ra, rb) = (d.large[a], d.large[b]);
-        let rows = (ra * rb).min(ra.max(rb) * 3).min(40_000);
-        let mut name = format!("{}_{}", d.tables[a].name, d.tables[b].name);
-        while d.tables.iter().any(|t| t.name == name) {
-            name.push_str("_x");
-        }
-        let t = d.table("x", a, rows, Some(false));
-        d.tables[t].name = name;
-        d.tables[t].pk = PrimaryKey::Pair;
-        d.tables[t].fks[0].spread = Spread::RoundRobin;
-        d.add_fk(t, b, Action::Cascade, 1, false);
-        d.tables[t].fks[1].spread = Spread::Pairs { first_fk: 0 };
-        d.tables[t].fks[1].nullable = false;
-    }
-    // A tree: comments or folders with a nullable CASCADE parent_id.
-    {
-        let parent = d.pick_table(2);
-        let rows = fan_out(&mut d.rng, d.large[parent]).max(200);
-        let word = *["comment", "folder", "category"]
-            .choose(&mut d.rng)
-            .expect("non-empty");
-        let t = d.table(word, parent, rows, Some(true));
-        d.tables[t].fks.push(ForeignKey {
-            column: "parent_id".into(),
-            parent: t,
-            action: Action::Cascade,
-            nullable: true,
-            indexed: false,
-            every: 1,
-            cross_tenant: false,
-            spread: Spread::Tree,
-        });
-    }
-    // The partitioned table: hash on the tenant column, primary key (tenant column, id).
-    {
-        let rows = 20_000;
-        let t = d.table("audit_event", 0, rows, Some(true));
-        d.tables[t].partitioned = true;
-        d.tables[t].pk = PrimaryKey::TenantAndId;
-        d.tables[t].fks[0].spread = Spread::Grouped;
-        let other = d.pick_table(2);
-        d.add_fk(t, other, Action::SetNull, 3, false);
-    }
-    // The skewed table: sized so the large tenant reaches LARGE_TENANT_ROWS; the small tenants own
-    // a few of its rows.
-    {
-        let parent = d.pick_table(1);
-        let t = d.table("activity", parent, 1, Some(true));
-        d.tables[t].fks[0].spread = Spread::RoundRobin;
-    }
-    let skewed = d.tables.len() - 1;
-
-    // NO ACTION keys between the tenant's own rows (1–3), only where the cascade succeeds: the
-    // check fires per referenced row as it is deleted, so every referencing row must be gone by
-    // then (see [`cascade_order`]): the pairs where the cascade succeeds.
-    // Not from a table to one of its CASCADE descendants: a NOT NULL NO ACTION key closing a cycle
-    // passes in the cascade (one statement) but no leaves-first order can delete it; deprov's job
-    // failed on one part-way through its hard delete, which this corpus, measuring speed, leaves out.
-    let (done, start) = cascade_order(&d.tables);
-    let below: Vec<Vec<bool>> = (0..d.tables.len())
-        .map(|x| cascade_descendants(&d.tables, x))
-        .collect();
-    let pairs: Vec<(usize, usize)> = (1..d.tables.len())
-        .flat_map(|x| (1..d.tables.len()).map(move |p| (x, p)))
-        .filter(|&(x, p)| {
-            x != p
-                && done[x] <= start[p]
-                && !below[x][p]
-                && d.tables[p].pk == PrimaryKey::Id
-                && !d.tables[x].fks.iter().any(|f| f.parent == p)
-        })
-        .collect();
-    let wanted = d.rng.random_range(1..=3usize);
-    for _ in 0..wanted {
-        if let Some(&(x, p)) = pairs.choose(&mut d.rng)
-            && !d.tables[x].fks.iter().any(|f| f.parent == p)
-        {
-            d.add_fk(x, p, Action::NoAction, 1, false);
-        }
-    }
-    // The cycle: an earlier table's nullable SET NULL reference to one of its descendants.
-    let pairs: Vec<(usize, usize)> = (1..d.tables.len())
-        .flat_map(|l| (1..l).map(move |e| (e, l)))
-        .filter(|&(e, l)| {
-            d.descends(l, e) && d.tables[l].pk == PrimaryKey::Id && !d.tables[e].partitioned
-        })
-        .collect();
-    if let Some(&(e, l)) = pairs.choose(&mut d.rng) {
-        d.add_fk(e, l, Action::SetNull, 3, false);
-    }
-
-    // Row-level security on a fifth of the tables with a tenant column, at least one.
-    let with_tenant: Vec<usize> = (1..d.tables.len())
-        .filter(|&i| {
-            (d.tables[i].tenant_fk.is_some() || d.tables[i].bare_tenant_column)
-                && !d.tables[i].partitioned
-        })
-        .collect();
-    for &i in &with_tenant {
-        d.tables[i].rls = d.rng.random_bool(0.2);
-    }
-    if !d.tables.iter().any(|t| t.rls)
-        && let Some(&i) = with_tenant.first()
-    {
-        d.tables[i].rls = true;
-    }
-
-    // Scale-1 rows: the tables other than the skewed one hold at most 450k of the large tenant's
-    // rows; the skewed one tops it up to LARGE_TENANT_ROWS (at least 100k).
-    let others: i64 = (1..d.tables.len())
-        .filter(|&i| i != skewed)
-        .map(|i| d.large[i])
-        .sum();
-    if others > 450_000 {
-        for i in 1..d.tables.len() {
-            if i != skewed {
-                d.large[i] = (d.large[i] * 450_000 / others).max(1);
-            }
-        }
-    }
-    let others: i64 = (1..d.tables.len())
-        .filter(|&i| i != skewed)
-        .map(|i| d.large[i])
-        .sum();
-    d.large[skewed] = (LARGE_TENANT_ROWS - 1 - others).max(100_000);
-    // Join tables cannot hold more pairs than their parents make.
-    for i in 1..d.tables.len() {
-        if d.tables[i].pk == PrimaryKey::Pair {
-            let (a, b) = (d.tables[i].fks[0].parent, d.tables[i].fks[1].parent);
-            d.large[i] = d.large[i].min(d.large[a] * d.large[b]);
-        }
-    }
-
-    // Outside the closure: RESTRICT to the root and NO ACTION to a closure table from rows of other
-    // tenants only, SET NULL from shared links (also to the benchmarked tenants' rows), and a
-    // lookup table that closure tables reference.
-    let outside_first = d.tables.len();
-    let level1 = d.pick_table(1);
-    for (schema, singular, parent, action, rows) in [
-        ("billing", "ledger_entry", 0, Action::Restrict, 400),
-        ("app", "data_export", level1, Action::NoAction, 200),
-        ("app", "shared_link", d.pick_table(3), Action::SetNull, 300),
-    ] {
-        let t = d.table(singular, parent, rows, Some(false));
-        d.tables[t].schema = schema;
-        d.tables[t].in_closure = false;
-        d.tables[t].fks[0].action = action;
-        d.tables[t].fks[0].nullable = action == Action::SetNull;
-        if action == Action::SetNull {
-            d.tables[t].fks[0].cross_tenant = true;
-            d.tables[t].fks[0].every = 2;
-        }
-    }
-    {
-        let t = d.table("plan_template", 0, 1, Some(false));
-        d.tables[t].in_closure = false;
-        d.tables[t].fks.clear();
-        d.tables[t].tenant_fk = None;
-        d.tables[t].depth = 0;
-        // Referenced by a few closure tables, NO ACTION: not a key into the closure.
-        for _ in 0..3 {
-            let from = d.pick_table(4);
-            if !d.tables[from].fks.iter().any(|f| f.parent == t) {
-                d.add_fk(from, t, Action::NoAction, 4, false);
-            }
-        }
-    }
-
-    // Tenants: a small one before the large one, the large one, two medium, then small ones; the
-    // last is the small tenant behind the skew.
+/// The tenants: a small one before the large one, the large one, two medium, then small ones; the
+/// last is the small tenant behind the skew. Returns them with the large and that small tenant's
+/// ordinals.
+fn tenants() -> (Vec<Tenant>, i64, i64) {
     let mut tenants = vec![
         Tenant {
             ordinal: 1,
@@ -925,88 +700,392 @@ pub fn generate(seed: u64, scale: f64) -> Schema {
             size: TenantSize::Small,
         });
     }
-    let (large, small) = (2, 12);
-    let scaled = |n: i64, f: f64| ((n as f64) * f * scale).round().max(1.0) as i64;
-    for i in 0..d.tables.len() {
-        let n = d.large[i];
-        let rows: Vec<i64> = tenants
-            .iter()
-            .map(|tenant| {
-                let t = &d.tables[i];
-                if i == 0 {
-                    return 1;
-                }
-                if !t.in_closure {
-                    // Outside tables: the lookup table is global (one block), the others hold rows
-                    // of other tenants only (the benchmarked ones own none).
-                    if t.fks.is_empty() {
-                        return if tenant.ordinal == 1 { 50 } else { 0 };
-                    }
-                    if t.fks[0].action == Action::SetNull {
-                        return scaled(n, 0.1);
-                    }
-                    return if tenant.ordinal == large || tenant.ordinal == small {
-                        0
-                    } else {
-                        scaled(n, 0.1)
-                    };
-                }
-                let f = match (tenant.size, i == skewed) {
-                    (TenantSize::Large, _) => 1.0,
-                    (TenantSize::Medium, false) => 0.15,
-                    (TenantSize::Medium, true) => 0.01,
-                    (TenantSize::Small, false) => 0.004,
-                    (TenantSize::Small, true) => 0.0002,
-                };
-                scaled(n, f)
-            })
-            .collect();
-        d.tables[i].rows = rows;
+    (tenants, 2, 12)
+}
+
+/// The steps of [`generate`], in the order it takes them (each draws from the same generator, so
+/// the order decides the schema).
+impl Draw {
+    /// The generator of `seed` holding the root table alone, and the closure's drawn size (20–80
+    /// tables, the root included).
+    fn start(seed: u64) -> (Self, usize) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let root_word = *ROOTS.choose(&mut rng).expect("non-empty");
+        let plural = rng.random_bool(0.5);
+        let mut nouns: Vec<&'static str> = NOUNS.to_vec();
+        rand::seq::SliceRandom::shuffle(nouns.as_mut_slice(), &mut rng);
+        let closure_target = rng.random_range(20..=80usize);
+        let mut d = Draw {
+            rng,
+            plural,
+            tables: Vec::new(),
+            large: Vec::new(),
+            nouns,
+            tenant_column: format!("{root_word}_id"),
+        };
+        let root_key = d.key();
+        let root_name = d.name(root_word);
+        d.tables.push(Table {
+            schema: "app",
+            name: root_name,
+            key: root_key,
+            salt: 1,
+            pk: PrimaryKey::Id,
+            fks: Vec::new(),
+            payload: vec![0],
+            checks: true,
+            rls: false,
+            partitioned: false,
+            tenant_fk: None,
+            bare_tenant_column: false,
+            in_closure: true,
+            rows: Vec::new(),
+            depth: 0,
+        });
+        d.large.push(1);
+        (d, closure_target)
     }
-    // Join tables: at most the pairs their parents make, per tenant.
-    for i in 1..d.tables.len() {
-        if d.tables[i].pk == PrimaryKey::Pair {
-            let (a, b) = (d.tables[i].fks[0].parent, d.tables[i].fks[1].parent);
-            for t in 0..tenants.len() {
-                let cap = d.tables[a].rows[t] * d.tables[b].rows[t];
-                d.tables[i].rows[t] = d.tables[i].rows[t].min(cap);
+
+    /// `count` closure tables in a random tree below the root, some with a second CASCADE parent
+    /// or a SET NULL reference.
+    fn random_tables(&mut self, count: usize) {
+        for _ in 0..count {
+            let parent = if self.tables.len() < 3 || self.rng.random_bool(0.3) {
+                0
+            } else {
+                self.pick_table(3)
+            };
+            let rows = if parent == 0 {
+                *[3, 10, 30, 100, 300, 1000]
+                    .choose(&mut self.rng)
+                    .expect("non-empty")
+            } else {
+                let p = self.large[parent];
+                fan_out(&mut self.rng, p)
+            };
+            let noun = self.next_noun();
+            let t = self.table(noun, parent, rows, None);
+            // A second CASCADE parent (another cascade path), one table in ten.
+            if parent != 0 && self.rng.random_bool(0.1) {
+                let other = self.pick_table(3);
+                if other != parent && other != t {
+                    self.add_fk(t, other, Action::Cascade, 1, false);
+                }
+            }
+            // An optional SET NULL reference, some rows of other tenants pointing at this tenant's.
+            if self.rng.random_bool(0.25) {
+                let other = self.pick_table(4);
+                if other != t {
+                    let cross = self.rng.random_bool(0.5);
+                    self.add_fk(t, other, Action::SetNull, 2, cross);
+                }
             }
         }
     }
 
-    // Indexes: a key whose unindexed cascade would visit more than SCAN_BUDGET rows (scale 1) gets
-    // one, and one in five of the others; join tables' first column leads the primary key, and the
-    // partitioned table's tenant column leads its.
-    let totals: Vec<i64> = (0..d.tables.len())
-        .map(|i| {
-            let t = &d.tables[i];
-            if t.in_closure || !t.fks.is_empty() {
-                // The scale-1 total over tenants, by the same factors.
-                (d.large[i] as f64 * if i == skewed { 1.1 } else { 1.35 }) as i64
-            } else {
-                50
-            }
-        })
-        .collect();
-    for (i, &total) in totals.iter().enumerate() {
-        for k in 0..d.tables[i].fks.len() {
-            let f = &d.tables[i].fks[k];
-            let visits = d.large[f.parent] * total;
-            let leads_pk = (k == 0 && d.tables[i].pk == PrimaryKey::Pair)
-                || (Some(k) == d.tables[i].tenant_fk && d.tables[i].partitioned);
-            let indexed = leads_pk || visits > SCAN_BUDGET || d.rng.random_bool(0.2);
-            d.tables[i].fks[k].indexed = indexed;
+    /// At least one SET NULL across tenants: one added when the random tables drew none.
+    fn cross_tenant_set_null(&mut self) {
+        let closure_tables: Vec<usize> = (1..self.tables.len()).collect();
+        if !self
+            .tables
+            .iter()
+            .any(|t| t.fks.iter().any(|f| f.cross_tenant))
+        {
+            let t = closure_tables[closure_tables.len() / 2];
+            let other = self.pick_table(4);
+            let other = if other == t { 1 } else { other };
+            self.add_fk(t, other, Action::SetNull, 2, true);
         }
     }
-    debug_assert!(outside_first > 1);
-    Schema {
-        seed,
-        scale,
-        tenant_column: d.tenant_column.clone(),
-        tables: d.tables,
-        tenants,
-        large,
-        small,
-        skewed,
+
+    /// Two join tables: composite primary keys over two CASCADE parents.
+    fn join_tables(&mut self) {
+        for _ in 0..2 {
+            let a = self.pick_table(3);
+            let mut b = self.pick_table(2);
+            if b == a {
+                b = if a == 1 { 2 } else { 1 };
+            }
+            let (ra, rb) = (self.large[a], self.large[b]);
+            let rows = (ra * rb).min(ra.max(rb) * 3).min(40_000);
+            let mut name = format!("{}_{}", self.tables[a].name, self.tables[b].name);
+            while self.tables.iter().any(|t| t.name == name) {
+                name.push_str("_x");
+            }
+            let t = self.table("x", a, rows, Some(false));
+            self.tables[t].name = name;
+            self.tables[t].pk = PrimaryKey::Pair;
+            self.tables[t].fks[0].spread = Spread::RoundRobin;
+            self.add_fk(t, b, Action::Cascade, 1, false);
+            self.tables[t].fks[1].spread = Spread::Pairs { first_fk: 0 };
+            self.tables[t].fks[1].nullable = false;
+        }
+    }
+
+    /// A tree: comments or folders with a nullable CASCADE parent_id.
+    fn tree_table(&mut self) {
+        let parent = self.pick_table(2);
+        let rows = fan_out(&mut self.rng, self.large[parent]).max(200);
+        let word = *["comment", "folder", "category"]
+            .choose(&mut self.rng)
+            .expect("non-empty");
+        let t = self.table(word, parent, rows, Some(true));
+        self.tables[t].fks.push(ForeignKey {
+            column: "parent_id".into(),
+            parent: t,
+            action: Action::Cascade,
+            nullable: true,
+            indexed: false,
+            every: 1,
+            cross_tenant: false,
+            spread: Spread::Tree,
+        });
+    }
+
+    /// The partitioned table: hash on the tenant column, primary key (tenant column, id).
+    fn partitioned_table(&mut self) {
+        let rows = 20_000;
+        let t = self.table("audit_event", 0, rows, Some(true));
+        self.tables[t].partitioned = true;
+        self.tables[t].pk = PrimaryKey::TenantAndId;
+        self.tables[t].fks[0].spread = Spread::Grouped;
+        let other = self.pick_table(2);
+        self.add_fk(t, other, Action::SetNull, 3, false);
+    }
+
+    /// The skewed table: sized so the large tenant reaches LARGE_TENANT_ROWS; the small tenants own
+    /// a few of its rows. Returns its index.
+    fn skewed_table(&mut self) -> usize {
+        let parent = self.pick_table(1);
+        let t = self.table("activity", parent, 1, Some(true));
+        self.tables[t].fks[0].spread = Spread::RoundRobin;
+        self.tables.len() - 1
+    }
+
+    /// NO ACTION keys between the tenant's own rows (1–3), only where the cascade succeeds.
+    ///
+    /// The check fires per referenced row as it is deleted, so every referencing row must be gone
+    /// by then (see [`cascade_order`]): the pairs where the cascade succeeds.
+    /// Not from a table to one of its CASCADE descendants: a NOT NULL NO ACTION key closing a cycle
+    /// passes in the cascade (one statement) but no leaves-first order can delete it; deprov's job
+    /// failed on one part-way through its hard delete, which this corpus, measuring speed, leaves
+    /// out.
+    fn no_action_keys(&mut self) {
+        let (done, start) = cascade_order(&self.tables);
+        let below: Vec<Vec<bool>> = (0..self.tables.len())
+            .map(|x| cascade_descendants(&self.tables, x))
+            .collect();
+        let pairs: Vec<(usize, usize)> = (1..self.tables.len())
+            .flat_map(|x| (1..self.tables.len()).map(move |p| (x, p)))
+            .filter(|&(x, p)| {
+                x != p
+                    && done[x] <= start[p]
+                    && !below[x][p]
+                    && self.tables[p].pk == PrimaryKey::Id
+                    && !self.tables[x].fks.iter().any(|f| f.parent == p)
+            })
+            .collect();
+        let wanted = self.rng.random_range(1..=3usize);
+        for _ in 0..wanted {
+            if let Some(&(x, p)) = pairs.choose(&mut self.rng)
+                && !self.tables[x].fks.iter().any(|f| f.parent == p)
+            {
+                self.add_fk(x, p, Action::NoAction, 1, false);
+            }
+        }
+    }
+
+    /// The cycle: an earlier table's nullable SET NULL reference to one of its descendants.
+    fn cycle(&mut self) {
+        let pairs: Vec<(usize, usize)> = (1..self.tables.len())
+            .flat_map(|l| (1..l).map(move |e| (e, l)))
+            .filter(|&(e, l)| {
+                self.descends(l, e)
+                    && self.tables[l].pk == PrimaryKey::Id
+                    && !self.tables[e].partitioned
+            })
+            .collect();
+        if let Some(&(e, l)) = pairs.choose(&mut self.rng) {
+            self.add_fk(e, l, Action::SetNull, 3, false);
+        }
+    }
+
+    /// Row-level security on a fifth of the tables with a tenant column, at least one.
+    fn row_level_security(&mut self) {
+        let with_tenant: Vec<usize> = (1..self.tables.len())
+            .filter(|&i| {
+                (self.tables[i].tenant_fk.is_some() || self.tables[i].bare_tenant_column)
+                    && !self.tables[i].partitioned
+            })
+            .collect();
+        for &i in &with_tenant {
+            self.tables[i].rls = self.rng.random_bool(0.2);
+        }
+        if !self.tables.iter().any(|t| t.rls)
+            && let Some(&i) = with_tenant.first()
+        {
+            self.tables[i].rls = true;
+        }
+    }
+
+    /// Scale-1 rows: the tables other than the skewed one hold at most 450k of the large tenant's
+    /// rows; the skewed one tops it up to LARGE_TENANT_ROWS (at least 100k).
+    fn size_large_tenant(&mut self, skewed: usize) {
+        let others: i64 = (1..self.tables.len())
+            .filter(|&i| i != skewed)
+            .map(|i| self.large[i])
+            .sum();
+        if others > 450_000 {
+            for i in 1..self.tables.len() {
+                if i != skewed {
+                    self.large[i] = (self.large[i] * 450_000 / others).max(1);
+                }
+            }
+        }
+        let others: i64 = (1..self.tables.len())
+            .filter(|&i| i != skewed)
+            .map(|i| self.large[i])
+            .sum();
+        self.large[skewed] = (LARGE_TENANT_ROWS - 1 - others).max(100_000);
+        // Join tables cannot hold more pairs than their parents make.
+        for i in 1..self.tables.len() {
+            if self.tables[i].pk == PrimaryKey::Pair {
+                let (a, b) = (self.tables[i].fks[0].parent, self.tables[i].fks[1].parent);
+                self.large[i] = self.large[i].min(self.large[a] * self.large[b]);
+            }
+        }
+    }
+
+    /// The tables outside the closure; returns the index of the first.
+    ///
+    /// RESTRICT to the root and NO ACTION to a closure table from rows of other tenants only, SET
+    /// NULL from shared links (also to the benchmarked tenants' rows), and a lookup table that
+    /// closure tables reference.
+    fn outside_tables(&mut self) -> usize {
+        let outside_first = self.tables.len();
+        let level1 = self.pick_table(1);
+        for (schema, singular, parent, action, rows) in [
+            ("billing", "ledger_entry", 0, Action::Restrict, 400),
+            ("app", "data_export", level1, Action::NoAction, 200),
+            (
+                "app",
+                "shared_link",
+                self.pick_table(3),
+                Action::SetNull,
+                300,
+            ),
+        ] {
+            let t = self.table(singular, parent, rows, Some(false));
+            self.tables[t].schema = schema;
+            self.tables[t].in_closure = false;
+            self.tables[t].fks[0].action = action;
+            self.tables[t].fks[0].nullable = action == Action::SetNull;
+            if action == Action::SetNull {
+                self.tables[t].fks[0].cross_tenant = true;
+                self.tables[t].fks[0].every = 2;
+            }
+        }
+        let t = self.table("plan_template", 0, 1, Some(false));
+        self.tables[t].in_closure = false;
+        self.tables[t].fks.clear();
+        self.tables[t].tenant_fk = None;
+        self.tables[t].depth = 0;
+        // Referenced by a few closure tables, NO ACTION: not a key into the closure.
+        for _ in 0..3 {
+            let from = self.pick_table(4);
+            if !self.tables[from].fks.iter().any(|f| f.parent == t) {
+                self.add_fk(from, t, Action::NoAction, 4, false);
+            }
+        }
+        outside_first
+    }
+
+    /// Every table's rows per tenant at `scale`, from the large tenant's scale-1 rows by the
+    /// tenant's size class (`large` and `small` are the benchmarked tenants' ordinals).
+    fn tenant_rows(
+        &mut self,
+        tenants: &[Tenant],
+        large: i64,
+        small: i64,
+        skewed: usize,
+        scale: f64,
+    ) {
+        let scaled = |n: i64, f: f64| ((n as f64) * f * scale).round().max(1.0) as i64;
+        for i in 0..self.tables.len() {
+            let n = self.large[i];
+            let rows: Vec<i64> = tenants
+                .iter()
+                .map(|tenant| {
+                    let t = &self.tables[i];
+                    if i == 0 {
+                        return 1;
+                    }
+                    if !t.in_closure {
+                        // Outside tables: the lookup table is global (one block), the others hold
+                        // rows of other tenants only (the benchmarked ones own none).
+                        if t.fks.is_empty() {
+                            return if tenant.ordinal == 1 { 50 } else { 0 };
+                        }
+                        if t.fks[0].action == Action::SetNull {
+                            return scaled(n, 0.1);
+                        }
+                        return if tenant.ordinal == large || tenant.ordinal == small {
+                            0
+                        } else {
+                            scaled(n, 0.1)
+                        };
+                    }
+                    let f = match (tenant.size, i == skewed) {
+                        (TenantSize::Large, _) => 1.0,
+                        (TenantSize::Medium, false) => 0.15,
+                        (TenantSize::Medium, true) => 0.01,
+                        (TenantSize::Small, false) => 0.004,
+                        (TenantSize::Small, true) => 0.0002,
+                    };
+                    scaled(n, f)
+                })
+                .collect();
+            self.tables[i].rows = rows;
+        }
+    }
+
+    /// Join tables: at most the pairs their parents make, per tenant (`tenants` of them).
+    fn cap_join_rows(&mut self, tenants: usize) {
+        for i in 1..self.tables.len() {
+            if self.tables[i].pk == PrimaryKey::Pair {
+                let (a, b) = (self.tables[i].fks[0].parent, self.tables[i].fks[1].parent);
+                for t in 0..tenants {
+                    let cap = self.tables[a].rows[t] * self.tables[b].rows[t];
+                    self.tables[i].rows[t] = self.tables[i].rows[t].min(cap);
+                }
+            }
+        }
+    }
+
+    /// Indexes: a key whose unindexed cascade would visit more than SCAN_BUDGET rows (scale 1) gets
+    /// one, and one in five of the others; join tables' first column leads the primary key, and the
+    /// partitioned table's tenant column leads its.
+    fn indexes(&mut self, skewed: usize) {
+        let totals: Vec<i64> = (0..self.tables.len())
+            .map(|i| {
+                let t = &self.tables[i];
+                if t.in_closure || !t.fks.is_empty() {
+                    // The scale-1 total over tenants, by the same factors.
+                    (self.large[i] as f64 * if i == skewed { 1.1 } else { 1.35 }) as i64
+                } else {
+                    50
+                }
+            })
+            .collect();
+        for (i, &total) in totals.iter().enumerate() {
+            for k in 0..self.tables[i].fks.len() {
+                let f = &self.tables[i].fks[k];
+                let visits = self.large[f.parent] * total;
+                let leads_pk = (k == 0 && self.tables[i].pk == PrimaryKey::Pair)
+                    || (Some(k) == self.tables[i].tenant_fk && self.tables[i].partitioned);
+                let indexed = leads_pk || visits > SCAN_BUDGET || self.rng.random_bool(0.2);
+                self.tables[i].fks[k].indexed = indexed;
+            }
+        }
     }
 }
