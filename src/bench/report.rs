@@ -48,11 +48,32 @@ pub struct BenchReport {
 impl BenchReport {
     /// The report as the table `deprov-lab bench delete` prints.
     pub fn to_text(&self) -> String {
-        let (c, d) = (&self.cascade, &self.deprov);
+        let mut out = self.sides_text();
+        out.push_str(&tables_text(&self.deprov_tables));
+        out.push_str(&self.baseline_line());
+        out.push_str(&self.deprov_time.line());
+        out.push_str(&self.targets_text());
+        if let Some(p) = &self.paced {
+            out.push_str(&self.paced_text(p));
+        }
+        out.push_str(&format!(
+            "database equals the cascade's copy ({} tables): {}\n",
+            self.tables,
+            if self.equals_cascade { "PASS" } else { "FAIL" }
+        ));
+        out
+    }
+
+    /// A foreground p99 (ms) as a multiple of the baseline's p99 (0 without a baseline).
+    fn rel(&self, p: f64) -> f64 {
         let base = self.foreground_baseline_p99_ms;
-        let rel = |p: f64| if base > 0.0 { p / base } else { 0.0 };
+        if base > 0.0 { p / base } else { 0.0 }
+    }
+
+    /// The table of the sides, one column each (cascade, deprov, paced), one figure a line.
+    fn sides_text(&self) -> String {
         let mut out = String::new();
-        let mut sides = vec![c, d];
+        let mut sides = vec![&self.cascade, &self.deprov];
         let mut names = vec!["cascade".to_owned(), "deprov".to_owned()];
         if let Some(p) = &self.paced {
             sides.push(&p.side);
@@ -91,7 +112,7 @@ impl BenchReport {
             format!("{:.2}", s.foreground_p99_ms)
         });
         each("foreground p99 ÷ baseline p99", &|s| {
-            format!("{:.2}", rel(s.foreground_p99_ms))
+            format!("{:.2}", self.rel(s.foreground_p99_ms))
         });
         each("foreground p50 (ms)", &|s| {
             format!("{:.2}", s.foreground_p50_ms)
@@ -105,12 +126,17 @@ impl BenchReport {
         each("foreground ops (errors)", &|s| {
             format!("{} ({})", s.foreground_ops, s.foreground_errors)
         });
-        out.push_str(&tables_text(&self.deprov_tables));
-        out.push_str(&format!(
-            "\nforeground baseline ({} ops, before and after the deletions): p99 {base:.2} ms (before \
+        out
+    }
+
+    /// The line of the foreground baseline's figures, deprov's timeouts and index passes.
+    fn baseline_line(&self) -> String {
+        format!(
+            "\nforeground baseline ({} ops, before and after the deletions): p99 {:.2} ms (before \
              {:.2}, after {:.2}), p50 {:.2} ms, writes p99 {:.2} ms, reads p99 {:.2} ms; deprov batches \
              that hit a timeout: {}; deprov's read-only index passes: {}\n",
             self.foreground_baseline_ops,
+            self.foreground_baseline_p99_ms,
             self.foreground_baseline_before_p99_ms,
             self.foreground_baseline_after_p99_ms,
             self.foreground_baseline_p50_ms,
@@ -118,13 +144,17 @@ impl BenchReport {
             self.foreground_baseline_read_p99_ms,
             self.deprov_timeouts,
             self.deprov_index_passes
-        ));
-        out.push_str(&self.deprov_time.line());
-        out.push_str(&format!(
+        )
+    }
+
+    /// The `met`/`MISSED` lines of the ratio, deprov's longest transaction and the foreground p99.
+    fn targets_text(&self) -> String {
+        let (c, d) = (&self.cascade, &self.deprov);
+        let mut out = format!(
             "ratio deprov ÷ cascade rows/s: {:.2} (target ≥ 0.6: {})\n",
             self.ratio,
             met(self.ratio >= 0.6)
-        ));
+        );
         out.push_str(&format!(
             "deprov's longest transaction: {:.1} ms, rolled back included (target ≤ 100 ms: {})\n",
             d.longest_transaction_ms.max(d.longest_rolled_back_ms),
@@ -133,53 +163,52 @@ impl BenchReport {
         out.push_str(&format!(
             "foreground p99 under deprov: {:.2}× baseline (target ≤ 1.25×: {}); under the cascade: \
              {:.2}×\n",
-            rel(d.foreground_p99_ms),
-            met(rel(d.foreground_p99_ms) <= 1.25),
-            rel(c.foreground_p99_ms)
+            self.rel(d.foreground_p99_ms),
+            met(self.rel(d.foreground_p99_ms) <= 1.25),
+            self.rel(c.foreground_p99_ms)
         ));
-        if let Some(p) = &self.paced {
-            let window = if p.completed {
-                format!("the tenant completed in {:.1} s", p.side.elapsed_s)
-            } else {
-                format!("{:.0} s of {:.1} s", p.worker_s, p.side.elapsed_s)
-            };
-            out.push_str(&format!(
-                "deprov paced (duty_cycle {}): ran {} segments of {:.0} s, each after one with no \
-                 worker ({window}); in its statements {:.2}% of the time it ran (its trial cascade \
-                 included); {:.0} rows/s over the window\n",
-                p.duty_cycle,
-                p.segments,
-                p.segment_s,
-                p.worked_share * 100.0,
-                p.side.rows_per_s,
-            ));
-            out.push_str(&format!(
-                "foreground p99 under deprov paced: {:.2} ms against {:.2} ms in the segments with \
-                 no worker ({} ops): {:.2}× (target ≤ 1.25×: {}); {:.2}× the baseline before and \
-                 after\n",
-                p.side.foreground_p99_ms,
-                p.baseline_p99_ms,
-                p.baseline_ops,
-                p.ratio(),
-                met(p.ratio() <= 1.25),
-                rel(p.side.foreground_p99_ms),
-            ));
-            let list = |v: &[f64]| {
-                v.iter()
-                    .map(|ms| format!("{ms:.2}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            };
-            out.push_str(&format!(
-                "  each segment's p99 (ms), no worker: {}; worker: {}\n",
-                list(&p.idle_segments_p99_ms),
-                list(&p.worker_segments_p99_ms),
-            ));
-        }
+        out
+    }
+
+    /// The paced window's lines: its run, its foreground p99 against the segments with no worker,
+    /// and each segment's p99.
+    fn paced_text(&self, p: &Paced) -> String {
+        let window = if p.completed {
+            format!("the tenant completed in {:.1} s", p.side.elapsed_s)
+        } else {
+            format!("{:.0} s of {:.1} s", p.worker_s, p.side.elapsed_s)
+        };
+        let mut out = format!(
+            "deprov paced (duty_cycle {}): ran {} segments of {:.0} s, each after one with no \
+             worker ({window}); in its statements {:.2}% of the time it ran (its trial cascade \
+             included); {:.0} rows/s over the window\n",
+            p.duty_cycle,
+            p.segments,
+            p.segment_s,
+            p.worked_share * 100.0,
+            p.side.rows_per_s,
+        );
         out.push_str(&format!(
-            "database equals the cascade's copy ({} tables): {}\n",
-            self.tables,
-            if self.equals_cascade { "PASS" } else { "FAIL" }
+            "foreground p99 under deprov paced: {:.2} ms against {:.2} ms in the segments with \
+             no worker ({} ops): {:.2}× (target ≤ 1.25×: {}); {:.2}× the baseline before and \
+             after\n",
+            p.side.foreground_p99_ms,
+            p.baseline_p99_ms,
+            p.baseline_ops,
+            p.ratio(),
+            met(p.ratio() <= 1.25),
+            self.rel(p.side.foreground_p99_ms),
+        ));
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|ms| format!("{ms:.2}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        out.push_str(&format!(
+            "  each segment's p99 (ms), no worker: {}; worker: {}\n",
+            list(&p.idle_segments_p99_ms),
+            list(&p.worker_segments_p99_ms),
         ));
         out
     }

@@ -33,10 +33,12 @@ use sqlx::postgres::PgPoolOptions;
 pub use super::args::BenchArgs;
 pub use super::paced::Paced;
 pub use super::report::BenchReport;
-use super::side::{BenchError, DeprovRun, Keys, TimeSplit, checkpoint, run_deprov, side, warm};
+use super::side::{
+    BenchError, DeprovRun, Keys, Side, TimeSplit, checkpoint, run_deprov, side, warm,
+};
 use super::workload::{self, Samples};
 use deprov::sql::{QualifiedName, SqlBuilder};
-use deprov_demo::{DemoSize, cascade_delete, clone_database, database_digest, load};
+use deprov_demo::{DemoSize, DemoTenants, cascade_delete, clone_database, database_digest, load};
 use deprov_testkit::{Throwaway, ThrowawayOptions};
 
 async fn connect(url: &str, max: u32) -> Result<PgPool, sqlx::Error> {
@@ -54,99 +56,28 @@ fn say(json: bool, text: &str) {
 /// # Errors
 /// [`BenchError`]; a result that differs from the cascade is not an error but `equals_cascade: false`.
 pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
-    let server = Throwaway::start(&ThrowawayOptions {
-        unsafe_fast: false,
-        settings: vec![
-            ("shared_buffers".into(), args.shared_buffers.clone()),
-            ("max_wal_size".into(), args.max_wal_size.clone()),
-        ]
-        .into_iter()
-        .chain(args.server_settings.iter().cloned())
-        .collect(),
-    })?;
-    let admin = connect(&server.url("postgres"), 2).await?;
-    let state_dbs: &[&str] = if args.paced_secs > 0 {
-        &["deprov", "deprov_paced"]
-    } else {
-        &["deprov"]
+    let (server, admin) = start_server(args).await?;
+    let (tenants, tables, keys) = load_tenants(args, &server).await?;
+    let bench = Bench {
+        args,
+        server: &server,
+        admin: &admin,
+        keys: &keys,
+        large: tenants.large,
     };
-    for db in std::iter::once(&"saas").chain(state_dbs) {
-        let mut create = SqlBuilder::new();
-        create.sql("CREATE DATABASE ").ident(db);
-        sqlx::query(create.build().as_query())
-            .execute(&admin)
-            .await?;
-    }
-    let started = Instant::now();
-    let saas = connect(&server.url("saas"), 4).await?;
-    let tenants = load(
-        &saas,
-        &DemoSize {
-            small_tenants: args.small_tenants,
-            large_tenant_rows: args.rows,
-        },
-    )
-    .await?;
-    let tables = deprov_demo::user_tables(&saas, "app").await?;
-    say(
-        args.json,
-        &format!(
-            "loaded {} rows for tenant {} in {} tables, {} other tenants ({:.0} s)",
-            tenants.large_total_rows(),
-            tenants.large,
-            tables.len(),
-            tenants.small.len(),
-            started.elapsed().as_secs_f64()
-        ),
-    );
-    let keys = Keys::sample(&saas, tenants.large, &tenants.small).await?;
-    saas.close().await;
-    clone_database(&admin, "saas", "saas_cascade").await?;
-    if args.paced_secs > 0 {
-        clone_database(&admin, "saas", "saas_paced").await?;
-        let paced = connect(&server.url("saas_paced"), 8).await?;
-        warm(&paced, &tables).await?;
-        paced.close().await;
-    }
-    let saas = connect(&server.url("saas"), 8).await?;
-    let copy = connect(&server.url("saas_cascade"), 8).await?;
-    for pool in [&saas, &copy] {
-        warm(pool, &tables).await?;
-    }
+    let (saas, copy) = bench.copies(&tables).await?;
 
     say(
         args.json,
         "baseline: foreground and tenant writer, no deletion",
     );
-    let (saas_url, copy_url) = (server.url("saas"), server.url("saas_cascade"));
+    let saas_url = server.url("saas");
     checkpoint(&admin).await?;
     let mut baseline = baseline_window(args, &saas_url, &keys).await;
     let before_p99 = baseline.quantile_ms(0.99);
 
-    say(args.json, "cascade: one DELETE on the copy");
-    checkpoint(&admin).await?;
-    let fg = workload::start(&copy_url, args.clients, args.rate, keys.foreground.clone());
-    let writer = workload::start(&copy_url, 1, args.rate, keys.tenant.clone());
-    let root = QualifiedName::new("app", "accounts");
-    let cascade = cascade_delete(&copy, &root, "id", tenants.large).await?;
-    let cascade_side = side(
-        cascade.total_deleted(),
-        cascade.elapsed,
-        cascade.elapsed_ms(),
-        1,
-        writer.stop().await,
-        fg.stop().await,
-    );
-
-    say(args.json, "deprov: a deletion request and a worker");
-    checkpoint(&admin).await?;
-    let unthrottled = DeprovRun {
-        target_db: "saas",
-        state_db: "deprov",
-        duty_cycle: args.duty_cycle,
-    };
-    let (deprov_side, progress) =
-        run_deprov(args, &server, &keys, tenants.large, &unthrottled).await?;
+    let cascade_side = bench.cascade(&copy).await?;
+    let (deprov_side, progress) = bench.deprov().await?;
     let deprov_time = TimeSplit::from_progress(&progress, deprov_side.elapsed_s);
     // Both databases now hold a tenant's worth of dead rows: vacuumed (and analysed, as autovacuum
     // would after so many deletes) now, so autovacuum's clean-up of them — a cost of the
@@ -154,29 +85,7 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
     for pool in [&saas, &copy] {
         sqlx::query("VACUUM (ANALYZE)").execute(pool).await?;
     }
-
-    let paced = if args.paced_secs == 0 {
-        None
-    } else {
-        say(
-            args.json,
-            &format!(
-                "deprov paced: duty_cycle {} on a third copy for {} s in {} s segments, each after \
-                 one with no worker",
-                args.paced_duty_cycle, args.paced_secs, args.paced_segment_secs
-            ),
-        );
-        checkpoint(&admin).await?;
-        let run = DeprovRun {
-            target_db: "saas_paced",
-            state_db: "deprov_paced",
-            duty_cycle: args.paced_duty_cycle,
-        };
-        let paced = super::paced::run(args, &server, &keys, tenants.large, &run).await?;
-        // Its dead rows are no part of the second baseline (nor is autovacuum's clean-up).
-        deprov_demo::drop_database(&admin, "saas_paced").await?;
-        Some(paced)
-    };
+    let paced = bench.paced().await?;
 
     say(
         args.json,
@@ -212,6 +121,169 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         deprov_tables: progress["tables"].clone(),
         deprov_time,
     })
+}
+
+/// The throwaway server with the arguments' settings, a pool of 2 on its `postgres` database, and
+/// the empty databases `saas` and deprov's state (`deprov`, and `deprov_paced` for a paced window).
+async fn start_server(args: &BenchArgs) -> Result<(Throwaway, PgPool), BenchError> {
+    let server = Throwaway::start(&ThrowawayOptions {
+        unsafe_fast: false,
+        settings: vec![
+            ("shared_buffers".into(), args.shared_buffers.clone()),
+            ("max_wal_size".into(), args.max_wal_size.clone()),
+        ]
+        .into_iter()
+        .chain(args.server_settings.iter().cloned())
+        .collect(),
+    })?;
+    let admin = connect(&server.url("postgres"), 2).await?;
+    let state_dbs: &[&str] = if args.paced_secs > 0 {
+        &["deprov", "deprov_paced"]
+    } else {
+        &["deprov"]
+    };
+    for db in std::iter::once(&"saas").chain(state_dbs) {
+        let mut create = SqlBuilder::new();
+        create.sql("CREATE DATABASE ").ident(db);
+        sqlx::query(create.build().as_query())
+            .execute(&admin)
+            .await?;
+    }
+    Ok((server, admin))
+}
+
+/// The demo schema and tenants loaded into `saas`; returns the tenants, the schema's tables and the
+/// keys the foreground and the tenant writer use.
+async fn load_tenants(
+    args: &BenchArgs,
+    server: &Throwaway,
+) -> Result<(DemoTenants, Vec<QualifiedName>, Keys), BenchError> {
+    let started = Instant::now();
+    let saas = connect(&server.url("saas"), 4).await?;
+    let tenants = load(
+        &saas,
+        &DemoSize {
+            small_tenants: args.small_tenants,
+            large_tenant_rows: args.rows,
+        },
+    )
+    .await?;
+    let tables = deprov_demo::user_tables(&saas, "app").await?;
+    say(
+        args.json,
+        &format!(
+            "loaded {} rows for tenant {} in {} tables, {} other tenants ({:.0} s)",
+            tenants.large_total_rows(),
+            tenants.large,
+            tables.len(),
+            tenants.small.len(),
+            started.elapsed().as_secs_f64()
+        ),
+    );
+    let keys = Keys::sample(&saas, tenants.large, &tenants.small).await?;
+    saas.close().await;
+    Ok((tenants, tables, keys))
+}
+
+/// What the measured phases share: the arguments, the server and its admin pool, the workload's
+/// keys and the large tenant (deleted in every phase).
+struct Bench<'a> {
+    /// The benchmark's arguments.
+    args: &'a BenchArgs,
+    /// The throwaway server.
+    server: &'a Throwaway,
+    /// A pool on its `postgres` database.
+    admin: &'a PgPool,
+    /// The foreground's and the tenant writer's keys.
+    keys: &'a Keys,
+    /// The large tenant's key.
+    large: i64,
+}
+
+impl Bench<'_> {
+    /// The copies of `saas` (`saas_cascade`, and `saas_paced` for a paced window), every database
+    /// read once (`tables`); returns pools of 8 on `saas` and on `saas_cascade`.
+    async fn copies(&self, tables: &[QualifiedName]) -> Result<(PgPool, PgPool), BenchError> {
+        let (args, server, admin) = (self.args, self.server, self.admin);
+        clone_database(admin, "saas", "saas_cascade").await?;
+        if args.paced_secs > 0 {
+            clone_database(admin, "saas", "saas_paced").await?;
+            let paced = connect(&server.url("saas_paced"), 8).await?;
+            warm(&paced, tables).await?;
+            paced.close().await;
+        }
+        let saas = connect(&server.url("saas"), 8).await?;
+        let copy = connect(&server.url("saas_cascade"), 8).await?;
+        for pool in [&saas, &copy] {
+            warm(pool, tables).await?;
+        }
+        Ok((saas, copy))
+    }
+
+    /// The cascade phase: one `DELETE` of the large tenant on `copy` (`saas_cascade`) under the
+    /// foreground and the tenant writer.
+    async fn cascade(&self, copy: &PgPool) -> Result<Side, BenchError> {
+        let args = self.args;
+        say(args.json, "cascade: one DELETE on the copy");
+        let copy_url = self.server.url("saas_cascade");
+        checkpoint(self.admin).await?;
+        let fg = workload::start(
+            &copy_url,
+            args.clients,
+            args.rate,
+            self.keys.foreground.clone(),
+        );
+        let writer = workload::start(&copy_url, 1, args.rate, self.keys.tenant.clone());
+        let root = QualifiedName::new("app", "accounts");
+        let cascade = cascade_delete(copy, &root, "id", self.large).await?;
+        Ok(side(
+            cascade.total_deleted(),
+            cascade.elapsed,
+            cascade.elapsed_ms(),
+            1,
+            writer.stop().await,
+            fg.stop().await,
+        ))
+    }
+
+    /// The deprov phase: a deletion request and a worker on `saas`, unthrottled but for
+    /// `--duty-cycle`; returns deprov's side and the job's progress.
+    async fn deprov(&self) -> Result<(Side, serde_json::Value), BenchError> {
+        say(self.args.json, "deprov: a deletion request and a worker");
+        checkpoint(self.admin).await?;
+        let unthrottled = DeprovRun {
+            target_db: "saas",
+            state_db: "deprov",
+            duty_cycle: self.args.duty_cycle,
+        };
+        run_deprov(self.args, self.server, self.keys, self.large, &unthrottled).await
+    }
+
+    /// The paced window on `saas_paced` (none with `--paced-secs 0`), the copy dropped after.
+    async fn paced(&self) -> Result<Option<Paced>, BenchError> {
+        let args = self.args;
+        if args.paced_secs == 0 {
+            return Ok(None);
+        }
+        say(
+            args.json,
+            &format!(
+                "deprov paced: duty_cycle {} on a third copy for {} s in {} s segments, each after \
+                 one with no worker",
+                args.paced_duty_cycle, args.paced_secs, args.paced_segment_secs
+            ),
+        );
+        checkpoint(self.admin).await?;
+        let run = DeprovRun {
+            target_db: "saas_paced",
+            state_db: "deprov_paced",
+            duty_cycle: args.paced_duty_cycle,
+        };
+        let paced = super::paced::run(args, self.server, self.keys, self.large, &run).await?;
+        // Its dead rows are no part of the second baseline (nor is autovacuum's clean-up).
+        deprov_demo::drop_database(self.admin, "saas_paced").await?;
+        Ok(Some(paced))
+    }
 }
 
 /// One window of the baseline: the foreground and the tenant writer on `url` for
