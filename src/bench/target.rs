@@ -39,7 +39,7 @@ use deprov::db::Pools;
 use deprov::queue::jobs::Job;
 use deprov::sql::SqlBuilder;
 use deprov::worker::Progress;
-use deprov_demo::{cascade_delete_key, drop_database};
+use deprov_demo::{CascadeOutcome, cascade_delete_key, drop_database};
 use deprov_testkit::transactions::{Sampled, TransactionSampler};
 
 /// Reads the configuration as `deprov` does, without `[sources]`, `[vercel]` and
@@ -135,46 +135,17 @@ async fn measure(
             names.cascade, names.deprov, names.state
         ),
     );
-    for copy in [&names.cascade, &names.deprov] {
-        copy_database(admin, database, copy).await?;
-    }
-    let mut create = SqlBuilder::new();
-    create.sql("CREATE DATABASE ").ident(&names.state);
-    deprov::db::query(create.build().as_query())
-        .execute(admin)
-        .await?;
+    make_copies(admin, database, names).await?;
     let on = |db: &str| source.clone().database(db);
     let (copy_a, copy_b) = (on(&names.cascade), on(&names.deprov));
 
     say(quiet, "ANALYZE and one read of every table, on both copies");
-    let root = config.root_table();
-    let column = &config.tenant.key_column;
-    let mut tables = Vec::new();
-    for options in [&copy_a, &copy_b] {
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(options.clone())
-            .await?;
-        deprov::db::query("ANALYZE").execute(&pool).await?;
-        tables = deprov_demo::all_user_tables(&pool).await?;
-        warm(&pool, &tables).await?;
-        pool.close().await;
-    }
+    let tables = analyze_and_warm(&copy_a, &copy_b).await?;
     let mut notes = Vec::new();
     checkpoint(admin, &mut notes).await?;
 
     say(quiet, "cascade: one DELETE on the first copy");
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(copy_a.clone())
-        .await?;
-    let key_type = key_type(&pool, &root, column).await?;
-    tenant_exists(&pool, &root, column, &key_type, &run.tenant).await?;
-    let absent = absent_key(&pool, &root, column, &key_type).await?;
-    let cascade = cascade_delete_key(&pool, &root, column, &key_type, &run.tenant)
-        .await
-        .map_err(TargetError::Cascade)?;
-    pool.close().await;
+    let (cascade, absent) = cascade_on(config, &copy_a, &run.tenant).await?;
     checkpoint(admin, &mut notes).await?;
 
     say(
@@ -193,67 +164,165 @@ async fn measure(
 
     say(quiet, "comparing the copies table by table");
     let differing = compare(&copy_a, &copy_b, &tables).await?;
-    let progress = Progress::from_json(&job.progress);
-    let elapsed = job
-        .finished_at
-        .map(|end| (end - job.created_at).unsigned_abs())
-        .unwrap_or_default();
-    let deprov_side = TargetSide::new(
-        progress.rows_deleted,
-        elapsed,
-        progress
-            .longest_batch_ms
-            .max(progress.longest_index_pass_ms),
-        progress.batches,
-        progress.longest_rolled_back_ms,
-    );
-    let soft_delete_start = stamp(progress.soft_deleted_at.as_deref())
-        .map(|at| at - Duration::from_secs_f64(progress.soft_delete_ms / 1e3));
-    let hard_delete_start = stamp(progress.hard_delete_started_at.as_deref());
-    Ok(TargetReport {
-        source_database: database.to_owned(),
-        cascade_copy: names.cascade.clone(),
-        deprov_copy: names.deprov.clone(),
-        state_database: names.state.clone(),
-        copies_kept: run.keep_copies,
-        tenant: run.tenant.clone(),
+    let measured = Measured {
         tables: tables.len(),
-        ratio: if elapsed.is_zero() {
-            0.0
-        } else {
-            cascade.elapsed.as_secs_f64() / elapsed.as_secs_f64()
-        },
-        cascade: TargetSide::new(
-            cascade.total_deleted(),
-            cascade.elapsed,
-            cascade.elapsed_ms(),
-            1,
-            0.0,
-        ),
-        deprov_time: TimeSplit::from_progress(&job.progress, deprov_side.elapsed_s),
-        deprov: deprov_side,
-        job_id: job.id,
-        // Both on this process's clock (the worker runs here): the request's acceptance, and the
-        // soft delete's commit less its transaction's time.
-        before_soft_delete_ms: soft_delete_start.map(|at| ms(at - accepted)),
-        // Both on the state database's clock.
-        before_hard_delete_ms: hard_delete_start.map(|at| ms(at - job.created_at)),
-        soft_delete_ms: progress.soft_delete_ms,
-        soft_deleted_rows: progress.soft_deleted_rows.unwrap_or(0),
-        trial: progress.trial.clone(),
-        trial_ms: progress.trial_ms,
-        bookkeeping_ms: progress.bookkeeping_ms,
-        rolled_back_ms: progress.rolled_back_ms,
-        batches: progress.batches,
-        timeouts: progress.timeouts,
-        replans: progress.replans,
-        index_passes: progress.index_passes,
+        cascade,
+        job,
         sampled,
-        equals_cascade: differing.is_empty(),
-        differing_tables: differing.iter().map(ToString::to_string).collect(),
-        deprov_tables: job.progress["tables"].clone(),
+        accepted,
+        differing,
         notes,
-    })
+    };
+    Ok(measured.report(run, database, names))
+}
+
+/// The two copies of `database` (`names.cascade`, `names.deprov`) and the empty state database.
+async fn make_copies(admin: &PgPool, database: &str, names: &Names) -> Result<(), TargetError> {
+    for copy in [&names.cascade, &names.deprov] {
+        copy_database(admin, database, copy).await?;
+    }
+    let mut create = SqlBuilder::new();
+    create.sql("CREATE DATABASE ").ident(&names.state);
+    deprov::db::query(create.build().as_query())
+        .execute(admin)
+        .await?;
+    Ok(())
+}
+
+/// `ANALYZE` and one read of every table on copy A, then on copy B; returns copy B's tables.
+async fn analyze_and_warm(
+    copy_a: &PgConnectOptions,
+    copy_b: &PgConnectOptions,
+) -> Result<Vec<deprov::sql::QualifiedName>, TargetError> {
+    let mut tables = Vec::new();
+    for options in [copy_a, copy_b] {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await?;
+        deprov::db::query("ANALYZE").execute(&pool).await?;
+        tables = deprov_demo::all_user_tables(&pool).await?;
+        warm(&pool, &tables).await?;
+        pool.close().await;
+    }
+    Ok(tables)
+}
+
+/// The cascading `DELETE` of `tenant`'s root row on copy A (after checking that the row exists),
+/// and a key no root row has (for deprov's warm-up request), read before the delete.
+async fn cascade_on(
+    config: &Config,
+    copy_a: &PgConnectOptions,
+    tenant: &str,
+) -> Result<(CascadeOutcome, Option<String>), TargetError> {
+    let root = config.root_table();
+    let column = &config.tenant.key_column;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(copy_a.clone())
+        .await?;
+    let key_type = key_type(&pool, &root, column).await?;
+    tenant_exists(&pool, &root, column, &key_type, tenant).await?;
+    let absent = absent_key(&pool, &root, column, &key_type).await?;
+    let cascade = cascade_delete_key(&pool, &root, column, &key_type, tenant)
+        .await
+        .map_err(TargetError::Cascade)?;
+    pool.close().await;
+    Ok((cascade, absent))
+}
+
+/// What [`measure`] gathered on the copies, before it becomes the report.
+struct Measured {
+    /// Tables compared.
+    tables: usize,
+    /// The cascade on copy A.
+    cascade: CascadeOutcome,
+    /// deprov's job on copy B, ended.
+    job: Job,
+    /// Copy B's transactions as sampled during the job.
+    sampled: Sampled,
+    /// When intake accepted the request (this process's clock).
+    accepted: OffsetDateTime,
+    /// Tables whose contents differ between the copies.
+    differing: Vec<deprov::sql::QualifiedName>,
+    /// Notes for the report (a skipped checkpoint).
+    notes: Vec<String>,
+}
+
+impl Measured {
+    /// The report of the run on `database` (its copies named by `names`).
+    fn report(self, run: &TargetRun, database: &str, names: &Names) -> TargetReport {
+        let Self {
+            tables,
+            cascade,
+            job,
+            sampled,
+            accepted,
+            differing,
+            notes,
+        } = self;
+        let progress = Progress::from_json(&job.progress);
+        let elapsed = job
+            .finished_at
+            .map(|end| (end - job.created_at).unsigned_abs())
+            .unwrap_or_default();
+        let deprov_side = TargetSide::new(
+            progress.rows_deleted,
+            elapsed,
+            progress
+                .longest_batch_ms
+                .max(progress.longest_index_pass_ms),
+            progress.batches,
+            progress.longest_rolled_back_ms,
+        );
+        let soft_delete_start = stamp(progress.soft_deleted_at.as_deref())
+            .map(|at| at - Duration::from_secs_f64(progress.soft_delete_ms / 1e3));
+        let hard_delete_start = stamp(progress.hard_delete_started_at.as_deref());
+        TargetReport {
+            source_database: database.to_owned(),
+            cascade_copy: names.cascade.clone(),
+            deprov_copy: names.deprov.clone(),
+            state_database: names.state.clone(),
+            copies_kept: run.keep_copies,
+            tenant: run.tenant.clone(),
+            tables,
+            ratio: if elapsed.is_zero() {
+                0.0
+            } else {
+                cascade.elapsed.as_secs_f64() / elapsed.as_secs_f64()
+            },
+            cascade: TargetSide::new(
+                cascade.total_deleted(),
+                cascade.elapsed,
+                cascade.elapsed_ms(),
+                1,
+                0.0,
+            ),
+            deprov_time: TimeSplit::from_progress(&job.progress, deprov_side.elapsed_s),
+            deprov: deprov_side,
+            job_id: job.id,
+            // Both on this process's clock (the worker runs here): the request's acceptance, and
+            // the soft delete's commit less its transaction's time.
+            before_soft_delete_ms: soft_delete_start.map(|at| ms(at - accepted)),
+            // Both on the state database's clock.
+            before_hard_delete_ms: hard_delete_start.map(|at| ms(at - job.created_at)),
+            soft_delete_ms: progress.soft_delete_ms,
+            soft_deleted_rows: progress.soft_deleted_rows.unwrap_or(0),
+            trial: progress.trial.clone(),
+            trial_ms: progress.trial_ms,
+            bookkeeping_ms: progress.bookkeeping_ms,
+            rolled_back_ms: progress.rolled_back_ms,
+            batches: progress.batches,
+            timeouts: progress.timeouts,
+            replans: progress.replans,
+            index_passes: progress.index_passes,
+            sampled,
+            equals_cascade: differing.is_empty(),
+            differing_tables: differing.iter().map(ToString::to_string).collect(),
+            deprov_tables: job.progress["tables"].clone(),
+            notes,
+        }
+    }
 }
 
 /// deprov's job on the copy `copy_b` (database `datname`), its state in `state`: its request sent
