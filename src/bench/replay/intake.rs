@@ -162,11 +162,80 @@ pub struct IntakeReport {
 /// # Errors
 /// [`ReplayError`] when a step cannot run.
 pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
-    let say = |t: &str| {
-        if !args.json {
-            eprintln!("  {t}");
-        }
+    let (stage, state, deprov, group_writers) = start(args).await?;
+    deprov::sources::oidc::install_crypto_provider();
+    let requests = Requests {
+        client: reqwest::Client::new(),
+        base: &deprov.base,
+        next: Arc::new(AtomicUsize::new(0)),
     };
+    let throughput = throughput(args, &requests, &state).await?;
+    let pgbench = pgbench_phase(args, &stage, &state).await?;
+
+    // The two phases above inserted ~100,000 rows into the state database; autovacuum cleans up
+    // after them at some moment of the latency phases, in one segment (three runs without this
+    // each had a 65-159 ms stall in the second round's idle segment). Done now, it falls on
+    // neither condition.
+    sqlx::raw_sql("VACUUM (ANALYZE)").execute(&state).await?;
+    let rate = args
+        .rate
+        .unwrap_or((throughput.intake_per_s / 2.0).max(1.0));
+    say(
+        args.json,
+        "latency at a fixed rate: rounds of the target idle, then saturated with lock waits",
+    );
+    let rounds = latency_rounds(args, &stage, &requests, rate).await?;
+    deprov.stop().await;
+    let (baseline, locked) = (
+        LatencyPhase::of(&rounds.idle),
+        LatencyPhase::of(&rounds.saturated),
+    );
+    let slow_by_offset = [
+        slow_by_offset(&rounds.idle, baseline.p99_ms, args.latency_secs),
+        slow_by_offset(&rounds.saturated, baseline.p99_ms, args.latency_secs),
+    ];
+
+    let ratio = super::ratio(throughput.intake_per_s, pgbench.tps);
+    let goals = goals(&throughput, &pgbench, ratio, &baseline, &locked);
+    Ok(IntakeReport {
+        via: if args.direct { "direct" } else { "pgbouncer" }.into(),
+        group_writers,
+        concurrency: args.concurrency,
+        secs: args.secs,
+        accepted: throughput.accepted,
+        errors: throughput.errors,
+        error_kinds: load::error_kinds(&throughput.shots),
+        durable: throughput.durable,
+        intake_per_s: throughput.intake_per_s,
+        saturated_p99_ms: load::quantile_ms(&throughput.shots, 0.99),
+        pgbench,
+        pgbench_clients: args.pgbench_clients,
+        ratio,
+        rate,
+        latency_rounds: args.latency_rounds.max(1),
+        latency_secs: args.latency_secs,
+        baseline,
+        locked,
+        rounds_p99_ms: rounds.rounds_p99_ms,
+        slow_by_offset,
+        lock_waiters_seen: rounds.lock_waiters_seen,
+        goals,
+    })
+}
+
+/// Prints `text` on stderr unless the report is printed as JSON.
+fn say(json: bool, text: &str) {
+    if !json {
+        eprintln!("  {text}");
+    }
+}
+
+/// The stage (PostgreSQL, PgBouncer, the demo's `saas`), a pool of 2 on the state database
+/// (prepared for pgbench), and deprov serving intake only; returns them with the number of
+/// intake's group writers configured.
+async fn start(
+    args: &IntakeArgs,
+) -> Result<(Stage, sqlx::PgPool, stage::RunningDeprov, usize), ReplayError> {
     let bouncer = BouncerOptions {
         default_pool_size: args.pool_size,
         max_client_conn: 100 + args.lock_waiters,
@@ -187,42 +256,96 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
     let deprov = stage
         .start_deprov_with(&config, "saas", false, !args.direct)
         .await?;
-    deprov::sources::oidc::install_crypto_provider();
-    let client = reqwest::Client::new();
-    let next = Arc::new(AtomicUsize::new(0));
+    Ok((stage, state, deprov, group_writers))
+}
 
-    say("warm-up: 1 s");
-    closed_loop(
-        &client,
-        &deprov.base,
-        &next,
-        args.concurrency,
-        Duration::from_secs(1),
-    )
-    .await;
-    say("throughput: closed loop");
-    let before = stored(&state).await?;
+/// Where the bench's HTTP clients send their deletion requests, each for a new tenant.
+struct Requests<'a> {
+    /// The HTTP client.
+    client: reqwest::Client,
+    /// deprov's base URL.
+    base: &'a str,
+    /// The next tenant's number (above 20,000,000).
+    next: Arc<AtomicUsize>,
+}
+
+/// The throughput phase's figures.
+struct Throughput {
+    /// Every request of the phase.
+    shots: Vec<Shot>,
+    /// Rows the phase added to `deprov.deletion_requests`.
+    durable: i64,
+    /// Requests answered 202.
+    accepted: usize,
+    /// Requests not answered 202.
+    errors: usize,
+    /// Accepted requests per second.
+    intake_per_s: f64,
+}
+
+/// A 1 s warm-up, then the throughput phase: the closed loop for `--secs`, and the rows it stored
+/// in the state database (`state`).
+async fn throughput(
+    args: &IntakeArgs,
+    requests: &Requests<'_>,
+    state: &sqlx::PgPool,
+) -> Result<Throughput, ReplayError> {
+    let Requests { client, base, next } = requests;
+    say(args.json, "warm-up: 1 s");
+    closed_loop(client, base, next, args.concurrency, Duration::from_secs(1)).await;
+    say(args.json, "throughput: closed loop");
+    let before = stored(state).await?;
     let secs = Duration::from_secs(args.secs);
-    let (shots, elapsed) = closed_loop(&client, &deprov.base, &next, args.concurrency, secs).await;
-    let durable = stored(&state).await? - before;
+    let (shots, elapsed) = closed_loop(client, base, next, args.concurrency, secs).await;
+    let durable = stored(state).await? - before;
     let (accepted, _, errors) = load::counts(&shots);
     let intake_per_s = accepted as f64 / elapsed.as_secs_f64();
+    Ok(Throughput {
+        shots,
+        durable,
+        accepted,
+        errors,
+        intake_per_s,
+    })
+}
 
-    say("pgbench: single-row INSERTs on the same server");
+/// pgbench's single-row `INSERT`s on the state database (`state`), through the same path as
+/// deprov's (PgBouncer, or directly with `--direct`).
+async fn pgbench_phase(
+    args: &IntakeArgs,
+    stage: &Stage,
+    state: &sqlx::PgPool,
+) -> Result<PgbenchResult, ReplayError> {
+    say(args.json, "pgbench: single-row INSERTs on the same server");
     let (port, mode) = if args.direct {
         (stage.pg.port(), "prepared")
     } else {
         (stage.bouncer.port(), "extended")
     };
-    let pgbench = pgbench::run(&state, port, args.pgbench_clients, args.secs, mode).await?;
+    pgbench::run(state, port, args.pgbench_clients, args.secs, mode).await
+}
 
-    // The two phases above inserted ~100,000 rows into the state database; autovacuum cleans up
-    // after them at some moment of the latency phases, in one segment (three runs without this
-    // each had a 65-159 ms stall in the second round's idle segment). Done now, it falls on
-    // neither condition.
-    sqlx::raw_sql("VACUUM (ANALYZE)").execute(&state).await?;
-    let rate = args.rate.unwrap_or((intake_per_s / 2.0).max(1.0));
-    say("latency at a fixed rate: rounds of the target idle, then saturated with lock waits");
+/// The latency phases' requests, each condition's segments together.
+struct Rounds {
+    /// The requests of the segments with the target idle.
+    idle: Vec<Shot>,
+    /// The requests of the segments with the target saturated with lock waits.
+    saturated: Vec<Shot>,
+    /// Sessions waiting on a lock in the target, the lowest reading.
+    lock_waiters_seen: i64,
+    /// Each round's p99 in ms: `[target idle, target saturated]`.
+    rounds_p99_ms: Vec<[f64; 2]>,
+}
+
+/// The latency phases at `rate` requests/s: `--latency-rounds` rounds, each a checkpoint, a
+/// segment with the target idle, then one with it saturated with lock waits.
+async fn latency_rounds(
+    args: &IntakeArgs,
+    stage: &Stage,
+    requests: &Requests<'_>,
+    rate: f64,
+) -> Result<Rounds, ReplayError> {
+    let Requests { client, base, next } = requests;
     let (mut idle, mut saturated) = (Vec::new(), Vec::new());
     let mut lock_waiters_seen = i64::MAX;
     let mut rounds_p99_ms = Vec::new();
@@ -230,11 +353,11 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
         // Between segments, not in one: the WAL written so far becomes recycled segments (kept up
         // to `min_wal_size`) and the dirty data is written now, not in a kernel writeback burst.
         crate::bench::side::checkpoint(&stage.direct).await?;
-        let quiet = fixed_rate(&client, &deprov.base, &next, rate, args.latency_secs).await;
-        let saturation = Saturation::start(&stage, args.lock_waiters).await?;
-        let at_start = saturation.waiters(&stage).await?;
-        let locked = fixed_rate(&client, &deprov.base, &next, rate, args.latency_secs).await;
-        let at_end = saturation.waiters(&stage).await?;
+        let quiet = fixed_rate(client, base, next, rate, args.latency_secs).await;
+        let saturation = Saturation::start(stage, args.lock_waiters).await?;
+        let at_start = saturation.waiters(stage).await?;
+        let locked = fixed_rate(client, base, next, rate, args.latency_secs).await;
+        let at_end = saturation.waiters(stage).await?;
         saturation.release().await?;
         lock_waiters_seen = lock_waiters_seen.min(at_start).min(at_end);
         rounds_p99_ms.push([
@@ -244,15 +367,25 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
         idle.extend(quiet);
         saturated.extend(locked);
     }
-    deprov.stop().await;
-    let (baseline, locked) = (LatencyPhase::of(&idle), LatencyPhase::of(&saturated));
-    let slow_by_offset = [
-        slow_by_offset(&idle, baseline.p99_ms, args.latency_secs),
-        slow_by_offset(&saturated, baseline.p99_ms, args.latency_secs),
-    ];
+    Ok(Rounds {
+        idle,
+        saturated,
+        lock_waiters_seen,
+        rounds_p99_ms,
+    })
+}
 
-    let ratio = super::ratio(intake_per_s, pgbench.tps);
-    let goals = vec![
+/// The bench's goals: every accepted request durable, intake at least pgbench's rate (`ratio`),
+/// and the saturated p99 within 1.5× the idle one with no errors.
+fn goals(
+    t: &Throughput,
+    pgbench: &PgbenchResult,
+    ratio: f64,
+    baseline: &LatencyPhase,
+    locked: &LatencyPhase,
+) -> Vec<Goal> {
+    let (accepted, durable, intake_per_s) = (t.accepted, t.durable, t.intake_per_s);
+    vec![
         Goal::new(
             format!("every accepted request is durable ({accepted} accepted, {durable} rows)"),
             accepted as i64 == durable,
@@ -276,31 +409,7 @@ pub async fn run(args: &IntakeArgs) -> Result<IntakeReport, ReplayError> {
             ),
             baseline.errors == 0 && locked.errors == 0 && locked.p99_ms <= 1.5 * baseline.p99_ms,
         ),
-    ];
-    Ok(IntakeReport {
-        via: if args.direct { "direct" } else { "pgbouncer" }.into(),
-        group_writers,
-        concurrency: args.concurrency,
-        secs: args.secs,
-        accepted,
-        errors,
-        error_kinds: load::error_kinds(&shots),
-        durable,
-        intake_per_s,
-        saturated_p99_ms: load::quantile_ms(&shots, 0.99),
-        pgbench,
-        pgbench_clients: args.pgbench_clients,
-        ratio,
-        rate,
-        latency_rounds: args.latency_rounds.max(1),
-        latency_secs: args.latency_secs,
-        baseline,
-        locked,
-        rounds_p99_ms,
-        slow_by_offset,
-        lock_waiters_seen,
-        goals,
-    })
+    ]
 }
 
 /// [`stage::deprov_config`] with its `group_writers = …` line (`[intake]`) set to `writers` when
