@@ -174,8 +174,31 @@ pub async fn run(args: &DeadlineArgs) -> Result<DeadlineReport, ReplayError> {
         (Duration::from_secs(args.after_secs), base_rate),
     ];
 
-    // deprov: a slow state database (every insert statement, or every stored row, holds its
-    // server `service`).
+    let state = slow_state_database(&stage, args.service_per, service).await?;
+    let deprov_side = deprov_side(&stage, &state, args, deadline, segments.clone()).await?;
+    let naive_side = naive_side(&stage, args, deadline, service, segments).await?;
+
+    let goals = goals(args.pool_size, &deprov_side, &naive_side);
+    Ok(DeadlineReport {
+        pool_size: args.pool_size,
+        base_rate,
+        burst_rate,
+        deadline_ms: args.deadline_ms,
+        service_ms: args.service_ms,
+        service_per: args.service_per,
+        deprov: deprov_side,
+        naive: naive_side,
+        goals,
+    })
+}
+
+/// deprov's slow state database: every insert statement, or every stored row (`per`), holds its
+/// server `service`. Returns a pool of 1 on it, directly on PostgreSQL.
+async fn slow_state_database(
+    stage: &Stage,
+    per: ServicePer,
+    service: Duration,
+) -> Result<PgPool, ReplayError> {
     let state = connect(&stage.pg.url("deprov"), 1).await?;
     sqlx::raw_sql(
         "CREATE TABLE public.bench_service_time (seconds float8 NOT NULL);
@@ -184,7 +207,7 @@ pub async fn run(args: &DeadlineArgs) -> Result<DeadlineReport, ReplayError> {
     )
     .execute(&state)
     .await?;
-    sqlx::raw_sql(match args.service_per {
+    sqlx::raw_sql(match per {
         ServicePer::Statement => {
             "CREATE TRIGGER bench_service_time AFTER INSERT ON deprov.deletion_requests
                FOR EACH STATEMENT EXECUTE FUNCTION public.bench_service_time();"
@@ -200,6 +223,18 @@ pub async fn run(args: &DeadlineArgs) -> Result<DeadlineReport, ReplayError> {
         .bind(service.as_secs_f64())
         .execute(&state)
         .await?;
+    Ok(state)
+}
+
+/// deprov's side: deprov serving intake through PgBouncer, the load's requests (a distinct tenant
+/// each, `deadline` each) over `segments`, and the requests stored in `state` after.
+async fn deprov_side(
+    stage: &Stage,
+    state: &PgPool,
+    args: &DeadlineArgs,
+    deadline: Duration,
+    segments: Vec<(Duration, f64)>,
+) -> Result<DeadlineSide, ReplayError> {
     let deprov = stage
         .start_deprov(&stage::deprov_config(), "saas", false)
         .await?;
@@ -220,14 +255,24 @@ pub async fn run(args: &DeadlineArgs) -> Result<DeadlineReport, ReplayError> {
             }
         }
     };
-    let mut deprov_side = measure(&stage, args, "deprov", segments.clone(), op).await?;
+    let mut deprov_side = measure(stage, args, "deprov", segments, op).await?;
     deprov.stop().await;
     let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM deprov.deletion_requests")
-        .fetch_one(&state)
+        .fetch_one(state)
         .await?;
     deprov_side.recorded = Some(recorded);
+    Ok(deprov_side)
+}
 
-    // The naive client.
+/// The naive client's side: its lookups (`service` each, `deadline` each) over `segments`, from a
+/// pool of `--client-conns` through PgBouncer.
+async fn naive_side(
+    stage: &Stage,
+    args: &DeadlineArgs,
+    deadline: Duration,
+    service: Duration,
+    segments: Vec<(Duration, f64)>,
+) -> Result<DeadlineSide, ReplayError> {
     let pool = PgPoolOptions::new()
         .max_connections(args.client_conns)
         .min_connections(0)
@@ -243,21 +288,9 @@ pub async fn run(args: &DeadlineArgs) -> Result<DeadlineReport, ReplayError> {
             async move { naive_lookup(&pool, deadline, service, account).await }
         }
     };
-    let naive_side = measure(&stage, args, "saas", segments, op).await?;
+    let naive_side = measure(stage, args, "saas", segments, op).await?;
     pool.close().await;
-
-    let goals = goals(args.pool_size, &deprov_side, &naive_side);
-    Ok(DeadlineReport {
-        pool_size: args.pool_size,
-        base_rate,
-        burst_rate,
-        deadline_ms: args.deadline_ms,
-        service_ms: args.service_ms,
-        service_per: args.service_per,
-        deprov: deprov_side,
-        naive: naive_side,
-        goals,
-    })
+    Ok(naive_side)
 }
 
 /// Runs the load on `db`'s pool and measures the window from the burst's start to the end.
