@@ -18,7 +18,8 @@ use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    DemoSize, cascade_delete, clone_database, database_digest, load, other_tenants_digest,
+    CascadeOutcome, DatabaseDigest, DemoSize, DemoTenants, cascade_delete, clone_database,
+    database_digest, load, other_tenants_digest,
 };
 use deprov::app::{Application, Settings};
 use deprov::sql::QualifiedName;
@@ -113,6 +114,43 @@ fn step(n: u32, text: &str) {
 /// [`DemoError`] when a step could not run; failed checks are in the returned [`DemoOutcome`].
 pub async fn run(args: &DemoArgs) -> Result<DemoOutcome, DemoError> {
     step(1, "starting a throwaway PostgreSQL (durable settings)");
+    let (server, admin) = start_server().await?;
+
+    step(2, "loading the demo SaaS schema and data");
+    let root = QualifiedName::new("app", "accounts");
+    let (tenants, others_before) = load_saas(args, &server, &root).await?;
+
+    step(3, "reference: the naive cascading DELETE, on a copy");
+    let (copy, cascade) = reference(&server, &admin, &root, tenants.large).await?;
+
+    step(4, "starting deprov (HTTP API + worker)");
+    let mut service = Service::start(args, &server).await?;
+
+    step(
+        5,
+        &format!(
+            "Vercel: DELETE /v1/installations/{} and {} retries at once",
+            tenants.large_vercel_installation_id, args.retries
+        ),
+    );
+    deprov::sources::oidc::install_crypto_provider();
+    let client = reqwest::Client::new();
+    let job_id = service.uninstall(args, &client, &tenants).await?;
+
+    step(6, "deleting (soft delete, then leaves-first batches)");
+    let job = service
+        .follow(&client, &job_id, tenants.large_total_rows())
+        .await?;
+    service.stop().await;
+
+    step(7, "result");
+    report(&job, &cascade);
+    check(&server, &copy, &root, tenants.large, &job, &others_before).await
+}
+
+/// A throwaway PostgreSQL with durable settings and the empty databases `saas` and `deprov`;
+/// returns it with a pool on its `postgres` database.
+async fn start_server() -> Result<(Throwaway, PgPool), DemoError> {
     let server = Throwaway::start(&ThrowawayOptions::default())?;
     let admin = connect(&server.url("postgres")).await?;
     for db in ["saas", "deprov"] {
@@ -126,8 +164,16 @@ pub async fn run(args: &DemoArgs) -> Result<DemoOutcome, DemoError> {
         "    PostgreSQL on 127.0.0.1:{}; application database \"saas\", deprov's state in \"deprov\"",
         server.port()
     );
+    Ok((server, admin))
+}
 
-    step(2, "loading the demo SaaS schema and data");
+/// The demo schema and tenants loaded into `saas`; returns the tenants and the digest of every
+/// tenant's rows but the large one's (below `root`).
+async fn load_saas(
+    args: &DemoArgs,
+    server: &Throwaway,
+    root: &QualifiedName,
+) -> Result<(DemoTenants, DatabaseDigest), DemoError> {
     let saas = connect(&server.url("saas")).await?;
     let started = Instant::now();
     let size = DemoSize {
@@ -144,141 +190,200 @@ pub async fn run(args: &DemoArgs) -> Result<DemoOutcome, DemoError> {
         tenants.small.len(),
         started.elapsed().as_secs_f64()
     );
-    let root = QualifiedName::new("app", "accounts");
-    let others_before = other_tenants_digest(&saas, "app", &root, "id", tenants.large).await?;
+    let others_before = other_tenants_digest(&saas, "app", root, "id", tenants.large).await?;
     saas.close().await;
+    Ok((tenants, others_before))
+}
 
-    step(3, "reference: the naive cascading DELETE, on a copy");
-    clone_database(&admin, "saas", "saas_cascade").await?;
+/// The reference: `saas` copied to `saas_cascade` and the large tenant (`large`) deleted there by
+/// one cascading `DELETE`; returns a pool on the copy and the cascade's figures.
+async fn reference(
+    server: &Throwaway,
+    admin: &PgPool,
+    root: &QualifiedName,
+    large: i64,
+) -> Result<(PgPool, CascadeOutcome), DemoError> {
+    clone_database(admin, "saas", "saas_cascade").await?;
     let copy = connect(&server.url("saas_cascade")).await?;
-    let cascade = cascade_delete(&copy, &root, "id", tenants.large).await?;
+    let cascade = cascade_delete(&copy, root, "id", large).await?;
     println!(
         "    DELETE FROM app.accounts WHERE id = {}: {} rows in ONE transaction of {:.0} ms (every lock held until commit)",
-        tenants.large,
+        large,
         cascade.total_deleted(),
         cascade.elapsed_ms()
     );
+    Ok((copy, cascade))
+}
 
-    step(4, "starting deprov (HTTP API + worker)");
-    let dir = tempfile::tempdir()?;
-    let token = format!("vercel-demo-{}", uuid::Uuid::new_v4().simple());
-    let operator = format!("operator-demo-{}", uuid::Uuid::new_v4().simple());
-    let config: PathBuf = dir.path().join("deprov.toml");
-    std::fs::write(&config, config_toml(&token, args.batch_rows))?;
-    let settings = Settings {
-        database_url: server.url("deprov"),
-        target_url: Some(server.url("saas")),
-        config,
-        listen: "127.0.0.1:0".parse().expect("literal address"),
-        operator_token: Some(operator.clone()),
-        migrate: true,
-        no_worker: false,
-        metrics_listen: None,
-        pooler_mode: deprov::db::PoolerMode::Session,
-        notify_url: None,
-    };
-    let app = Application::build(settings).await?;
-    let base = format!("http://{}", app.address());
-    let cancel = CancellationToken::new();
-    let serving = tokio::spawn(app.run_until_stopped(cancel.clone()));
-    println!("    listening on {base}");
+/// deprov running in-process (HTTP API and worker) on the demo's databases.
+struct Service {
+    /// The directory of its configuration file, kept until the demo ends.
+    _dir: tempfile::TempDir,
+    /// The Vercel source's token.
+    token: String,
+    /// The operator token, to read the jobs.
+    operator: String,
+    /// `http://<address>`.
+    base: String,
+    /// Stops it.
+    cancel: CancellationToken,
+    /// Its task.
+    serving: tokio::task::JoinHandle<Result<(), deprov::app::AppError>>,
+}
 
-    step(
-        5,
-        &format!(
-            "Vercel: DELETE /v1/installations/{} and {} retries at once",
-            tenants.large_vercel_installation_id, args.retries
-        ),
-    );
-    deprov::sources::oidc::install_crypto_provider();
-    let client = reqwest::Client::new();
-    let url = format!(
-        "{base}/v1/installations/{}",
-        tenants.large_vercel_installation_id
-    );
-    let send = |key: usize| {
-        client
-            .delete(&url)
-            .bearer_auth(&token)
-            .header("Idempotency-Key", format!("demo-uninstall-{key}"))
-            .header("X-Vercel-Auth", "system")
-            .json(&serde_json::json!({"cascadeResourceDeletion": true}))
-            .send()
-    };
-    let first = send(0).await?;
-    let first_status = first.status();
-    let first_body: Value = first.json().await?;
-    let mut pending = tokio::task::JoinSet::new();
-    for key in 1..=args.retries {
-        pending.spawn(send(key));
+impl Service {
+    /// Writes the configuration ([`config_toml`] with fresh tokens), builds the application on
+    /// `server`'s `deprov` and `saas` databases and starts serving.
+    async fn start(args: &DemoArgs, server: &Throwaway) -> Result<Self, DemoError> {
+        let dir = tempfile::tempdir()?;
+        let token = format!("vercel-demo-{}", uuid::Uuid::new_v4().simple());
+        let operator = format!("operator-demo-{}", uuid::Uuid::new_v4().simple());
+        let config: PathBuf = dir.path().join("deprov.toml");
+        std::fs::write(&config, config_toml(&token, args.batch_rows))?;
+        let settings = Settings {
+            database_url: server.url("deprov"),
+            target_url: Some(server.url("saas")),
+            config,
+            listen: "127.0.0.1:0".parse().expect("literal address"),
+            operator_token: Some(operator.clone()),
+            migrate: true,
+            no_worker: false,
+            metrics_listen: None,
+            pooler_mode: deprov::db::PoolerMode::Session,
+            notify_url: None,
+        };
+        let app = Application::build(settings).await?;
+        let base = format!("http://{}", app.address());
+        let cancel = CancellationToken::new();
+        let serving = tokio::spawn(app.run_until_stopped(cancel.clone()));
+        println!("    listening on {base}");
+        Ok(Self {
+            _dir: dir,
+            token,
+            operator,
+            base,
+            cancel,
+            serving,
+        })
     }
-    let mut statuses = BTreeMap::new();
-    while let Some(answer) = pending.join_next().await {
-        let answer = answer.map_err(|e| DemoError::Http(e.to_string()))??;
-        *statuses.entry(answer.status().as_u16()).or_insert(0) += 1;
-    }
-    println!("    first answer: {first_status} {first_body}; retries answered {statuses:?}");
-    let jobs: Value = client
-        .get(format!("{base}/v1/jobs"))
-        .bearer_auth(&operator)
-        .send()
-        .await?
-        .json()
-        .await?;
-    let jobs = jobs["jobs"].as_array().cloned().unwrap_or_default();
-    println!(
-        "    jobs created for {} requests: {}",
-        args.retries + 1,
-        jobs.len()
-    );
-    let job_id = jobs
-        .first()
-        .and_then(|j| j["job_id"].as_str())
-        .ok_or_else(|| DemoError::Http("no job was created".into()))?
-        .to_owned();
 
-    step(6, "deleting (soft delete, then leaves-first batches)");
-    let total = tenants.large_total_rows();
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "    {bar:40.cyan/blue} {pos:>9}/{len} rows {per_sec:>12} {msg}",
-        )
-        .expect("static template")
-        .progress_chars("##-"),
-    );
-    let job = loop {
-        let job: Value = client
-            .get(format!("{base}/v1/jobs/{job_id}"))
-            .bearer_auth(&operator)
+    /// Vercel's "Delete Installation" call for the large tenant, then `--retries` copies of it at
+    /// once; prints the answers and returns the id of the one job they made.
+    async fn uninstall(
+        &self,
+        args: &DemoArgs,
+        client: &reqwest::Client,
+        tenants: &DemoTenants,
+    ) -> Result<String, DemoError> {
+        let url = format!(
+            "{}/v1/installations/{}",
+            self.base, tenants.large_vercel_installation_id
+        );
+        let send = |key: usize| {
+            client
+                .delete(&url)
+                .bearer_auth(&self.token)
+                .header("Idempotency-Key", format!("demo-uninstall-{key}"))
+                .header("X-Vercel-Auth", "system")
+                .json(&serde_json::json!({"cascadeResourceDeletion": true}))
+                .send()
+        };
+        let first = send(0).await?;
+        let first_status = first.status();
+        let first_body: Value = first.json().await?;
+        let mut pending = tokio::task::JoinSet::new();
+        for key in 1..=args.retries {
+            pending.spawn(send(key));
+        }
+        let mut statuses = BTreeMap::new();
+        while let Some(answer) = pending.join_next().await {
+            let answer = answer.map_err(|e| DemoError::Http(e.to_string()))??;
+            *statuses.entry(answer.status().as_u16()).or_insert(0) += 1;
+        }
+        println!("    first answer: {first_status} {first_body}; retries answered {statuses:?}");
+        let jobs: Value = client
+            .get(format!("{}/v1/jobs", self.base))
+            .bearer_auth(&self.operator)
             .send()
             .await?
             .json()
             .await?;
-        bar.set_position(job["progress"]["rows_deleted"].as_u64().unwrap_or(0));
-        bar.set_message(format!(
-            "{} {}",
-            job["state"].as_str().unwrap_or("?"),
-            job["progress"]["current_table"].as_str().unwrap_or("")
-        ));
-        if matches!(job["state"].as_str(), Some("completed" | "failed")) {
-            break job;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    bar.finish();
-    cancel.cancel();
-    let _ = serving.await;
+        let jobs = jobs["jobs"].as_array().cloned().unwrap_or_default();
+        println!(
+            "    jobs created for {} requests: {}",
+            args.retries + 1,
+            jobs.len()
+        );
+        Ok(jobs
+            .first()
+            .and_then(|j| j["job_id"].as_str())
+            .ok_or_else(|| DemoError::Http("no job was created".into()))?
+            .to_owned())
+    }
 
-    step(7, "result");
-    report(&job, &cascade);
+    /// Polls job `job_id` every 100 ms behind a progress bar (of `total` rows) until it ended;
+    /// returns it as the API shows it.
+    async fn follow(
+        &self,
+        client: &reqwest::Client,
+        job_id: &str,
+        total: u64,
+    ) -> Result<Value, DemoError> {
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "    {bar:40.cyan/blue} {pos:>9}/{len} rows {per_sec:>12} {msg}",
+            )
+            .expect("static template")
+            .progress_chars("##-"),
+        );
+        let job = loop {
+            let job: Value = client
+                .get(format!("{}/v1/jobs/{job_id}", self.base))
+                .bearer_auth(&self.operator)
+                .send()
+                .await?
+                .json()
+                .await?;
+            bar.set_position(job["progress"]["rows_deleted"].as_u64().unwrap_or(0));
+            bar.set_message(format!(
+                "{} {}",
+                job["state"].as_str().unwrap_or("?"),
+                job["progress"]["current_table"].as_str().unwrap_or("")
+            ));
+            if matches!(job["state"].as_str(), Some("completed" | "failed")) {
+                break job;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        bar.finish();
+        Ok(job)
+    }
+
+    /// Stops serving and waits for the application to end.
+    async fn stop(&mut self) {
+        self.cancel.cancel();
+        let _ = (&mut self.serving).await;
+    }
+}
+
+/// The demo's two checks, printed: the other tenants' rows as before (`others_before`), and
+/// `saas` equal to the cascade's copy (`copy`); returns the verdict with the job's state.
+async fn check(
+    server: &Throwaway,
+    copy: &PgPool,
+    root: &QualifiedName,
+    large: i64,
+    job: &Value,
+    others_before: &DatabaseDigest,
+) -> Result<DemoOutcome, DemoError> {
     let saas = connect(&server.url("saas")).await?;
-    let others_after = other_tenants_digest(&saas, "app", &root, "id", tenants.large).await?;
+    let others_after = other_tenants_digest(&saas, "app", root, "id", large).await?;
     let mine = database_digest(&saas, "app").await?;
-    let theirs = database_digest(&copy, "app").await?;
+    let theirs = database_digest(copy, "app").await?;
     let outcome = DemoOutcome {
         state: job["state"].as_str().unwrap_or("?").to_owned(),
-        others_unchanged: others_after == others_before,
+        others_unchanged: &others_after == others_before,
         equals_cascade: mine == theirs,
     };
     let mark = |ok: bool| if ok { "PASS" } else { "FAIL" };
