@@ -313,6 +313,37 @@ pub async fn heartbeat(
     .await
 }
 
+/// The tenant that an earlier request for the same subject as job `except` (a Vercel
+/// installation, or a value a source's `tenant_lookup` resolves) was resolved to, when the job
+/// deleting it has not completed (queued, held, running, failed or cancelled): the newest such
+/// request's (`deletion_requests` by `subject_kind`, `subject`). `None` when there is none.
+///
+/// deprov's own record, read before the target's lookup: once the hard delete has emptied the
+/// rows the lookup reads (an `installations` table below the tenant), the lookup finds no tenant
+/// while the tenant still exists. A deletion that completed is not a reason to skip the lookup: a
+/// later request for the subject may name a tenant created since.
+///
+/// # Errors
+/// Database errors.
+pub async fn unfinished_tenant_of_subject(
+    db: impl PgExecutor<'_>,
+    subject_kind: &str,
+    subject: &str,
+    except: Uuid,
+) -> Result<Option<String>, sqlx::Error> {
+    crate::db::query_scalar(
+        "SELECT j.tenant_id FROM deprov.deletion_requests r JOIN deprov.jobs j ON j.id = r.job_id \
+         WHERE r.subject_kind = $1 AND r.subject = $2 AND r.job_id <> $3 \
+           AND j.tenant_id IS NOT NULL AND j.state <> 'completed' \
+         ORDER BY r.received_at DESC LIMIT 1",
+    )
+    .bind(subject_kind)
+    .bind(subject)
+    .bind(except)
+    .fetch_optional(db)
+    .await
+}
+
 /// What [`resolve_tenant`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolved {

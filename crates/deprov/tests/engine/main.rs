@@ -26,6 +26,7 @@ mod index_pass;
 mod job_wake;
 mod keyless;
 mod kill_switch_ack;
+mod late_lookup;
 mod notify;
 mod operator_jobs;
 mod parent_lookahead;

@@ -395,6 +395,9 @@ impl JobRun {
 
     /// Resolves a Vercel installation, or a `lookup` subject (`{source}:{value}`, from a webhook
     /// source with `tenant_lookup`), to a tenant key; `None` = no such tenant (nothing to delete).
+    /// An earlier request for the same subject whose deletion has not completed decides before the
+    /// target's lookup does ([`jobs::unfinished_tenant_of_subject`]): this job then merges into
+    /// that tenant's active job, or deletes the tenant again after a failed or cancelled one.
     async fn resolve(&mut self) -> Result<Option<String>, Stop> {
         let w = &self.worker;
         // The statement, the setting that holds it, the value it looks up, and what that value is.
@@ -428,11 +431,26 @@ impl JobRun {
                     what,
                 )
             };
-        let tenant = match lookup {
-            Some(sql) => engine::lookup_tenant(&w.pools.target, &sql, &value, &self.limits)
+        let recorded = jobs::unfinished_tenant_of_subject(
+            &w.pools.queue,
+            &self.job.subject_kind,
+            &self.job.subject,
+            self.job.id,
+        )
+        .await?;
+        let tenant = match (recorded, lookup) {
+            // deprov's own record first: the rows the lookup reads may be deleted by now.
+            (Some(t), _) => {
+                self.progress.note = Some(format!(
+                    "{what} was resolved to tenant {t:?} by an earlier request whose deletion has \
+                     not completed: this request follows that tenant's job"
+                ));
+                Some(t)
+            }
+            (None, Some(sql)) => engine::lookup_tenant(&w.pools.target, &sql, &value, &self.limits)
                 .await
                 .map_err(|e| e.in_setting(&setting))?,
-            None => Some(value),
+            (None, None) => Some(value),
         };
         match &tenant {
             Some(t) => match jobs::resolve_tenant(&w.pools.queue, self.job.id, &w.id, t).await? {
