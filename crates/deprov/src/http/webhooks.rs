@@ -3,7 +3,8 @@
 //!
 //! The body is read as raw bytes (at most `[intake] max_body_bytes`) and verified by the source's
 //! scheme before anything is parsed or stored; any failure — unknown source, missing, malformed or
-//! wrong signature, a timestamp outside the tolerance — is 401 problem+json and stores nothing. A
+//! wrong signature, a timestamp outside the tolerance or, with `timestamp` and `max_age`, the body's
+//! timestamp outside `max_age` ([`crate::sources::age`]) — is 401 problem+json and stores nothing. A
 //! verified delivery whose body is not a JSON object, from a source that reads its body, is 400 problem+json
 //! and stores nothing. A verified delivery whose event type is in `delete_events` is recorded like any deletion request
 //! (deterministic ID over the delivery ID or the natural key, so a replay is a duplicate); any other
@@ -26,7 +27,7 @@ use crate::ids::{DedupBasis, KeyForm, MAX_TENANT_ID_LEN};
 use crate::queue::JobState;
 use crate::queue::intake::{IntakeError, NewRequest, SubjectKind};
 use crate::sources::payload::{self, Delivery};
-use crate::sources::{Dedup, Scheme, SourceConfig, unix_now, verify_hmac};
+use crate::sources::{Dedup, Scheme, SourceConfig, age, unix_now, verify_hmac};
 
 /// The raw request body, with problem+json rejections (413 over `[intake] max_body_bytes`).
 #[derive(Debug)]
@@ -116,6 +117,12 @@ fn authenticate(
             unix_now(),
             source.tolerance(),
         )
+        .and_then(|()| match (&source.timestamp, source.max_age) {
+            (Some(pointer), Some(max_age)) => {
+                age::check(pointer, max_age, body, unix_now().saturating_mul(1000))
+            }
+            _ => Ok(()),
+        })
         .map_err(|r| unauthorized(format!("source {name}: {r}"))),
     }
 }
@@ -198,7 +205,7 @@ fn new_request(
         (status = 200, description = "Verified; the event type does not mean delete (recorded as ignored), a Slack challenge, or a `restore_events` event (`outcome: reinstall`)", body = WebhookAnswer),
         (status = 202, description = "Verified and recorded as a deletion request (or already recorded: `duplicate: true`)", body = WebhookAnswer),
         (status = 400, description = "Verified, but the body is not a JSON object and the source reads its event type, tenant or deduplication key from the body; nothing stored", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature, or a timestamp outside the tolerance", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature, or a timestamp outside the tolerance (or the body's timestamp outside `max_age`)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A deleting event without a tenant or deduplication key where the source says they are, or a delivery ID reused with a different body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "This peer address exceeded `[intake.rate_limit]`; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",

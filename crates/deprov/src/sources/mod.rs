@@ -10,6 +10,7 @@
 //! [`payload`] reads the event type, tenant and dedup key from a verified delivery; [`settings`] is the
 //! `[sources.NAME]` table.
 
+pub mod age;
 pub mod github;
 pub mod oidc;
 pub mod payload;
@@ -55,6 +56,17 @@ pub enum Reject {
     /// No signature matches any configured secret.
     #[error("no signature matches")]
     Mismatch,
+    /// `timestamp` names no readable timestamp in the body (the pointer, as configured).
+    #[error(
+        "no timestamp at {0:?} in the body (an RFC 3339 string, or Unix seconds or milliseconds)"
+    )]
+    NoTimestamp(String),
+    /// The body's timestamp is older than `max_age` (its seconds).
+    #[error("delivery older than max_age ({0} s)")]
+    TooOld(u64),
+    /// The body's timestamp is further than `max_age` (its seconds) in the future.
+    #[error("delivery timestamp more than max_age ({0} s) in the future")]
+    TooNew(u64),
 }
 
 /// The value of header `name` as text: `Ok(None)` when absent, [`Reject::Malformed`] when repeated,

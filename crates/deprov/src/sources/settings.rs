@@ -86,6 +86,7 @@ impl Scheme {
             "token" | "token_env" => self == Self::Bearer,
             "secret_env" | "secret_file" => self.is_hmac(),
             "tolerance" => self.has_timestamp(),
+            "timestamp" | "max_age" => self.is_hmac() && !self.has_timestamp(),
             "jwks_url" | "jwks_file" | "issuer" | "audience" => self == Self::VercelOidc,
             // Webhook and deletion-request keys: the partner API takes the installation from its
             // path and sends no events.
@@ -107,6 +108,10 @@ impl Scheme {
                 "it checks Vercel's OIDC token against jwks_url or jwks_file"
             }
             "tolerance" => "it signs no timestamp",
+            "timestamp" | "max_age" if self.has_timestamp() => {
+                "it signs a timestamp of its own, bounded by tolerance"
+            }
+            "timestamp" | "max_age" => "it signs no body: a timestamp in it would prove nothing",
             "jwks_url" | "jwks_file" | "issuer" | "audience" => {
                 "only vercel-oidc checks OIDC tokens"
             }
@@ -132,12 +137,14 @@ impl Scheme {
 }
 
 /// Every key of a `[sources.NAME]` table besides `scheme`, in the order they are checked.
-pub const SOURCE_KEYS: [&str; 16] = [
+pub const SOURCE_KEYS: [&str; 18] = [
     "token",
     "token_env",
     "secret_env",
     "secret_file",
     "tolerance",
+    "timestamp",
+    "max_age",
     "tenant",
     "tenant_lookup",
     "event",
@@ -253,6 +260,15 @@ pub struct SourceConfig {
     /// Timestamp tolerance, past and future, of schemes that sign one (default 5m; 1s..=1h).
     #[serde(default, with = "humantime_serde")]
     pub tolerance: Option<Duration>,
+    /// HMAC schemes that sign no timestamp (`github`, `shopify`, `vercel-webhook`): an RFC 6901
+    /// JSON pointer to a timestamp in the signed body (e.g. Vercel's `"/createdAt"`), read as
+    /// [`super::age`] says. With `max_age`; both or neither.
+    pub timestamp: Option<String>,
+    /// With `timestamp`: a delivery whose timestamp is further than this from now, past or future,
+    /// is refused (401) like a wrong signature: a captured delivery replayed later is no longer
+    /// accepted (1s..=7d).
+    #[serde(default, with = "humantime_serde")]
+    pub max_age: Option<Duration>,
     /// Where the tenant is (required on `POST /v1/webhooks/{source}`).
     pub tenant: Option<Locator>,
     /// Optional statement run by the worker on the target, `$1` = the value read by `tenant`,
@@ -442,6 +458,7 @@ impl SourceConfig {
         {
             return Err(invalid(name, "tolerance", "must be between 1s and 1h"));
         }
+        self.check_age(name)?;
         if self
             .tenant_lookup
             .as_deref()
@@ -505,6 +522,26 @@ impl SourceConfig {
             );
         }
         Ok(keys)
+    }
+
+    /// `timestamp` and `max_age`: both or neither, a JSON pointer, and an age of 1s..=7d.
+    fn check_age(&self, name: &str) -> Result<(), InvalidSource> {
+        match (&self.timestamp, self.max_age) {
+            (None, None) => Ok(()),
+            (Some(_), None) => Err(invalid(name, "max_age", "required with timestamp")),
+            (None, Some(_)) => Err(invalid(name, "timestamp", "required with max_age")),
+            (Some(p), _) if !p.starts_with('/') => Err(invalid(
+                name,
+                "timestamp",
+                "a JSON pointer into the signed body, starting with `/`",
+            )),
+            (Some(_), Some(a))
+                if a < Duration::from_secs(1) || a > Duration::from_secs(7 * 24 * 3600) =>
+            {
+                Err(invalid(name, "max_age", "must be between 1s and 7d"))
+            }
+            (Some(_), Some(_)) => Ok(()),
+        }
     }
 
     /// The timestamp tolerance in effect.

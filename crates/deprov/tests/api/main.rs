@@ -14,6 +14,7 @@ mod key_forms;
 mod kill_switch;
 mod kill_switch_scopes;
 mod limits;
+mod max_age;
 mod messages;
 mod metrics;
 mod migrations;

@@ -185,6 +185,8 @@ fn sample_value(key: &str) -> &'static str {
         "jwks_url" => "\"https://example.com/jwks\"",
         "jwks_file" => "\"/nonexistent/jwks.json\"",
         "issuer" | "audience" => "\"x\"",
+        "timestamp" => "\"/createdAt\"",
+        "max_age" => "\"5m\"",
         other => panic!("no sample for {other}"),
     }
 }
@@ -195,13 +197,21 @@ fn sample_value(key: &str) -> &'static str {
 fn unused_by(scheme: Scheme) -> Vec<&'static str> {
     let oidc = ["jwks_url", "jwks_file", "issuer", "audience"];
     let mut out = match scheme {
-        Scheme::Bearer => vec!["secret_env", "secret_file", "tolerance"],
+        Scheme::Bearer => vec![
+            "secret_env",
+            "secret_file",
+            "tolerance",
+            "timestamp",
+            "max_age",
+        ],
         Scheme::VercelOidc => vec![
             "token",
             "token_env",
             "secret_env",
             "secret_file",
             "tolerance",
+            "timestamp",
+            "max_age",
             "tenant",
             "tenant_lookup",
             "event",
@@ -210,7 +220,9 @@ fn unused_by(scheme: Scheme) -> Vec<&'static str> {
             "reinstalls",
             "dedup",
         ],
-        Scheme::StandardWebhooks | Scheme::Stripe | Scheme::Slack => vec!["token", "token_env"],
+        Scheme::StandardWebhooks | Scheme::Stripe | Scheme::Slack => {
+            vec!["token", "token_env", "timestamp", "max_age"]
+        }
         Scheme::Github | Scheme::Shopify | Scheme::VercelWebhook => {
             vec!["token", "token_env", "tolerance"]
         }
@@ -284,6 +296,48 @@ fn every_scheme_refuses_the_keys_it_does_not_use() {
         err.contains("sources.s.dedup") && err.contains("sends no delivery ID"),
         "{err}"
     );
+}
+
+/// `timestamp` and `max_age` go together, the first a JSON pointer, the second 1s..=7d.
+#[test]
+fn a_body_timestamp_needs_its_max_age_and_a_pointer() {
+    use crate::config::{Config, Secrets};
+    let base = "[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n";
+    let entry = minimal_entry(Scheme::VercelWebhook);
+    let load = |keys: &str| {
+        Config::from_toml_with(
+            &format!("[sources.s]\n{entry}\n{keys}\n{base}"),
+            Secrets::Skip,
+        )
+    };
+    let config = load("timestamp = \"/createdAt\"\nmax_age = \"10m\"").unwrap();
+    let s = &config.sources["s"];
+    assert_eq!(s.timestamp.as_deref(), Some("/createdAt"));
+    assert_eq!(s.max_age, Some(std::time::Duration::from_secs(600)));
+    for (keys, key, reason) in [
+        (
+            "timestamp = \"/createdAt\"",
+            "max_age",
+            "required with timestamp",
+        ),
+        ("max_age = \"10m\"", "timestamp", "required with max_age"),
+        (
+            "timestamp = \"createdAt\"\nmax_age = \"10m\"",
+            "timestamp",
+            "JSON pointer",
+        ),
+        (
+            "timestamp = \"/createdAt\"\nmax_age = \"8d\"",
+            "max_age",
+            "between 1s and 7d",
+        ),
+    ] {
+        let err = load(keys).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("sources.s.{key}")) && err.contains(reason),
+            "{keys}\n-> {err}"
+        );
+    }
 }
 
 /// [`SOURCE_KEYS`] (and `scheme`) are exactly the keys a `[sources.NAME]` table accepts, so a key
