@@ -13,6 +13,7 @@ use super::workload::{self, Op, Samples};
 use deprov::config::Config;
 use deprov::db::Pools;
 use deprov::ids::DedupBasis;
+use deprov::queue::JobState;
 use deprov::queue::intake::{self, NewRequest, SubjectKind};
 use deprov::queue::jobs;
 use deprov::sql::{QualifiedName, SqlBuilder};
@@ -245,18 +246,14 @@ impl Deprov {
         let job_id = self.request(key).await?;
         self.until_ended(job_id, Instant::now(), Some(WARM_UP_WAIT))
             .await?;
-        let ended = |state: &str| !matches!(state, "queued" | "held" | "running");
-        if ended(&self.job(job_id).await?.state) {
+        if ended(&self.job(job_id).await?) {
             return Ok(());
         }
         let mut conn = self.pools.queue.acquire().await?;
         // Ended meanwhile (a conflict), or stops at its next batch boundary.
         let _ = deprov::queue::operator::cancel(&mut conn, job_id, "bench", "warm-up done").await;
         drop(conn);
-        while !ended(&self.job(job_id).await?.state) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        Ok(())
+        self.until_ended(job_id, Instant::now(), None).await
     }
 
     /// [`Self::record`], then the wake-up intake sends after its commit.
@@ -300,19 +297,16 @@ impl Deprov {
         Ok(())
     }
 
-    /// Polls the job until it ended or `window` (if any) has passed since `started`.
+    /// Polls the job until it ended ([`ended`]) or `window` (if any) has passed since `started`.
     async fn until_ended(
         &self,
         job_id: uuid::Uuid,
         started: Instant,
         window: Option<Duration>,
     ) -> Result<(), BenchError> {
-        let ended = |state: &str| matches!(state, "completed" | "failed");
         loop {
             let job = jobs::get(&self.pools.queue, job_id).await?;
-            if job.is_some_and(|j| ended(&j.state))
-                || window.is_some_and(|w| started.elapsed() >= w)
-            {
+            if job.is_some_and(|j| ended(&j)) || window.is_some_and(|w| started.elapsed() >= w) {
                 return Ok(());
             }
             // Polled slowly, so the polling is no load beside the deletion: the time comes from the
@@ -330,6 +324,14 @@ impl Deprov {
             }),
         }
     }
+}
+
+/// Whether `job` has ended: completed, failed or cancelled (no worker will run it again).
+fn ended(job: &jobs::Job) -> bool {
+    matches!(
+        job.state(),
+        JobState::Completed | JobState::Failed | JobState::Cancelled
+    )
 }
 
 /// The bench's worker's name (`deprov.workers.id`, the jobs' lease owner).
