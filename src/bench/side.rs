@@ -209,10 +209,9 @@ impl Deprov {
     /// on `notify_url` (the state database, as `DEPROV_NOTIFY_URL` has it in a deployment), and
     /// requests are recorded once it listens (or after [`LISTEN_WAIT`] without), each then woken
     /// for as intake wakes it ([`jobs::wake_workers`]). With `warm_up` (a key no root row has),
-    /// that key's request is served first, so that the measured one meets the worker, its pools
-    /// and the servers' per-connection caches (prepared statements, PL/pgSQL plans) as a service
-    /// that has served a request before: its time is a running service's request-to-completion
-    /// time, not a start's. Returns the measured job as it ended and when its request was accepted
+    /// that key's request is served first, so that the measured one meets the worker, its pooled
+    /// connections and the state database's PL/pgSQL plans as a service that has served a request
+    /// before: its time is a running service's request-to-completion time, not a start's. Returns the measured job as it ended and when its request was accepted
     /// (its intake transaction committed; this process's clock).
     pub(super) async fn serve(
         &self,
@@ -238,22 +237,27 @@ impl Deprov {
         Ok((self.job(job_id).await?, requested))
     }
 
-    /// Serves the request for `key` (no root row has it) to its end. One still running after
-    /// [`WARM_UP_WAIT`] — a job for an absent tenant still walks every step — is cancelled as an
-    /// operator cancels it (its worker stops at its next batch boundary), so that the measured
-    /// request never waits behind it.
+    /// Serves the request for `key` (no root row has it) to its end: the worker completes such a
+    /// job at once, having read the root table and nothing else destroyed.
+    ///
+    /// # Errors
+    /// [`BenchError::Job`] when that job has not completed within [`WARM_UP_WAIT`].
     async fn warm_up(&self, key: &str) -> Result<(), BenchError> {
         let job_id = self.request(key).await?;
         self.until_ended(job_id, Instant::now(), Some(WARM_UP_WAIT))
             .await?;
-        if ended(&self.job(job_id).await?) {
+        let job = self.job(job_id).await?;
+        if job.state() == deprov::queue::JobState::Completed {
             return Ok(());
         }
-        let mut conn = self.pools.queue.acquire().await?;
-        // Ended meanwhile (a conflict), or stops at its next batch boundary.
-        let _ = deprov::queue::operator::cancel(&mut conn, job_id, "bench", "warm-up done").await;
-        drop(conn);
-        self.until_ended(job_id, Instant::now(), None).await
+        Err(BenchError::Job {
+            state: job.state().as_str().to_string(),
+            error: format!(
+                "the warm-up request (key {key:?}, no root row) did not complete within {} s: {}",
+                WARM_UP_WAIT.as_secs(),
+                job.last_error.unwrap_or_default()
+            ),
+        })
     }
 
     /// [`Self::record`], then the wake-up intake sends after its commit.
@@ -340,7 +344,7 @@ const WORKER_ID: &str = "bench-worker";
 /// How long [`Deprov::serve`] waits for its worker to listen before it sends the request anyway.
 const LISTEN_WAIT: Duration = Duration::from_secs(5);
 
-/// How long [`Deprov::serve`] waits for its warm-up request's job to end before it goes on.
+/// How long [`Deprov::serve`] waits for its warm-up request's job to complete.
 const WARM_UP_WAIT: Duration = Duration::from_secs(30);
 
 /// A worker [`Deprov`] started; [`Self::stop`] stops it as SIGTERM does.

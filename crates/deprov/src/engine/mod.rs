@@ -476,9 +476,19 @@ pub async fn run_sweep(
     Ok((deleted, cascaded))
 }
 
-/// The tenant key as PostgreSQL reads it into the root's key column, printed back
-/// ([`queries::canonical_key`]): the worker keys a job by it before its first destructive statement,
-/// so differently written keys of one tenant cannot run as two jobs or slip past a tenant kill switch.
+/// A tenant key as the root's key column reads it ([`canonical_tenant_key`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantKey {
+    /// The key PostgreSQL prints back after reading it into the key column's type.
+    pub key: String,
+    /// Whether a root row has that key (read in the same statement).
+    pub present: bool,
+}
+
+/// The tenant key as PostgreSQL reads it into the root's key column, printed back, and whether a
+/// root row has it ([`queries::canonical_key`]): the worker keys a job by it before its first
+/// destructive statement, so differently written keys of one tenant cannot run as two jobs or slip
+/// past a tenant kill switch; and a job for a key no root row has has nothing to delete.
 ///
 /// # Errors
 /// [`EngineError::Statement`] naming the key and the column when the key is not a valid value of
@@ -489,14 +499,14 @@ pub async fn canonical_tenant_key(
     plan: &Plan,
     tenant: &str,
     limits: &BatchLimits,
-) -> Result<String, EngineError> {
+) -> Result<TenantKey, EngineError> {
     let stmt = queries::canonical_key(plan);
     let mut tx = crate::db::begin(target, limits.bounds()).await?;
-    let key = crate::db::query_scalar::<String>(stmt.as_query())
+    let key = crate::db::query_as::<(String, bool)>(stmt.as_query())
         .bind(tenant)
         .fetch_one(&mut *tx)
         .await;
-    let key = match key {
+    let (key, present) = match key {
         Err(sqlx::Error::Database(e)) if e.code().is_some_and(|c| c.starts_with("22")) => {
             return Err(EngineError::Statement(format!(
                 "tenant key {tenant:?} is not a valid value of {}.{} ({}): {} (SQLSTATE {})",
@@ -510,7 +520,7 @@ pub async fn canonical_tenant_key(
         key => key?,
     };
     tx.commit().await?;
-    Ok(key)
+    Ok(TenantKey { key, present })
 }
 
 /// `SELECT`-list expression: the rows deleted so far in each table of `$1` (`int8[]` of oids; a

@@ -111,6 +111,48 @@ async fn vercel_installation_is_resolved_by_the_worker() {
 }
 
 #[tokio::test]
+async fn a_tenant_without_a_root_row_completes_at_once_with_nothing_run() {
+    let env = env("").await;
+    let before = digest(&env.db).await;
+    // Spelled as the key column does not print it: the job is keyed by "4242" first.
+    let job_id = env.request(" 04242").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(job_id).await;
+    assert_eq!(
+        (job.state(), job.tenant_id.as_deref()),
+        (JobState::Completed, Some("4242"))
+    );
+    let progress = Progress::from_json(&job.progress);
+    let note = progress.note.clone().unwrap_or_default();
+    assert!(
+        note.contains("has key \"4242\"; nothing to delete"),
+        "{note}"
+    );
+    assert_eq!(
+        (
+            progress.soft_deleted_at.is_some(),
+            progress.prechecks,
+            progress.batches,
+            progress.rows_deleted
+        ),
+        (false, 0, 0, 0),
+        "no soft delete, pre-check or batch runs for a missing tenant: {progress:?}"
+    );
+    assert_eq!(digest(&env.db).await, before);
+
+    // A tenant switch on that key still holds it: held means nothing runs, not even this.
+    let mut conn = env.db.acquire().await.unwrap();
+    let scope = kill_switch::Scope::Tenant("4243".into());
+    kill_switch::set_scope(&mut conn, &scope, true, "incident", "test")
+        .await
+        .unwrap();
+    drop(conn);
+    let held = env.request("4243").await;
+    env.drain(&env.worker("w1")).await;
+    assert_eq!(env.job(held).await.state(), JobState::Held);
+}
+
+#[tokio::test]
 async fn kill_switch_holds_at_a_batch_boundary_and_release_resumes_from_the_checkpoint() {
     // 20 rows/s (after a 20-row burst): from its third 7-row batch on, the job waits ~0.35 s per
     // batch, so the switch is engaged while it runs however slowly this test sees its progress

@@ -739,11 +739,20 @@ fn root_rows(plan: &Plan, head: &'static str) -> Statement {
     b.build()
 }
 
-/// `SELECT $1::<key type>::text`: the tenant key as PostgreSQL reads it into the root's key column
-/// and prints it back (`" 7"`, `"+7"` and `"07"` are all `7` for a `bigint` key), so two spellings
-/// of one tenant are one key. `$1` is bound as text.
+/// `SELECT $1::<key type>::text, EXISTS (SELECT FROM [ONLY] root WHERE key = $1::<key type>)`: the
+/// tenant key as PostgreSQL reads it into the root's key column and prints it back (`" 7"`, `"+7"`
+/// and `"07"` are all `7` for a `bigint` key), so two spellings of one tenant are one key; and
+/// whether a root row has it. `$1` is bound as text.
 pub fn canonical_key(plan: &Plan) -> Statement {
     let mut b = SqlBuilder::new();
-    b.sql("SELECT $1::").ty(&plan.key_type).sql("::text");
+    b.sql("SELECT $1::")
+        .ty(&plan.key_type)
+        .sql("::text, EXISTS (SELECT FROM ")
+        .relation(plan.name(plan.root), plan.partitioned(plan.root))
+        .sql(" WHERE ")
+        .ident(&plan.key_column)
+        .sql(" = $1::")
+        .ty(&plan.key_type)
+        .sql(")");
     b.build()
 }

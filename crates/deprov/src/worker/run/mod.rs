@@ -270,14 +270,26 @@ impl JobRun {
         )
         .await?;
         self.key_form = Some(KeyForm::of(plan.key_type.as_str()));
+        // Unknown on a later run (step `hard_delete`): its walk goes on from the checkpoint.
+        let mut present = true;
         if self.job.step == "soft_delete" || self.job.step == "resolve" {
-            tenant = self.rekey(&plan, tenant).await?;
+            (tenant, present) = self.rekey(&plan, tenant).await?;
         }
         // Keyed now by the tenant as the key column reads it: a tenant switch on that key holds
         // the job before the pre-check, which would otherwise fail it for a held tenant. The
         // whole cascade reads the switches itself, before its own check.
-        if !self.whole_applies() {
+        if !present || !self.whole_applies() {
             drop(self.may_destroy().await?);
+        }
+        if !present {
+            // The cascading DELETE of a missing root row deletes nothing, so neither does the job:
+            // no soft delete, no pre-check, no batch (each would scan the tenant's tables for
+            // nothing, whole tables where a foreign key has no index).
+            self.progress.note = Some(format!(
+                "no row of {} has key {tenant:?}; nothing to delete",
+                plan.name(plan.root)
+            ));
+            return Ok(Outcome::Completed);
         }
         if let Some(outcome) = self.whole_cascade(&plan, &tenant).await? {
             return Ok(outcome);
@@ -328,17 +340,19 @@ impl JobRun {
     /// anything is destroyed, the job is keyed by `tenant` as PostgreSQL prints it in the key
     /// column, or merged into the active job that already has that key. Its kill switches are then
     /// checked against that key (the caller's `may_destroy` before the soft delete). Returns the
-    /// key the job now has.
+    /// key the job now has, and whether a root row has it.
     ///
     /// # Errors
     /// [`Stop::LeaseLost`] when the job was merged into another (it is completed as such: hand
     /// nothing back) or lost its lease; database errors.
-    async fn rekey(&mut self, plan: &engine::Plan, tenant: String) -> Result<String, Stop> {
+    async fn rekey(&mut self, plan: &engine::Plan, tenant: String) -> Result<(String, bool), Stop> {
         let w = self.worker.clone();
-        let canonical =
-            engine::canonical_tenant_key(&w.pools.target, plan, &tenant, &self.limits).await?;
+        let engine::TenantKey {
+            key: canonical,
+            present,
+        } = engine::canonical_tenant_key(&w.pools.target, plan, &tenant, &self.limits).await?;
         if canonical == tenant {
-            return Ok(tenant);
+            return Ok((tenant, present));
         }
         match jobs::resolve_tenant(&w.pools.queue, self.job.id, &w.id, &canonical).await? {
             jobs::Resolved::Rekeyed => {
@@ -346,7 +360,7 @@ impl JobRun {
                     "tenant key {tenant:?} is {canonical:?} as the key column reads it"
                 ));
                 self.job.tenant_id = Some(canonical.clone());
-                Ok(canonical)
+                Ok((canonical, present))
             }
             jobs::Resolved::MergedInto(_) | jobs::Resolved::LeaseLost => Err(Stop::LeaseLost),
         }
