@@ -11,7 +11,7 @@
 //! event type is acknowledged 200, recorded in `deprov.ignored_deliveries`, and starts nothing.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, OriginalUri, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -109,6 +109,10 @@ fn authenticate(
         Scheme::VercelOidc => Err(unauthorized(format!(
             "source {name} is the Vercel partner API (DELETE /v1/installations/{{id}}); it sends no webhooks"
         ))),
+        // Checked asynchronously by `state.token_sources` (keys are fetched).
+        Scheme::Jwt | Scheme::AtlassianConnect => {
+            Err(unauthorized(format!("source {name}: token not checked")))
+        }
         scheme => verify_hmac(
             scheme,
             &source.keys.0,
@@ -217,13 +221,21 @@ fn new_request(
 pub async fn receive(
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, axum::Json<WebhookAnswer>), ApiError> {
     let Some(source) = state.config.sources.get(&name) else {
         return Err(unauthorized("unknown source".into()));
     };
-    authenticate(&state, &name, source, &headers, &body)?;
+    if source.scheme.is_token() {
+        state
+            .token_sources
+            .authenticate(&name, &headers, &uri, &body)
+            .await?;
+    } else {
+        authenticate(&state, &name, source, &headers, &body)?;
+    }
     if payload::reads_body(source) {
         json_object(&body)?;
     }
