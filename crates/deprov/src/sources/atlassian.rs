@@ -146,10 +146,10 @@ pub fn prepare(name: &str, source: &mut SourceConfig) -> Result<(), InvalidSourc
         &key_url(template, "kid"),
         source.allow_http_loopback,
     )?;
-    if let Some(base) = &source.base_path
-        && !(base.is_empty()
-            || (base.starts_with('/') && !base.ends_with('/') && !base.contains(['?', '#'])))
-    {
+    let base_ok = |b: &str| {
+        b.is_empty() || (b.starts_with('/') && !b.ends_with('/') && !b.contains(['?', '#']))
+    };
+    if source.base_path.as_deref().is_some_and(|b| !base_ok(b)) {
         return Err(invalid(
             name,
             "base_path",
