@@ -332,9 +332,10 @@ pub struct SourceConfig {
     /// The deduplication key (default: the sender's delivery ID).
     #[serde(default)]
     pub dedup: Dedup,
-    /// `vercel-oidc`: the JWKS URL (e.g. `https://marketplace.vercel.com/.well-known/jwks`).
+    /// `vercel-oidc`, `jwt`: the JWKS URL (e.g. `https://marketplace.vercel.com/.well-known/jwks`;
+    /// `jwt`: `https://`, see `allow_http_loopback`).
     pub jwks_url: Option<String>,
-    /// `vercel-oidc`: a file holding the JWKS (instead of `jwks_url`).
+    /// `vercel-oidc`, `jwt`: a file holding the JWKS (instead of `jwks_url`).
     pub jwks_file: Option<String>,
     /// `vercel-oidc`: the required `iss` claim (e.g. `https://marketplace.vercel.com`); `jwt`: one
     /// or a list of accepted `iss` values.
