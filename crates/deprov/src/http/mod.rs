@@ -36,6 +36,7 @@ pub mod operator_responses;
 pub mod rate_limit;
 pub mod reconcile;
 pub mod serve;
+pub mod token_sources;
 pub mod vercel;
 pub mod webhooks;
 
@@ -86,6 +87,8 @@ pub struct AppState {
     pub operators: Arc<OperatorAuth>,
     /// How Vercel partner-API calls are verified; `None` when there is no `[vercel]` section (404).
     pub vercel: Option<Arc<PartnerVerifier>>,
+    /// The verifiers (and key caches) of the `jwt` and `atlassian-connect` sources.
+    pub token_sources: Arc<token_sources::TokenSources>,
     /// What `GET /metrics` renders. [`AppState::new`] makes one that does not read the target
     /// database; a process running a worker replaces it (see [`crate::app`]).
     pub metrics: Arc<Collector>,
@@ -130,6 +133,7 @@ impl AppState {
                 operator_token,
                 config.operator_tokens.cache_ttl,
             )),
+            token_sources: Arc::new(token_sources::TokenSources::from_config(&config)),
             sources,
             vercel,
             metrics,

@@ -3,15 +3,16 @@
 //!
 //! The body is read as raw bytes (at most `[intake] max_body_bytes`) and verified by the source's
 //! scheme before anything is parsed or stored; any failure — unknown source, missing, malformed or
-//! wrong signature, a timestamp outside the tolerance or, with `timestamp` and `max_age`, the body's
-//! timestamp outside `max_age` ([`crate::sources::age`]) — is 401 problem+json and stores nothing. A
+//! wrong signature or token (`jwt`, `atlassian-connect`: [`super::token_sources`]), a timestamp
+//! outside the tolerance or, with `timestamp` and `max_age`, the body's timestamp outside `max_age`
+//! ([`crate::sources::age`]) — is 401 problem+json and stores nothing. A
 //! verified delivery whose body is not a JSON object, from a source that reads its body, is 400 problem+json
 //! and stores nothing. A verified delivery whose event type is in `delete_events` is recorded like any deletion request
 //! (deterministic ID over the delivery ID or the natural key, so a replay is a duplicate); any other
 //! event type is acknowledged 200, recorded in `deprov.ignored_deliveries`, and starts nothing.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, OriginalUri, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -109,6 +110,10 @@ fn authenticate(
         Scheme::VercelOidc => Err(unauthorized(format!(
             "source {name} is the Vercel partner API (DELETE /v1/installations/{{id}}); it sends no webhooks"
         ))),
+        // Checked asynchronously by `state.token_sources` (keys are fetched).
+        Scheme::Jwt | Scheme::AtlassianConnect => {
+            Err(unauthorized(format!("source {name}: token not checked")))
+        }
         scheme => verify_hmac(
             scheme,
             &source.keys.0,
@@ -198,6 +203,7 @@ fn new_request(
         ("X-Shopify-Hmac-Sha256" = Option<String>, Header, description = "shopify: base64"),
         ("X-Slack-Signature" = Option<String>, Header, description = "slack: `v0=<hex>` (with `X-Slack-Request-Timestamp`)"),
         ("x-vercel-signature" = Option<String>, Header, description = "vercel-webhook: hex HMAC-SHA1"),
+        ("Authorization" = Option<String>, Header, description = "jwt: `Bearer <JWT>`; atlassian-connect: `JWT <RS256 token>`"),
     ),
     request_body(content = Object, content_type = "application/json",
                  description = "The sender's own payload, verified over its exact bytes"),
@@ -205,25 +211,33 @@ fn new_request(
         (status = 200, description = "Verified; the event type does not mean delete (recorded as ignored), a Slack challenge, or a `restore_events` event (`outcome: reinstall`)", body = WebhookAnswer),
         (status = 202, description = "Verified and recorded as a deletion request (or already recorded: `duplicate: true`)", body = WebhookAnswer),
         (status = 400, description = "Verified, but the body is not a JSON object and the source reads its event type, tenant or deduplication key from the body; nothing stored", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature, or a timestamp outside the tolerance (or the body's timestamp outside `max_age`)", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature or token, or a timestamp outside the tolerance (or the body's timestamp outside `max_age`)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A deleting event without a tenant or deduplication key where the source says they are, or a delivery ID reused with a different body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "This peer address exceeded `[intake.rate_limit]`; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 503, description = "State database unavailable; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+        (status = 503, description = "State database unavailable, or a token sender's signing keys could not be fetched; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
 )]
 pub async fn receive(
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, axum::Json<WebhookAnswer>), ApiError> {
     let Some(source) = state.config.sources.get(&name) else {
         return Err(unauthorized("unknown source".into()));
     };
-    authenticate(&state, &name, source, &headers, &body)?;
+    if source.scheme.is_token() {
+        state
+            .token_sources
+            .authenticate(&name, &headers, &uri, &body)
+            .await?;
+    } else {
+        authenticate(&state, &name, source, &headers, &body)?;
+    }
     if payload::reads_body(source) {
         json_object(&body)?;
     }

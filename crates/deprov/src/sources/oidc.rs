@@ -1,17 +1,22 @@
-//! `vercel-oidc`: the Vercel Marketplace partner API's `Authorization: Bearer <OIDC JWT>`.
+//! JWTs checked against a JWKS: `vercel-oidc` (the Vercel Marketplace partner API's
+//! `Authorization: Bearer <OIDC JWT>`) and `jwt` (any OIDC/JWT bearer sender, see [`super::jwt`]).
 //!
-//! A token is accepted when its header names a key (`kid`) of the configured JWKS (`jwks_url` or
-//! `jwks_file`), its RS256 signature verifies with that key (jsonwebtoken, `rust_crypto` backend), and
-//! its claims carry the configured `iss` and `aud` and an `exp` in the future (`nbf`, when present, in
-//! the past; 60 s leeway either way). Keys are fetched on first use and cached; a `kid` not in the
-//! cache (Vercel rotated its keys) triggers a refetch, but at most one such refetch per
-//! [`MIN_REFRESH`], so a stream of unknown `kid`s cannot make deprov hammer the JWKS host. A fetch
-//! takes at most [`FETCH_TIMEOUT`].
+//! A token is accepted when its header names an allowed algorithm ([`Rules::algorithms`]) and a key
+//! (`kid`) of the configured JWKS (`jwks_url` or `jwks_file`), its signature verifies with that key
+//! (jsonwebtoken, `rust_crypto` backend), and its claims carry one of the configured `iss` and `aud`
+//! values and an `exp` in the future (`nbf`, when present, in the past; [`Rules::leeway`] either
+//! way) and every [`Rules::required_claims`] value. `vercel-oidc` is one fixed configuration
+//! ([`Rules::vercel`]: RS256, one issuer, one audience, 60 s). Symmetric (`oct`) keys of a JWKS are
+//! never loaded, and a key whose JWK names an `alg` verifies only that algorithm. Keys are fetched
+//! on first use and cached; a `kid` not in the cache (the sender rotated its keys) triggers a
+//! refetch, but at most one such refetch per [`MIN_REFRESH`], so a stream of unknown `kid`s cannot
+//! make deprov hammer the JWKS host. A fetch takes at most [`FETCH_TIMEOUT`] and reads at most
+//! [`MAX_JWKS_BYTES`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use tokio::sync::Mutex;
@@ -24,6 +29,10 @@ pub const RETRY_FAILED: Duration = Duration::from_secs(1);
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest accepted token, in bytes.
 pub const MAX_TOKEN_LEN: usize = 8192;
+/// Largest JWKS document read, in bytes (larger = unavailable).
+pub const MAX_JWKS_BYTES: usize = 256 * 1024;
+/// Default clock-skew leeway for `exp`, `nbf` (and Atlassian's `iat`): 60 s, jsonwebtoken's default.
+pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(60);
 
 /// Installs rustls' `ring` provider as the process default (the one sqlx uses), once. reqwest is
 /// built without a bundled provider (its default, aws-lc-rs, needs a C build this project avoids),
@@ -50,6 +59,37 @@ pub enum OidcError {
     /// Signature, issuer, audience or expiry check failed (jsonwebtoken's reason).
     #[error("invalid token: {0}")]
     Invalid(String),
+    /// A [`Rules::required_claims`] claim is absent or has another value (its name).
+    #[error("invalid token: claim {0} does not have the required value")]
+    Claim(String),
+}
+
+/// What a token must satisfy besides its signature.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rules {
+    /// Allowed `alg` values (never `none`, never an HMAC: the callers only build asymmetric ones).
+    pub algorithms: Vec<Algorithm>,
+    /// Accepted `iss` values (one must match).
+    pub issuers: Vec<String>,
+    /// Accepted `aud` values (one must match one of the token's).
+    pub audiences: Vec<String>,
+    /// Claims that must equal these JSON values exactly (strings or booleans from the config).
+    pub required_claims: Vec<(String, serde_json::Value)>,
+    /// Clock skew allowed on `exp` and `nbf`.
+    pub leeway: Duration,
+}
+
+impl Rules {
+    /// `vercel-oidc`'s fixed rules: RS256, `issuer`, `audience`, [`DEFAULT_LEEWAY`].
+    pub fn vercel(issuer: &str, audience: &str) -> Self {
+        Self {
+            algorithms: vec![Algorithm::RS256],
+            issuers: vec![issuer.to_owned()],
+            audiences: vec![audience.to_owned()],
+            required_claims: Vec::new(),
+            leeway: DEFAULT_LEEWAY,
+        }
+    }
 }
 
 /// The claims deprov reads (Vercel documents more; they are ignored).
@@ -74,7 +114,8 @@ pub enum JwksSource {
 
 #[derive(Default)]
 struct Cache {
-    keys: HashMap<String, DecodingKey>,
+    /// Each key by `kid`, with the `alg` its JWK names, if any.
+    keys: HashMap<String, (DecodingKey, Option<String>)>,
     /// Whether the JWKS was fetched successfully at least once.
     loaded: bool,
     /// When an unknown `kid` last caused a refetch.
@@ -85,10 +126,11 @@ struct Cache {
     fetches: u64,
 }
 
-/// A verifier for one `vercel-oidc` source.
+/// A verifier for one `vercel-oidc` or `jwt` source, with its key cache.
 pub struct OidcVerifier {
     source: JwksSource,
     validation: Validation,
+    required_claims: Vec<(String, serde_json::Value)>,
     cache: Mutex<Cache>,
     client: reqwest::Client,
 }
@@ -102,14 +144,24 @@ impl std::fmt::Debug for OidcVerifier {
 }
 
 impl OidcVerifier {
-    /// A verifier requiring `issuer` and `audience`; keys are fetched on first use.
+    /// `vercel-oidc`'s verifier: [`Rules::vercel`] (`issuer`, `audience`); keys fetched on first use.
     pub fn new(source: JwksSource, issuer: &str, audience: &str) -> Self {
+        Self::with_rules(source, Rules::vercel(issuer, audience))
+    }
+
+    /// A verifier applying `rules` (an empty `algorithms` allows RS256 only); keys fetched on first
+    /// use.
+    pub fn with_rules(source: JwksSource, rules: Rules) -> Self {
         install_crypto_provider();
         let mut validation = Validation::new(Algorithm::RS256);
-        validation.set_issuer(&[issuer]);
-        validation.set_audience(&[audience]);
+        if !rules.algorithms.is_empty() {
+            validation.algorithms = rules.algorithms;
+        }
+        validation.set_issuer(&rules.issuers);
+        validation.set_audience(&rules.audiences);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         validation.validate_nbf = true;
+        validation.leeway = rules.leeway.as_secs();
         let client = reqwest::Client::builder()
             .timeout(FETCH_TIMEOUT)
             .redirect(reqwest::redirect::Policy::limited(3))
@@ -118,12 +170,13 @@ impl OidcVerifier {
         Self {
             source,
             validation,
+            required_claims: rules.required_claims,
             cache: Mutex::new(Cache::default()),
             client,
         }
     }
 
-    async fn fetch(&self) -> Result<HashMap<String, DecodingKey>, OidcError> {
+    async fn fetch(&self) -> Result<HashMap<String, (DecodingKey, Option<String>)>, OidcError> {
         let text = match &self.source {
             JwksSource::File(path) => tokio::fs::read_to_string(path)
                 .await
@@ -139,22 +192,26 @@ impl OidcVerifier {
                         tracing::warn!(error = %e, "JWKS fetch failed");
                         OidcError::Jwks
                     })?;
-                response.text().await.map_err(|_| OidcError::Jwks)?
+                read_bounded(response, MAX_JWKS_BYTES)
+                    .await
+                    .ok_or(OidcError::Jwks)?
             }
         };
         let set: JwkSet = serde_json::from_str(&text).map_err(|_| OidcError::Jwks)?;
         Ok(set
             .keys
             .iter()
+            .filter(|jwk| !matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)))
             .filter_map(|jwk| {
                 let kid = jwk.common.key_id.clone()?;
-                Some((kid, DecodingKey::from_jwk(jwk).ok()?))
+                let alg = jwk.common.key_algorithm.map(|a| a.to_string());
+                Some((kid, (DecodingKey::from_jwk(jwk).ok()?, alg)))
             })
             .collect())
     }
 
     /// The key `kid`, from the cache or after one (rate-limited) refetch.
-    async fn key(&self, kid: &str) -> Result<DecodingKey, OidcError> {
+    async fn key(&self, kid: &str) -> Result<(DecodingKey, Option<String>), OidcError> {
         let mut cache = self.cache.lock().await;
         if let Some(key) = cache.keys.get(kid) {
             return Ok(key.clone());
@@ -191,22 +248,63 @@ impl OidcVerifier {
         self.cache.lock().await.fetches
     }
 
-    /// Verifies `token` and returns its claims.
+    /// Verifies `token` and returns the partner API's claims.
     ///
     /// # Errors
     /// [`OidcError`].
     pub async fn verify(&self, token: &str) -> Result<Claims, OidcError> {
+        let claims = self.verify_claims(token).await?;
+        serde_json::from_value(claims).map_err(|e| OidcError::Invalid(e.to_string()))
+    }
+
+    /// Verifies `token` (signature, algorithm, `iss`, `aud`, `exp`, `nbf`, required claims) and
+    /// returns all its claims.
+    ///
+    /// # Errors
+    /// [`OidcError`].
+    pub async fn verify_claims(&self, token: &str) -> Result<serde_json::Value, OidcError> {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return Err(OidcError::Missing);
         }
         let header = jsonwebtoken::decode_header(token).map_err(|_| OidcError::Malformed)?;
-        if header.alg != Algorithm::RS256 {
+        if !self.validation.algorithms.contains(&header.alg) {
             return Err(OidcError::Malformed);
         }
         let kid = header.kid.ok_or(OidcError::Malformed)?;
-        let key = self.key(&kid).await?;
-        jsonwebtoken::decode::<Claims>(token, &key, &self.validation)
+        let (key, alg) = self.key(&kid).await?;
+        if alg.is_some_and(|a| a != format!("{:?}", header.alg)) {
+            return Err(OidcError::Malformed);
+        }
+        // jsonwebtoken wants every allowed algorithm of the key's family: allow just this one.
+        let mut validation = self.validation.clone();
+        validation.algorithms = vec![header.alg];
+        let claims = jsonwebtoken::decode::<serde_json::Value>(token, &key, &validation)
             .map(|data| data.claims)
-            .map_err(|e| OidcError::Invalid(e.to_string()))
+            .map_err(|e| OidcError::Invalid(e.to_string()))?;
+        for (name, expected) in &self.required_claims {
+            if claims.get(name) != Some(expected) {
+                return Err(OidcError::Claim(name.clone()));
+            }
+        }
+        Ok(claims)
     }
+}
+
+/// The body of `response` as UTF-8 text, or `None` when it is longer than `max` bytes, not UTF-8,
+/// or the connection fails.
+pub async fn read_bounded(mut response: reqwest::Response, max: usize) -> Option<String> {
+    if response
+        .content_length()
+        .is_some_and(|n| n > u64::try_from(max).unwrap_or(u64::MAX))
+    {
+        return None;
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.ok()? {
+        if body.len() + chunk.len() > max {
+            return None;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    String::from_utf8(body).ok()
 }

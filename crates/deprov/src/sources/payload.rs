@@ -23,7 +23,9 @@ pub fn default_event(scheme: Scheme) -> Option<Locator> {
         Scheme::Shopify => Some(Locator::Header(shopify::TOPIC.into())),
         // Slack Events API: `event.type` inside an `event_callback`, else the envelope's `type`.
         Scheme::Slack => Some(Locator::Pointer("/event/type".into())),
-        Scheme::Bearer | Scheme::VercelOidc => None,
+        // Atlassian Connect lifecycle hooks: `installed`, `uninstalled`, `enabled`, `disabled`.
+        Scheme::AtlassianConnect => Some(Locator::Pointer("/eventType".into())),
+        Scheme::Bearer | Scheme::VercelOidc | Scheme::Jwt => None,
     }
 }
 
@@ -35,7 +37,7 @@ pub fn default_delivery(scheme: Scheme) -> Option<Locator> {
         Scheme::Github => Some(Locator::Header(github::DELIVERY.into())),
         Scheme::Shopify => Some(Locator::Header(shopify::EVENT_ID.into())),
         Scheme::Slack => Some(Locator::Pointer("/event_id".into())),
-        Scheme::Bearer | Scheme::VercelOidc => None,
+        Scheme::Bearer | Scheme::VercelOidc | Scheme::Jwt | Scheme::AtlassianConnect => None,
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::DEFAULT_TOLERANCE;
+pub use super::jwt::OneOrMany;
 
 /// How a source authenticates its requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -34,11 +35,16 @@ pub enum Scheme {
     VercelWebhook,
     /// Vercel partner API: `Authorization: Bearer <OIDC JWT>` checked against a JWKS.
     VercelOidc,
+    /// Any OIDC/JWT bearer sender: `Authorization: Bearer <JWT>` checked against a JWKS
+    /// ([`super::jwt`]).
+    Jwt,
+    /// Atlassian Connect lifecycle hooks: `Authorization: JWT <RS256 token>` ([`super::atlassian`]).
+    AtlassianConnect,
 }
 
 impl Scheme {
     /// Every scheme.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 10] = [
         Self::Bearer,
         Self::StandardWebhooks,
         Self::Stripe,
@@ -47,6 +53,8 @@ impl Scheme {
         Self::Slack,
         Self::VercelWebhook,
         Self::VercelOidc,
+        Self::Jwt,
+        Self::AtlassianConnect,
     ];
 
     /// The name used in the configuration file.
@@ -60,18 +68,26 @@ impl Scheme {
             Self::Slack => "slack",
             Self::VercelWebhook => "vercel-webhook",
             Self::VercelOidc => "vercel-oidc",
+            Self::Jwt => "jwt",
+            Self::AtlassianConnect => "atlassian-connect",
         }
     }
 
     /// Whether the scheme signs deliveries with an HMAC over the body.
     pub fn is_hmac(self) -> bool {
-        !matches!(self, Self::Bearer | Self::VercelOidc)
+        !matches!(self, Self::Bearer | Self::VercelOidc) && !self.is_token()
+    }
+
+    /// Whether the scheme checks a signed token on `POST /v1/webhooks/{source}` (asynchronously:
+    /// its keys are fetched), `jwt` and `atlassian-connect`.
+    pub fn is_token(self) -> bool {
+        matches!(self, Self::Jwt | Self::AtlassianConnect)
     }
 
     /// Whether the scheme's sender puts a delivery/event ID (equal on retries) in each delivery
     /// (else `dedup` defaults to the tenant); where it is: `payload::default_delivery`.
     pub fn has_delivery_id(self) -> bool {
-        !matches!(self, Self::Bearer | Self::VercelOidc)
+        !matches!(self, Self::Bearer | Self::VercelOidc) && !self.is_token()
     }
 
     /// Whether the scheme signs a timestamp (and so has a tolerance).
@@ -87,7 +103,11 @@ impl Scheme {
             "secret_env" | "secret_file" => self.is_hmac(),
             "tolerance" => self.has_timestamp(),
             "timestamp" | "max_age" => self.is_hmac() && !self.has_timestamp(),
-            "jwks_url" | "jwks_file" | "issuer" | "audience" => self == Self::VercelOidc,
+            "jwks_url" | "jwks_file" | "issuer" => matches!(self, Self::VercelOidc | Self::Jwt),
+            "audience" => matches!(self, Self::VercelOidc | Self::Jwt | Self::AtlassianConnect),
+            "algorithms" | "required_claims" => self == Self::Jwt,
+            "leeway" | "allow_http_loopback" => self.is_token(),
+            "key_url" | "base_path" => self == Self::AtlassianConnect,
             // Webhook and deletion-request keys: the partner API takes the installation from its
             // path and sends no events.
             "tenant" | "tenant_lookup" | "event" | "delete_events" | "restore_events"
@@ -102,6 +122,14 @@ impl Scheme {
             "token" | "token_env" if self.is_hmac() => {
                 "its deliveries are signed: give secret_env or secret_file"
             }
+            "token" | "token_env" | "secret_env" | "secret_file" if self == Self::Jwt => {
+                "it checks a signed JWT against jwks_url or jwks_file"
+            }
+            "token" | "token_env" | "secret_env" | "secret_file"
+                if self == Self::AtlassianConnect =>
+            {
+                "it checks Atlassian's RS256 token against the key key_url serves"
+            }
             "token" | "token_env" => "it checks Vercel's OIDC token against jwks_url or jwks_file",
             "secret_env" | "secret_file" if self == Self::Bearer => "give token or token_env",
             "secret_env" | "secret_file" => {
@@ -113,8 +141,11 @@ impl Scheme {
             }
             "timestamp" | "max_age" => "it signs no body: a timestamp in it would prove nothing",
             "jwks_url" | "jwks_file" | "issuer" | "audience" => {
-                "only vercel-oidc checks OIDC tokens"
+                "only vercel-oidc and jwt check tokens against a JWKS (atlassian-connect: audience)"
             }
+            "algorithms" | "required_claims" => "only jwt reads them",
+            "leeway" | "allow_http_loopback" => "only jwt and atlassian-connect check tokens",
+            "key_url" | "base_path" => "only atlassian-connect reads them",
             "tenant_lookup" => "the partner API's lookup is [vercel] tenant_lookup",
             _ => {
                 "it sends no webhooks: the partner API takes the installation from DELETE /v1/installations/{id}"
@@ -137,7 +168,7 @@ impl Scheme {
 }
 
 /// Every key of a `[sources.NAME]` table besides `scheme`, in the order they are checked.
-pub const SOURCE_KEYS: [&str; 18] = [
+pub const SOURCE_KEYS: [&str; 24] = [
     "token",
     "token_env",
     "secret_env",
@@ -156,6 +187,12 @@ pub const SOURCE_KEYS: [&str; 18] = [
     "jwks_file",
     "issuer",
     "audience",
+    "algorithms",
+    "required_claims",
+    "leeway",
+    "key_url",
+    "base_path",
+    "allow_http_loopback",
 ];
 
 /// Whether loading the configuration reads the secrets it names (`token_env`, `secret_env`,
@@ -295,14 +332,37 @@ pub struct SourceConfig {
     /// The deduplication key (default: the sender's delivery ID).
     #[serde(default)]
     pub dedup: Dedup,
-    /// `vercel-oidc`: the JWKS URL (e.g. `https://marketplace.vercel.com/.well-known/jwks`).
+    /// `vercel-oidc`, `jwt`: the JWKS URL (e.g. `https://marketplace.vercel.com/.well-known/jwks`;
+    /// `jwt`: `https://`, see `allow_http_loopback`).
     pub jwks_url: Option<String>,
-    /// `vercel-oidc`: a file holding the JWKS (instead of `jwks_url`).
+    /// `vercel-oidc`, `jwt`: a file holding the JWKS (instead of `jwks_url`).
     pub jwks_file: Option<String>,
-    /// `vercel-oidc`: the required `iss` claim (e.g. `https://marketplace.vercel.com`).
-    pub issuer: Option<String>,
-    /// `vercel-oidc`: the required `aud` claim (the integration's client ID, `oac_…`).
-    pub audience: Option<String>,
+    /// `vercel-oidc`: the required `iss` claim (e.g. `https://marketplace.vercel.com`); `jwt`: one
+    /// or a list of accepted `iss` values.
+    pub issuer: Option<OneOrMany>,
+    /// `vercel-oidc`: the required `aud` claim (the integration's client ID, `oac_…`); `jwt`: one or
+    /// a list of accepted `aud` values; `atlassian-connect`: the app's `baseUrl`.
+    pub audience: Option<OneOrMany>,
+    /// `jwt`: allowed `alg` values (default `["RS256"]`; see [`super::jwt::ALGORITHMS`]).
+    #[serde(default)]
+    pub algorithms: Vec<String>,
+    /// `jwt`: claims the token must carry with exactly this string or boolean value.
+    #[serde(default)]
+    pub required_claims: std::collections::BTreeMap<String, serde_json::Value>,
+    /// `jwt`, `atlassian-connect`: clock skew allowed on `exp`, `nbf` and (Atlassian) `iat`
+    /// (default 60s; 0s..=5m).
+    #[serde(default, with = "humantime_serde")]
+    pub leeway: Option<Duration>,
+    /// `atlassian-connect`: where the public key of a `kid` is fetched, `{kid}` replaced (default
+    /// `https://connect-install-keys.atlassian.com/{kid}`).
+    pub key_url: Option<String>,
+    /// `atlassian-connect`: the path, relative to the app's `baseUrl`, that a proxy strips before
+    /// deprov sees the request (default empty); the `qsh` path is `base_path` + deprov's path.
+    pub base_path: Option<String>,
+    /// `jwt`, `atlassian-connect`: accept an `http://` `jwks_url`/`key_url` to a loopback IP
+    /// address (tests only; default false).
+    #[serde(default)]
+    pub allow_http_loopback: bool,
     /// The derived keys, filled by [`SourceConfig::prepare`]; not part of the file.
     #[serde(skip)]
     pub keys: Keys,
@@ -320,7 +380,7 @@ pub struct InvalidSource {
 }
 
 /// `sources.NAME.<key>` of source `name` is invalid, for `reason`.
-fn invalid(name: &str, key: &str, reason: impl Into<String>) -> InvalidSource {
+pub(super) fn invalid(name: &str, key: &str, reason: impl Into<String>) -> InvalidSource {
     InvalidSource {
         key: format!("sources.{name}.{key}"),
         reason: reason.into(),
@@ -348,6 +408,12 @@ impl SourceConfig {
         }
         if self.scheme == Scheme::VercelOidc {
             self.check_oidc(name)?;
+        }
+        if self.scheme == Scheme::Jwt {
+            super::jwt::check(name, self)?;
+        }
+        if self.scheme == Scheme::AtlassianConnect {
+            super::atlassian::prepare(name, self)?;
         }
         self.check_values(name)?;
         if self.dedup == Dedup::Delivery && !self.scheme.has_delivery_id() {
@@ -441,10 +507,10 @@ impl SourceConfig {
                 "give exactly one of jwks_url and jwks_file",
             ));
         }
-        if self.issuer.as_deref().is_none_or(str::is_empty) {
+        if self.issuer.as_ref().and_then(OneOrMany::single).is_none() {
             return Err(invalid(name, "issuer", "required for vercel-oidc"));
         }
-        if self.audience.as_deref().is_none_or(str::is_empty) {
+        if self.audience.as_ref().and_then(OneOrMany::single).is_none() {
             return Err(invalid(name, "audience", "required for vercel-oidc"));
         }
         Ok(())

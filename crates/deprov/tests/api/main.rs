@@ -3,6 +3,7 @@
 // Tests set up and inspect databases directly (clippy.toml's rules are the service's).
 #![allow(clippy::disallowed_methods)]
 
+mod atlassian;
 mod env_flags;
 mod errors;
 mod group_commit;
@@ -10,6 +11,7 @@ mod health;
 mod helpers;
 mod inputs;
 mod intake;
+mod jwt;
 mod key_forms;
 mod kill_switch;
 mod kill_switch_scopes;

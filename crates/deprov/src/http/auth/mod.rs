@@ -159,8 +159,11 @@ impl PartnerVerifier {
                     (None, Some(file)) => JwksSource::File(file.clone()),
                     (None, None) => return None,
                 };
-                let verifier =
-                    OidcVerifier::new(jwks, source.issuer.as_deref()?, source.audience.as_deref()?);
+                let verifier = OidcVerifier::new(
+                    jwks,
+                    source.issuer.as_ref()?.single()?,
+                    source.audience.as_ref()?.single()?,
+                );
                 Some(Self::Oidc {
                     source: name.to_owned(),
                     verifier: Arc::new(verifier),

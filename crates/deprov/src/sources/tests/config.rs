@@ -161,6 +161,13 @@ fn minimal_entry(scheme: Scheme) -> String {
         Scheme::VercelOidc => format!(
             "scheme = \"{name}\"\njwks_url = \"https://example.com/jwks\"\nissuer = \"i\"\naudience = \"a\""
         ),
+        Scheme::Jwt => format!(
+            "scheme = \"{name}\"\njwks_url = \"https://example.com/jwks\"\nissuer = \"i\"\naudience = \"a\"\n\
+             tenant = {{ pointer = \"/x\" }}\nevent = {{ pointer = \"/t\" }}\ndelete_events = [\"a\"]"
+        ),
+        Scheme::AtlassianConnect => {
+            format!("scheme = \"{name}\"\naudience = \"https://app.example.com\"")
+        }
         _ => format!(
             "scheme = \"{name}\"\nsecret_env = [\"DEPROV_TEST_UNSET_VAR_8\"]\n\
              tenant = {{ pointer = \"/x\" }}\ndelete_events = [\"a\"]"
@@ -187,6 +194,12 @@ fn sample_value(key: &str) -> &'static str {
         "issuer" | "audience" => "\"x\"",
         "timestamp" => "\"/createdAt\"",
         "max_age" => "\"5m\"",
+        "algorithms" => "[\"RS256\"]",
+        "required_claims" => "{ email = \"x@example.com\" }",
+        "leeway" => "\"30s\"",
+        "key_url" => "\"https://keys.example.com/{kid}\"",
+        "base_path" => "\"/app\"",
+        "allow_http_loopback" => "true",
         other => panic!("no sample for {other}"),
     }
 }
@@ -196,6 +209,23 @@ fn sample_value(key: &str) -> &'static str {
 /// `DELETE /v1/installations/{id}` (whose lookup is `[vercel] tenant_lookup`).
 fn unused_by(scheme: Scheme) -> Vec<&'static str> {
     let oidc = ["jwks_url", "jwks_file", "issuer", "audience"];
+    let token = [
+        "algorithms",
+        "required_claims",
+        "leeway",
+        "key_url",
+        "base_path",
+        "allow_http_loopback",
+    ];
+    let signed = [
+        "token",
+        "token_env",
+        "secret_env",
+        "secret_file",
+        "tolerance",
+        "timestamp",
+        "max_age",
+    ];
     let mut out = match scheme {
         Scheme::Bearer => vec![
             "secret_env",
@@ -226,9 +256,27 @@ fn unused_by(scheme: Scheme) -> Vec<&'static str> {
         Scheme::Github | Scheme::Shopify | Scheme::VercelWebhook => {
             vec!["token", "token_env", "tolerance"]
         }
+        Scheme::Jwt => [&signed[..], &["key_url", "base_path"]].concat(),
+        Scheme::AtlassianConnect => [
+            &signed[..],
+            &[
+                "jwks_url",
+                "jwks_file",
+                "issuer",
+                "algorithms",
+                "required_claims",
+            ],
+        ]
+        .concat(),
     };
-    if scheme != Scheme::VercelOidc {
+    if !matches!(
+        scheme,
+        Scheme::VercelOidc | Scheme::Jwt | Scheme::AtlassianConnect
+    ) {
         out.extend(oidc);
+    }
+    if !scheme.is_token() {
+        out.extend(token);
     }
     out
 }

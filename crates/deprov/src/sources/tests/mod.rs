@@ -10,6 +10,7 @@ use super::*;
 
 mod config;
 mod timed;
+mod token_config;
 mod untimed;
 
 pub(super) const TOL: Duration = DEFAULT_TOLERANCE;

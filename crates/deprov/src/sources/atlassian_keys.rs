@@ -1,0 +1,262 @@
+//! Verifying an `atlassian-connect` delivery ([`super::atlassian`] says what is checked), with the
+//! public keys fetched by `kid` and cached.
+//!
+//! A key is fetched from the `key_url` template with `{kid}` replaced (the `kid` checked by
+//! [`safe_kid`] first), without following redirects, in at most [`FETCH_TIMEOUT`], reading at most
+//! [`MAX_KEY_BYTES`] of PEM. A `kid`'s key never changes, so fetched keys are kept (at most
+//! [`MAX_KEYS`]; the cache is emptied when full). A `kid` the server does not know (404, or not an
+//! RSA public key) is refused 401, and after such a miss no other unknown `kid` is fetched for
+//! [`MIN_REFRESH`], so forged `kid`s cannot make deprov hammer the key server; a failed fetch
+//! (network, 5xx) is 503 and blocks fetches for [`RETRY_FAILED`].
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use tokio::sync::Mutex;
+
+use super::atlassian::{key_url, qsh, safe_kid};
+use super::oidc::{
+    DEFAULT_LEEWAY, FETCH_TIMEOUT, MAX_TOKEN_LEN, MIN_REFRESH, RETRY_FAILED,
+    install_crypto_provider, read_bounded,
+};
+use super::settings::{OneOrMany, SourceConfig};
+use super::unix_now;
+
+/// Largest key document read, in bytes.
+pub const MAX_KEY_BYTES: usize = 16 * 1024;
+/// Most keys kept.
+pub const MAX_KEYS: usize = 64;
+
+/// Why an Atlassian Connect delivery was refused (401, except [`ConnectError::Keys`]: 503).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectError {
+    /// No `Authorization: JWT <token>` (a `Bearer` token included), or one too long.
+    #[error("send `Authorization: JWT <token>`")]
+    Missing,
+    /// An HS256 token: shared-secret hooks are not accepted (see [`super::atlassian`]).
+    #[error(
+        "HS256 tokens are refused: Atlassian signs lifecycle hooks with RS256 (signed install)"
+    )]
+    Symmetric,
+    /// The header does not parse, names another algorithm, or has no usable `kid`.
+    #[error("malformed token header (RS256 with a kid of [A-Za-z0-9._-])")]
+    Malformed,
+    /// The key server does not know the `kid` (or serves no RSA public key for it).
+    #[error("unknown signing key")]
+    UnknownKey,
+    /// The key server could not be reached or failed.
+    #[error("Atlassian's signing keys could not be fetched; retry later")]
+    Keys,
+    /// Signature, `aud`, `exp` or `iat` check failed.
+    #[error("invalid token: {0}")]
+    Invalid(String),
+    /// `qsh` is not the hash of this request's method, path and query.
+    #[error("invalid token: qsh does not match this request")]
+    Qsh,
+    /// `iss` is not the body's `clientKey`.
+    #[error("invalid token: iss is not the body's clientKey")]
+    Issuer,
+}
+
+#[derive(Default)]
+struct Cache {
+    keys: HashMap<String, DecodingKey>,
+    missed_at: Option<Instant>,
+    failed_at: Option<Instant>,
+    fetches: u64,
+}
+
+/// The verifier of one `atlassian-connect` source, with its key cache.
+pub struct ConnectVerifier {
+    template: String,
+    audience: String,
+    base_path: String,
+    leeway: Duration,
+    cache: Mutex<Cache>,
+    client: reqwest::Client,
+}
+
+impl std::fmt::Debug for ConnectVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectVerifier")
+            .field("template", &self.template)
+            .field("audience", &self.audience)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The token of `Authorization: JWT <token>` (scheme case-insensitive); `Bearer` is not it.
+///
+/// # Errors
+/// [`ConnectError::Missing`].
+pub fn jwt_token(headers: &HeaderMap) -> Result<&str, ConnectError> {
+    let value = super::header(headers, "authorization")
+        .ok()
+        .flatten()
+        .ok_or(ConnectError::Missing)?;
+    let (scheme, token) = value.split_once(' ').ok_or(ConnectError::Missing)?;
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("jwt") || token.is_empty() || token.len() > MAX_TOKEN_LEN {
+        return Err(ConnectError::Missing);
+    }
+    Ok(token)
+}
+
+impl ConnectVerifier {
+    /// The verifier of a prepared `atlassian-connect` table.
+    pub fn new(source: &SourceConfig) -> Self {
+        install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .timeout(FETCH_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .https_only(!source.allow_http_loopback)
+            .build()
+            .unwrap_or_default();
+        Self {
+            template: source
+                .key_url
+                .clone()
+                .unwrap_or_else(|| super::atlassian::DEFAULT_KEY_URL.to_owned()),
+            audience: source
+                .audience
+                .as_ref()
+                .and_then(OneOrMany::single)
+                .unwrap_or_default()
+                .to_owned(),
+            base_path: source.base_path.clone().unwrap_or_default(),
+            leeway: source.leeway.unwrap_or(DEFAULT_LEEWAY),
+            cache: Mutex::new(Cache::default()),
+            client,
+        }
+    }
+
+    /// Puts `key` in the cache under `kid` (unit tests: no key server).
+    #[cfg(test)]
+    pub(crate) async fn insert_key(&self, kid: &str, key: DecodingKey) {
+        self.cache.lock().await.keys.insert(kid.to_owned(), key);
+    }
+
+    /// How many key fetches were made so far.
+    pub async fn fetches(&self) -> u64 {
+        self.cache.lock().await.fetches
+    }
+
+    /// `Ok(Some(key))`, `Ok(None)` when the server does not know `kid`, `Err` when it failed.
+    async fn fetch(&self, kid: &str) -> Result<Option<DecodingKey>, ConnectError> {
+        let response = self
+            .client
+            .get(key_url(&self.template, kid))
+            .send()
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "Atlassian key fetch failed");
+                ConnectError::Keys
+            })?;
+        let status = response.status();
+        if status.is_client_error() {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            tracing::warn!(%status, "Atlassian key fetch failed");
+            return Err(ConnectError::Keys);
+        }
+        let pem = read_bounded(response, MAX_KEY_BYTES)
+            .await
+            .ok_or(ConnectError::Keys)?;
+        Ok(DecodingKey::from_rsa_pem(pem.as_bytes()).ok())
+    }
+
+    async fn key(&self, kid: &str) -> Result<DecodingKey, ConnectError> {
+        let mut cache = self.cache.lock().await;
+        if let Some(key) = cache.keys.get(kid) {
+            return Ok(key.clone());
+        }
+        if cache.failed_at.is_some_and(|t| t.elapsed() < RETRY_FAILED) {
+            return Err(ConnectError::Keys);
+        }
+        if cache.missed_at.is_some_and(|t| t.elapsed() < MIN_REFRESH) {
+            return Err(ConnectError::UnknownKey);
+        }
+        cache.fetches += 1;
+        match self.fetch(kid).await {
+            Ok(Some(key)) => {
+                if cache.keys.len() >= MAX_KEYS {
+                    cache.keys.clear();
+                }
+                cache.keys.insert(kid.to_owned(), key.clone());
+                cache.failed_at = None;
+                Ok(key)
+            }
+            Ok(None) => {
+                cache.missed_at = Some(Instant::now());
+                Err(ConnectError::UnknownKey)
+            }
+            Err(e) => {
+                cache.failed_at = Some(Instant::now());
+                Err(e)
+            }
+        }
+    }
+
+    /// Verifies a delivery: `headers` carry the token, `method`, `path` and `query` (raw, without
+    /// `?`) are the request's as deprov received it, `body` its bytes (for `clientKey`).
+    ///
+    /// # Errors
+    /// [`ConnectError`].
+    pub async fn verify(
+        &self,
+        headers: &HeaderMap,
+        method: &str,
+        path: &str,
+        query: &str,
+        body: &[u8],
+    ) -> Result<(), ConnectError> {
+        let token = jwt_token(headers)?;
+        let header = jsonwebtoken::decode_header(token).map_err(|_| ConnectError::Malformed)?;
+        match header.alg {
+            Algorithm::RS256 => {}
+            Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512 => {
+                return Err(ConnectError::Symmetric);
+            }
+            _ => return Err(ConnectError::Malformed),
+        }
+        let kid = header
+            .kid
+            .filter(|k| safe_kid(k))
+            .ok_or(ConnectError::Malformed)?;
+        let key = self.key(&kid).await?;
+        let mut validation = Validation::new(Algorithm::RS256);
+        validation.set_audience(&[&self.audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        validation.leeway = self.leeway.as_secs();
+        let claims = jsonwebtoken::decode::<serde_json::Value>(token, &key, &validation)
+            .map_err(|e| ConnectError::Invalid(e.to_string()))?
+            .claims;
+        let leeway = i64::try_from(self.leeway.as_secs()).unwrap_or(i64::MAX);
+        match claims.get("iat").and_then(serde_json::Value::as_i64) {
+            Some(iat) if iat <= unix_now().saturating_add(leeway) => {}
+            _ => {
+                return Err(ConnectError::Invalid(
+                    "iat is missing or in the future".into(),
+                ));
+            }
+        }
+        if claims.get("qsh").and_then(serde_json::Value::as_str)
+            != Some(qsh(method, &self.base_path, path, query).as_str())
+        {
+            return Err(ConnectError::Qsh);
+        }
+        let client_key = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|b| b.get("clientKey")?.as_str().map(str::to_owned));
+        match (
+            claims.get("iss").and_then(serde_json::Value::as_str),
+            client_key,
+        ) {
+            (Some(iss), Some(ck)) if iss == ck => Ok(()),
+            _ => Err(ConnectError::Issuer),
+        }
+    }
+}
