@@ -27,7 +27,7 @@ use crate::ids::{DedupBasis, KeyForm, MAX_TENANT_ID_LEN};
 use crate::queue::JobState;
 use crate::queue::intake::{IntakeError, NewRequest, SubjectKind};
 use crate::sources::payload::{self, Delivery};
-use crate::sources::{Dedup, Scheme, SourceConfig, age, unix_now, verify_hmac};
+use crate::sources::{Dedup, Scheme, SourceConfig, unix_now, verify_hmac};
 
 /// The raw request body, with problem+json rejections (413 over `[intake] max_body_bytes`).
 #[derive(Debug)]
@@ -56,6 +56,9 @@ pub enum WebhookOutcome {
     Challenge,
     /// A `restore_events` event: the tenant is back (see `reinstall`).
     Reinstall,
+    /// An SNS `SubscriptionConfirmation`, confirmed (`confirm_subscriptions = true`): its
+    /// `SubscribeURL` was requested; recorded as ignored, nothing started.
+    Confirmed,
 }
 
 /// The answer to a verified delivery.
@@ -106,6 +109,7 @@ fn authenticate(
                 Err(unauthorized(format!("source {name}: wrong token")))
             }
         }
+        Scheme::AwsSns => Err(unauthorized(format!("source {name}: not an SNS message"))),
         Scheme::VercelOidc => Err(unauthorized(format!(
             "source {name} is the Vercel partner API (DELETE /v1/installations/{{id}}); it sends no webhooks"
         ))),
@@ -117,12 +121,6 @@ fn authenticate(
             unix_now(),
             source.tolerance(),
         )
-        .and_then(|()| match (&source.timestamp, source.max_age) {
-            (Some(pointer), Some(max_age)) => {
-                age::check(pointer, max_age, body, unix_now().saturating_mul(1000))
-            }
-            _ => Ok(()),
-        })
         .map_err(|r| unauthorized(format!("source {name}: {r}"))),
     }
 }
@@ -223,7 +221,15 @@ pub async fn receive(
     let Some(source) = state.config.sources.get(&name) else {
         return Err(unauthorized("unknown source".into()));
     };
-    authenticate(&state, &name, source, &headers, &body)?;
+    if source.scheme == Scheme::AwsSns {
+        let message = super::sns::authenticate(&name, source, &body).await?;
+        if let Some(answer) = super::sns::answer_other(&state, &name, source, &message).await? {
+            return Ok((StatusCode::OK, axum::Json(answer)));
+        }
+    } else {
+        authenticate(&state, &name, source, &headers, &body)?;
+    }
+    let body = super::webhook_body::readable(&state, &name, source, body)?;
     if payload::reads_body(source) {
         json_object(&body)?;
     }
@@ -328,7 +334,7 @@ async fn reinstall(
 ///
 /// # Errors
 /// The state database's.
-async fn ignore(
+pub(super) async fn ignore(
     state: &AppState,
     name: &str,
     delivery: &payload::Delivery,

@@ -11,12 +11,15 @@
 //! `[sources.NAME]` table.
 
 pub mod age;
+pub mod decode;
 pub mod github;
 pub mod oidc;
 pub mod payload;
 pub mod settings;
 pub mod shopify;
 pub mod slack;
+pub mod sns;
+pub mod sns_certs;
 pub mod standard_webhooks;
 pub mod stripe;
 pub mod vercel;
@@ -185,7 +188,7 @@ pub fn verify_hmac(
         Scheme::Shopify => shopify::verify(keys, headers, body),
         Scheme::Slack => slack::verify(keys, headers, body, now, tolerance),
         Scheme::VercelWebhook => vercel::verify(keys, headers, body),
-        Scheme::Bearer | Scheme::VercelOidc => Err(Reject::Mismatch),
+        Scheme::Bearer | Scheme::VercelOidc | Scheme::AwsSns => Err(Reject::Mismatch),
     }
 }
 
@@ -200,5 +203,7 @@ pub fn unix_now() -> i64 {
 mod proptests;
 #[cfg(test)]
 mod proptests_oidc;
+#[cfg(test)]
+mod proptests_sns;
 #[cfg(test)]
 mod tests;

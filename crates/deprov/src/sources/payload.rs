@@ -23,6 +23,9 @@ pub fn default_event(scheme: Scheme) -> Option<Locator> {
         Scheme::Shopify => Some(Locator::Header(shopify::TOPIC.into())),
         // Slack Events API: `event.type` inside an `event_callback`, else the envelope's `type`.
         Scheme::Slack => Some(Locator::Pointer("/event/type".into())),
+        // SNS: the envelope's `Type` (`Notification`); Marketplace's action is `/Message/action`
+        // once `decode` parsed `/Message`.
+        Scheme::AwsSns => Some(Locator::Pointer("/Type".into())),
         Scheme::Bearer | Scheme::VercelOidc => None,
     }
 }
@@ -35,6 +38,7 @@ pub fn default_delivery(scheme: Scheme) -> Option<Locator> {
         Scheme::Github => Some(Locator::Header(github::DELIVERY.into())),
         Scheme::Shopify => Some(Locator::Header(shopify::EVENT_ID.into())),
         Scheme::Slack => Some(Locator::Pointer("/event_id".into())),
+        Scheme::AwsSns => Some(Locator::Pointer("/MessageId".into())),
         Scheme::Bearer | Scheme::VercelOidc => None,
     }
 }

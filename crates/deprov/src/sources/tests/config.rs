@@ -158,6 +158,10 @@ fn minimal_entry(scheme: Scheme) -> String {
     let name = scheme.as_str();
     match scheme {
         Scheme::Bearer => "token = \"0123456789abcdef0\"".into(),
+        Scheme::AwsSns => format!(
+            "scheme = \"{name}\"\ntopic_arns = [\"arn:aws:sns:us-east-1:1:t\"]\n\
+             tenant = {{ pointer = \"/x\" }}\ndelete_events = [\"a\"]"
+        ),
         Scheme::VercelOidc => format!(
             "scheme = \"{name}\"\njwks_url = \"https://example.com/jwks\"\nissuer = \"i\"\naudience = \"a\""
         ),
@@ -187,6 +191,11 @@ fn sample_value(key: &str) -> &'static str {
         "issuer" | "audience" => "\"x\"",
         "timestamp" => "\"/createdAt\"",
         "max_age" => "\"5m\"",
+        "decode" => "[{ pointer = \"/Message\", as = \"json\" }]",
+        "topic_arns" => "[\"arn:aws:sns:us-east-1:1:t\"]",
+        "cert_hosts" => "[\"sns.*.amazonaws.com\"]",
+        "cert_roots_file" => "\"/nonexistent/roots.pem\"",
+        "confirm_subscriptions" => "true",
         other => panic!("no sample for {other}"),
     }
 }
@@ -196,6 +205,12 @@ fn sample_value(key: &str) -> &'static str {
 /// `DELETE /v1/installations/{id}` (whose lookup is `[vercel] tenant_lookup`).
 fn unused_by(scheme: Scheme) -> Vec<&'static str> {
     let oidc = ["jwks_url", "jwks_file", "issuer", "audience"];
+    let sns = [
+        "topic_arns",
+        "cert_hosts",
+        "cert_roots_file",
+        "confirm_subscriptions",
+    ];
     let mut out = match scheme {
         Scheme::Bearer => vec![
             "secret_env",
@@ -219,6 +234,15 @@ fn unused_by(scheme: Scheme) -> Vec<&'static str> {
             "restore_events",
             "reinstalls",
             "dedup",
+            "decode",
+        ],
+        Scheme::AwsSns => vec![
+            "token",
+            "token_env",
+            "secret_env",
+            "secret_file",
+            "timestamp",
+            "max_age",
         ],
         Scheme::StandardWebhooks | Scheme::Stripe | Scheme::Slack => {
             vec!["token", "token_env", "timestamp", "max_age"]
@@ -229,6 +253,9 @@ fn unused_by(scheme: Scheme) -> Vec<&'static str> {
     };
     if scheme != Scheme::VercelOidc {
         out.extend(oidc);
+    }
+    if scheme != Scheme::AwsSns {
+        out.extend(sns);
     }
     out
 }
