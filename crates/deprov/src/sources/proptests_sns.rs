@@ -32,7 +32,11 @@ fn signed(sha256: bool, confirm: bool) -> Message {
 }
 
 fn sign_one(sha256: bool, confirm: bool) -> Message {
-    let mut m = if confirm { confirmation(sha256) } else { marketplace(sha256) };
+    let mut m = if confirm {
+        confirmation(sha256)
+    } else {
+        marketplace(sha256)
+    };
     if !confirm {
         m.subject = Some("AWS Marketplace".into());
     }

@@ -394,7 +394,8 @@ impl SourceConfig {
         }
         if self.scheme == Scheme::AwsSns {
             self.sns = Some(
-                super::sns_certs::prepare(self).map_err(|(key, reason)| invalid(name, key, reason))?,
+                super::sns_certs::prepare(self)
+                    .map_err(|(key, reason)| invalid(name, key, reason))?,
             );
         }
         super::decode::check(&self.decode).map_err(|r| invalid(name, "decode", r))?;

@@ -155,7 +155,11 @@ pub fn parse(body: &[u8]) -> Result<Message, SnsReject> {
     let sha256 = match need(raw.signature_version, "SignatureVersion")?.as_str() {
         "1" => false,
         "2" => true,
-        _ => return Err(SnsReject::Malformed("SignatureVersion is not 1 or 2".into())),
+        _ => {
+            return Err(SnsReject::Malformed(
+                "SignatureVersion is not 1 or 2".into(),
+            ));
+        }
     };
     let signature = STANDARD
         .decode(need(raw.signature, "Signature")?)
@@ -199,7 +203,10 @@ pub fn string_to_sign(m: &Message) -> String {
                 add("Subject", subject);
             }
         }
-        _ => add("SubscribeURL", m.subscribe_url.as_deref().unwrap_or_default()),
+        _ => add(
+            "SubscribeURL",
+            m.subscribe_url.as_deref().unwrap_or_default(),
+        ),
     }
     add("Timestamp", &m.timestamp);
     if m.kind != Kind::Notification {
@@ -289,8 +296,7 @@ pub fn host_matches(pattern: &str, host: &str) -> bool {
 /// digits and `-`.
 pub fn valid_host_pattern(pattern: &str) -> bool {
     pattern.split('.').all(|l| {
-        l == "*"
-            || (!l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        l == "*" || (!l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
     })
 }
 

@@ -66,7 +66,10 @@ pub fn prepare(source: &SourceConfig) -> Result<Arc<SnsCerts>, (&'static str, St
         return Err(("topic_arns", format!("{t:?} is not an ARN (arn:…:sns:…)")));
     }
     if source.delete_events.is_empty() {
-        return Err(("delete_events", "list the event types that mean delete".into()));
+        return Err((
+            "delete_events",
+            "list the event types that mean delete".into(),
+        ));
     }
     if source.tenant.is_none() {
         return Err((
@@ -88,7 +91,8 @@ pub fn prepare(source: &SourceConfig) -> Result<Arc<SnsCerts>, (&'static str, St
     let roots = match &source.cert_roots_file {
         None => None,
         Some(path) => {
-            let pem = std::fs::read(path).map_err(|e| ("cert_roots_file", format!("{path}: {e}")))?;
+            let pem =
+                std::fs::read(path).map_err(|e| ("cert_roots_file", format!("{path}: {e}")))?;
             let certs = reqwest::Certificate::from_pem_bundle(&pem)
                 .map_err(|e| ("cert_roots_file", format!("{path}: {e}")))?;
             if certs.is_empty() {
@@ -141,7 +145,13 @@ impl SnsCerts {
     /// # Errors
     /// [`CertError`].
     pub async fn key(&self, url: &reqwest::Url) -> Result<PublicKey, CertError> {
-        if let Some((_, key)) = self.cache.lock().await.iter().find(|(u, _)| u == url.as_str()) {
+        if let Some((_, key)) = self
+            .cache
+            .lock()
+            .await
+            .iter()
+            .find(|(u, _)| u == url.as_str())
+        {
             return Ok(key.clone());
         }
         let pem = self.fetch(url).await?;

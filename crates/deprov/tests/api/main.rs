@@ -31,6 +31,8 @@ mod reconcile;
 mod requests;
 mod schemathesis;
 mod signed;
+mod sns;
+mod sns_server;
 mod sqlcheck;
 mod tokens;
 mod tokens_cache;

@@ -25,7 +25,10 @@ fn json_in_a_string_is_put_in_its_place() {
     let message = json!({"action": "unsubscribe-success", "customer-identifier": "X01EXAMPLEX"});
     let body = json!({"Type": "Notification", "Message": message.to_string()});
     let doc = decoded(&[layer("/Message", Encoding::Json)], &body).unwrap();
-    assert_eq!(doc.pointer("/Message/action"), Some(&json!("unsubscribe-success")));
+    assert_eq!(
+        doc.pointer("/Message/action"),
+        Some(&json!("unsubscribe-success"))
+    );
     assert_eq!(
         doc.pointer("/Message/customer-identifier"),
         Some(&json!("X01EXAMPLEX"))

@@ -46,8 +46,12 @@ pub(in crate::sources) fn marketplace(sha256: bool) -> Message {
 pub(in crate::sources) fn confirmation(sha256: bool) -> Message {
     Message {
         kind: Kind::SubscriptionConfirmation,
-        message: format!("You have chosen to subscribe to the topic {TOPIC}.\nTo confirm the subscription, visit the SubscribeURL included in this message."),
-        subscribe_url: Some(format!("https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&TopicArn={TOPIC}&Token=2336412f37")),
+        message: format!(
+            "You have chosen to subscribe to the topic {TOPIC}.\nTo confirm the subscription, visit the SubscribeURL included in this message."
+        ),
+        subscribe_url: Some(format!(
+            "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&TopicArn={TOPIC}&Token=2336412f37"
+        )),
         token: Some("2336412f37".into()),
         ..marketplace(sha256)
     }
@@ -109,13 +113,20 @@ fn an_envelope_parses_and_names_what_it_lacks() {
         "UnsubscribeURL": "https://sns.us-east-1.amazonaws.com/?Action=Unsubscribe"
     });
     let m = parse(body.to_string().as_bytes()).unwrap();
-    assert_eq!((m.kind, m.sha256, m.subject), (Kind::Notification, true, None));
+    assert_eq!(
+        (m.kind, m.sha256, m.subject),
+        (Kind::Notification, true, None)
+    );
     for (field, value, says) in [
         ("Type", serde_json::json!("Other"), "unknown Type"),
         ("SignatureVersion", serde_json::json!("3"), "not 1 or 2"),
         ("Signature", serde_json::json!("!!"), "not base64"),
         ("MessageId", serde_json::Value::Null, "no string MessageId"),
-        ("Message", serde_json::json!(1), "not a JSON object of strings"),
+        (
+            "Message",
+            serde_json::json!(1),
+            "not a JSON object of strings",
+        ),
     ] {
         let mut b = body.clone();
         b[field] = value;
@@ -124,7 +135,12 @@ fn an_envelope_parses_and_names_what_it_lacks() {
     }
     let mut b = body.clone();
     b["Type"] = "SubscriptionConfirmation".into();
-    assert!(parse(b.to_string().as_bytes()).unwrap_err().to_string().contains("SubscribeURL"));
+    assert!(
+        parse(b.to_string().as_bytes())
+            .unwrap_err()
+            .to_string()
+            .contains("SubscribeURL")
+    );
 }
 
 #[test]
@@ -135,19 +151,39 @@ fn certificate_urls_must_be_https_pem_on_an_sns_host() {
     ok("https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-abc.pem").unwrap();
     for (url, reason) in [
         ("http://sns.us-east-1.amazonaws.com/a.pem", "not https"),
-        ("https://sns.us-east-1.amazonaws.com.evil.example/a.pem", "host"),
-        ("https://evil.example/sns.us-east-1.amazonaws.com/a.pem", "host"),
+        (
+            "https://sns.us-east-1.amazonaws.com.evil.example/a.pem",
+            "host",
+        ),
+        (
+            "https://evil.example/sns.us-east-1.amazonaws.com/a.pem",
+            "host",
+        ),
         ("https://sns.evil.example.amazonaws.com/a.pem", "host"),
         ("https://sqs.us-east-1.amazonaws.com/a.pem", "host"),
         ("https://sns.us-east-1.amazonaws.com/a.pem.txt", ".pem"),
         ("https://sns.us-east-1.amazonaws.com/", ".pem"),
-        ("https://u:p@sns.us-east-1.amazonaws.com/a.pem", "credentials"),
+        (
+            "https://u:p@sns.us-east-1.amazonaws.com/a.pem",
+            "credentials",
+        ),
         ("sns.us-east-1.amazonaws.com/a.pem", "not a URL"),
     ] {
         let err = ok(url).unwrap_err().to_string();
-        assert!(err.starts_with("SigningCertURL refused") && err.contains(reason), "{url}: {err}");
+        assert!(
+            err.starts_with("SigningCertURL refused") && err.contains(reason),
+            "{url}: {err}"
+        );
     }
-    assert!(check_url("SubscribeURL", "https://sns.eu-west-1.amazonaws.com/?Action=x", &hosts, false).is_ok());
+    assert!(
+        check_url(
+            "SubscribeURL",
+            "https://sns.eu-west-1.amazonaws.com/?Action=x",
+            &hosts,
+            false
+        )
+        .is_ok()
+    );
     assert!(host_matches("127.0.0.1", "127.0.0.1"));
     assert!(!host_matches("sns.*.amazonaws.com", "sns..amazonaws.com"));
 }
@@ -160,18 +196,33 @@ fn topic_and_timestamp_are_checked() {
     let hour = Duration::from_secs(3600);
     check_message(&m, &topics, now, hour).unwrap();
     check_message(&m, &topics, now + 3600, hour).unwrap();
-    assert_eq!(check_message(&m, &topics, now + 3601, hour), Err(SnsReject::Stale(3600)));
-    assert_eq!(check_message(&m, &topics, now - 301, hour), Err(SnsReject::Future));
+    assert_eq!(
+        check_message(&m, &topics, now + 3601, hour),
+        Err(SnsReject::Stale(3600))
+    );
+    assert_eq!(
+        check_message(&m, &topics, now - 301, hour),
+        Err(SnsReject::Future)
+    );
     let other = vec!["arn:aws:sns:us-east-1:1:other".to_owned()];
-    assert_eq!(check_message(&m, &other, now, hour), Err(SnsReject::Topic(TOPIC.into())));
+    assert_eq!(
+        check_message(&m, &other, now, hour),
+        Err(SnsReject::Topic(TOPIC.into()))
+    );
     let mut bad = m.clone();
     bad.timestamp = "yesterday".into();
-    assert!(matches!(check_message(&bad, &topics, now, hour), Err(SnsReject::Malformed(_))));
+    assert!(matches!(
+        check_message(&bad, &topics, now, hour),
+        Err(SnsReject::Malformed(_))
+    ));
 }
 
 #[test]
 fn a_certificate_without_an_rsa_key_or_not_a_certificate_is_refused() {
-    assert!(matches!(public_key(b"not pem"), Err(SnsReject::Certificate(_))));
+    assert!(matches!(
+        public_key(b"not pem"),
+        Err(SnsReject::Certificate(_))
+    ));
     let jwks = sns_fixture("ca.pem");
     assert!(public_key(&jwks).is_ok(), "the CA's key is RSA too");
 }
