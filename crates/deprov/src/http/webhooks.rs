@@ -9,6 +9,9 @@
 //! and stores nothing. A verified delivery whose event type is in `delete_events` is recorded like any deletion request
 //! (deterministic ID over the delivery ID or the natural key, so a replay is a duplicate); any other
 //! event type is acknowledged 200, recorded in `deprov.ignored_deliveries`, and starts nothing.
+//! Between verification and reading, the source's `decode` layers unwrap a payload held in a
+//! string field ([`crate::sources::decode`]); `aws-sns` messages are verified, and their
+//! subscription confirmations answered, in this module's sibling `sns`.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request, State};
@@ -200,15 +203,15 @@ fn new_request(
     request_body(content = Object, content_type = "application/json",
                  description = "The sender's own payload, verified over its exact bytes"),
     responses(
-        (status = 200, description = "Verified; the event type does not mean delete (recorded as ignored), a Slack challenge, or a `restore_events` event (`outcome: reinstall`)", body = WebhookAnswer),
+        (status = 200, description = "Verified; the event type does not mean delete (recorded as ignored), a Slack challenge, a `restore_events` event (`outcome: reinstall`), or an SNS subscription confirmation (`confirmed`, or `ignored` without `confirm_subscriptions`)", body = WebhookAnswer),
         (status = 202, description = "Verified and recorded as a deletion request (or already recorded: `duplicate: true`)", body = WebhookAnswer),
-        (status = 400, description = "Verified, but the body is not a JSON object and the source reads its event type, tenant or deduplication key from the body; nothing stored", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature, or a timestamp outside the tolerance (or the body's timestamp outside `max_age`)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Verified, but the body is not a JSON object and the source reads its event type, tenant or deduplication key from the body, or a `decode` layer cannot be applied (no string at its pointer, bad base64, not JSON, too large or too deep); nothing stored", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature, or a timestamp outside the tolerance (or the body's timestamp outside `max_age`); `aws-sns`: a topic not in `topic_arns`, a `SigningCertURL` not https, not on a `cert_hosts` host or not a `.pem`, or a signature that does not verify", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A deleting event without a tenant or deduplication key where the source says they are, or a delivery ID reused with a different body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "This peer address exceeded `[intake.rate_limit]`; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 503, description = "State database unavailable; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+        (status = 503, description = "State database unavailable, or (`aws-sns`) the signing certificate could not be fetched or a subscription could not be confirmed; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
 )]

@@ -4,11 +4,12 @@
 //! One small module per scheme, each a pure function over the header map, the **raw body bytes** and
 //! the current Unix time, so every rule is testable without a server:
 //! [`standard_webhooks`], [`stripe`], [`github`], [`shopify`], [`slack`], [`vercel`] (the
-//! `x-vercel-signature` webhook) and [`oidc`] (`vercel-oidc`, the partner API's JWTs). HMACs are
+//! `x-vercel-signature` webhook), [`oidc`] (`vercel-oidc`, the partner API's JWTs) and [`sns`]
+//! (`aws-sns`, RSA signatures with AWS's certificate, fetched by [`sns_certs`]). HMACs are
 //! checked with `hmac`'s constant-time `verify_slice`, against every configured secret (rotation: any
 //! may match) and every signature the header carries, without stopping at the first match.
-//! [`payload`] reads the event type, tenant and dedup key from a verified delivery; [`settings`] is the
-//! `[sources.NAME]` table.
+//! [`decode`] unwraps a payload held in a string field; [`payload`] reads the event type, tenant and
+//! dedup key from a verified delivery; [`settings`] is the `[sources.NAME]` table.
 
 pub mod age;
 pub mod decode;

@@ -3,6 +3,7 @@
 // Tests set up and inspect databases directly (clippy.toml's rules are the service's).
 #![allow(clippy::disallowed_methods)]
 
+mod decode;
 mod env_flags;
 mod errors;
 mod group_commit;
