@@ -260,7 +260,7 @@ pub fn check_message(
     now: i64,
     tolerance: Duration,
 ) -> Result<(), SnsReject> {
-    if !topic_arns.iter().any(|t| *t == m.topic_arn) {
+    if !topic_arns.contains(&m.topic_arn) {
         return Err(SnsReject::Topic(m.topic_arn.clone()));
     }
     let ts = OffsetDateTime::parse(&m.timestamp, &Rfc3339)
