@@ -21,9 +21,6 @@ use crate::sources::sns::{self, Kind, Message, SnsReject};
 use crate::sources::sns_certs::CertError;
 use crate::sources::{SourceConfig, unix_now};
 
-/// Counter of `SubscriptionConfirmation`s recorded without being confirmed.
-pub const UNCONFIRMED: &str = "deprov_sns_unconfirmed_subscriptions_total";
-
 fn refused(name: &str, r: &SnsReject) -> ApiError {
     ApiError::Unauthorized(format!("source {name}: {r}"))
 }
@@ -93,7 +90,7 @@ pub(super) async fn answer_other(
                     outcome = WebhookOutcome::Confirmed;
                 }
                 _ => {
-                    metrics::counter!(UNCONFIRMED, "source" => name.to_owned()).increment(1);
+                    metrics::counter!(crate::telemetry::SNS_UNCONFIRMED, "source" => name.to_owned()).increment(1);
                     tracing::warn!(source = %name, topic, subscribe_url_host = host,
                         "SNS subscription NOT confirmed (confirm_subscriptions is off): confirm it \
                          from the SubscriptionConfirmation's SubscribeURL or the AWS console");

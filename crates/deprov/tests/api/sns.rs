@@ -304,6 +304,12 @@ async fn a_subscription_confirmation_is_confirmed_when_asked_and_else_recorded_a
         server.requests("/confirm?Action=ConfirmSubscription&Token=tok-off"),
         0
     );
+    let metrics = deprov::telemetry::render();
+    assert!(
+        metrics.contains("deprov_sns_unconfirmed_subscriptions_total{source=\"sns-quiet\"} 1"),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("deprov_sns_unconfirmed_subscriptions_total{source=\"sns\"}"));
     let rows: Vec<(String, String)> =
         sqlx::query_as("SELECT source, event_type FROM deprov.ignored_deliveries ORDER BY source")
             .fetch_all(&app.db)

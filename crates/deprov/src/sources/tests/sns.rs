@@ -226,3 +226,83 @@ fn a_certificate_without_an_rsa_key_or_not_a_certificate_is_refused() {
     let jwks = sns_fixture("ca.pem");
     assert!(public_key(&jwks).is_ok(), "the CA's key is RSA too");
 }
+
+#[test]
+fn a_signed_message_of_another_type_does_not_verify() {
+    let key = test_key();
+    let public = test_public_key();
+    let mut m = confirmation(true);
+    m.signature = base64_decode(&sign(&key, &m));
+    m.kind = Kind::UnsubscribeConfirmation;
+    assert_eq!(verify_signature(&public, &m), Err(SnsReject::Mismatch));
+}
+
+/// An `aws-sns` table: what it needs, named by key; the defaults it gets.
+#[test]
+fn aws_sns_entries_name_what_is_wrong_and_get_their_defaults() {
+    use crate::config::{Config, Secrets};
+    let base = "[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n";
+    let entry = "scheme = \"aws-sns\"\ntenant = { pointer = \"/Message/customer-identifier\" }\n\
+                 delete_events = [\"unsubscribe-success\"]\n";
+    let load = |keys: &str| {
+        Config::from_toml_with(
+            &format!("[sources.s]\n{entry}{keys}\n{base}"),
+            Secrets::Skip,
+        )
+    };
+    let config = load(&format!("topic_arns = [\"{TOPIC}\"]")).unwrap();
+    let s = &config.sources["s"];
+    assert_eq!(s.tolerance(), Duration::from_secs(3600));
+    assert_eq!(s.sns.as_ref().unwrap().hosts(), DEFAULT_CERT_HOSTS);
+    assert!(!s.confirm_subscriptions);
+    let topic = format!("topic_arns = [\"{TOPIC}\"]\n");
+    for (keys, key, says) in [
+        (String::new(), "topic_arns", "list the SNS topic ARNs"),
+        (
+            "topic_arns = [\"my-topic\"]".to_owned(),
+            "topic_arns",
+            "not an ARN",
+        ),
+        (
+            format!("{topic}cert_hosts = []"),
+            "cert_hosts",
+            "at least one",
+        ),
+        (
+            format!("{topic}cert_hosts = [\"sns.*.amazon aws.com\"]"),
+            "cert_hosts",
+            "not a host pattern",
+        ),
+        (
+            format!("{topic}cert_roots_file = \"/nonexistent/roots.pem\""),
+            "cert_roots_file",
+            "/nonexistent/roots.pem",
+        ),
+        (
+            format!("{topic}decode = [{{ pointer = \"Message\", as = \"json\" }}]"),
+            "decode",
+            "JSON pointer",
+        ),
+        (
+            format!("{topic}secret_env = [\"X\"]"),
+            "secret_env",
+            "not used by scheme aws-sns",
+        ),
+        (
+            format!("{topic}tolerance = \"2h\""),
+            "tolerance",
+            "between 1s and 1h",
+        ),
+    ] {
+        let err = load(&keys).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("sources.s.{key}")) && err.contains(says),
+            "{keys}\n-> {err}"
+        );
+    }
+    let roots = format!(
+        "{topic}cert_roots_file = \"{}/tests/fixtures/sns/ca.pem\"",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    load(&roots).unwrap();
+}
