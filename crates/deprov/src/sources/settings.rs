@@ -392,13 +392,13 @@ impl SourceConfig {
         if self.scheme == Scheme::VercelOidc {
             self.check_oidc(name)?;
         }
+        super::decode::check(&self.decode).map_err(|r| invalid(name, "decode", r))?;
         if self.scheme == Scheme::AwsSns {
             self.sns = Some(
                 super::sns_certs::prepare(self)
                     .map_err(|(key, reason)| invalid(name, key, reason))?,
             );
         }
-        super::decode::check(&self.decode).map_err(|r| invalid(name, "decode", r))?;
         self.check_values(name)?;
         if self.dedup == Dedup::Delivery && !self.scheme.has_delivery_id() {
             self.dedup = Dedup::Tenant;

@@ -160,7 +160,7 @@ fn minimal_entry(scheme: Scheme) -> String {
         Scheme::Bearer => "token = \"0123456789abcdef0\"".into(),
         Scheme::AwsSns => format!(
             "scheme = \"{name}\"\ntopic_arns = [\"arn:aws:sns:us-east-1:1:t\"]\n\
-             tenant = {{ pointer = \"/x\" }}\ndelete_events = [\"a\"]"
+             tenant = {{ pointer = \"/Message/x\" }}\ndelete_events = [\"a\"]"
         ),
         Scheme::VercelOidc => format!(
             "scheme = \"{name}\"\njwks_url = \"https://example.com/jwks\"\nissuer = \"i\"\naudience = \"a\""

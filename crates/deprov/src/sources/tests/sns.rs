@@ -293,6 +293,21 @@ fn aws_sns_entries_name_what_is_wrong_and_get_their_defaults() {
             "tolerance",
             "between 1s and 1h",
         ),
+        (
+            format!("{topic}event = {{ pointer = \"/MessageAttributes/action\" }}"),
+            "event",
+            "SNS signs only",
+        ),
+        (
+            format!("{topic}dedup = {{ header = \"x-amz-sns-message-id\" }}"),
+            "dedup",
+            "never a header",
+        ),
+        (
+            format!("{topic}decode = [{{ pointer = \"/Extra\", as = \"json\" }}]"),
+            "decode",
+            "SNS signs only",
+        ),
     ] {
         let err = load(&keys).unwrap_err().to_string();
         assert!(
