@@ -321,3 +321,28 @@ fn aws_sns_entries_name_what_is_wrong_and_get_their_defaults() {
     );
     load(&roots).unwrap();
 }
+
+/// Envelopes signed outside deprov (`openssl dgst -sign` over the documented string-to-sign, see
+/// `tests/fixtures/sns/README.md`) verify, and stop verifying once a signed field changes.
+#[test]
+fn envelopes_signed_with_openssl_verify_in_both_versions() {
+    let public = test_public_key();
+    for (file, kind, sha256) in [
+        ("notification-v1.json", Kind::Notification, false),
+        (
+            "subscription-confirmation-v2.json",
+            Kind::SubscriptionConfirmation,
+            true,
+        ),
+    ] {
+        let mut m = parse(&sns_fixture(file)).unwrap();
+        assert_eq!((m.kind, m.sha256), (kind, sha256), "{file}");
+        verify_signature(&public, &m).unwrap_or_else(|e| panic!("{file}: {e}"));
+        m.timestamp = m.timestamp.replace("18:00", "18:01");
+        assert_eq!(
+            verify_signature(&public, &m),
+            Err(SnsReject::Mismatch),
+            "{file}"
+        );
+    }
+}
