@@ -36,8 +36,10 @@ pub mod operator_responses;
 pub mod rate_limit;
 pub mod reconcile;
 pub mod serve;
+mod sns;
 pub mod token_sources;
 pub mod vercel;
+mod webhook_body;
 pub mod webhooks;
 
 use std::sync::Arc;

@@ -10,6 +10,9 @@
 //! and stores nothing. A verified delivery whose event type is in `delete_events` is recorded like any deletion request
 //! (deterministic ID over the delivery ID or the natural key, so a replay is a duplicate); any other
 //! event type is acknowledged 200, recorded in `deprov.ignored_deliveries`, and starts nothing.
+//! Between verification and reading, the source's `decode` layers unwrap a payload held in a
+//! string field ([`crate::sources::decode`]); `aws-sns` messages are verified, and their
+//! subscription confirmations answered, in this module's sibling `sns`.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, OriginalUri, Request, State};
@@ -28,7 +31,7 @@ use crate::ids::{DedupBasis, KeyForm, MAX_TENANT_ID_LEN};
 use crate::queue::JobState;
 use crate::queue::intake::{IntakeError, NewRequest, SubjectKind};
 use crate::sources::payload::{self, Delivery};
-use crate::sources::{Dedup, Scheme, SourceConfig, age, unix_now, verify_hmac};
+use crate::sources::{Dedup, Scheme, SourceConfig, unix_now, verify_hmac};
 
 /// The raw request body, with problem+json rejections (413 over `[intake] max_body_bytes`).
 #[derive(Debug)]
@@ -57,6 +60,9 @@ pub enum WebhookOutcome {
     Challenge,
     /// A `restore_events` event: the tenant is back (see `reinstall`).
     Reinstall,
+    /// An SNS `SubscriptionConfirmation`, confirmed (`confirm_subscriptions = true`): its
+    /// `SubscribeURL` was requested; recorded as ignored, nothing started.
+    Confirmed,
 }
 
 /// The answer to a verified delivery.
@@ -107,6 +113,7 @@ fn authenticate(
                 Err(unauthorized(format!("source {name}: wrong token")))
             }
         }
+        Scheme::AwsSns => Err(unauthorized(format!("source {name}: not an SNS message"))),
         Scheme::VercelOidc => Err(unauthorized(format!(
             "source {name} is the Vercel partner API (DELETE /v1/installations/{{id}}); it sends no webhooks"
         ))),
@@ -122,12 +129,6 @@ fn authenticate(
             unix_now(),
             source.tolerance(),
         )
-        .and_then(|()| match (&source.timestamp, source.max_age) {
-            (Some(pointer), Some(max_age)) => {
-                age::check(pointer, max_age, body, unix_now().saturating_mul(1000))
-            }
-            _ => Ok(()),
-        })
         .map_err(|r| unauthorized(format!("source {name}: {r}"))),
     }
 }
@@ -208,15 +209,15 @@ fn new_request(
     request_body(content = Object, content_type = "application/json",
                  description = "The sender's own payload, verified over its exact bytes"),
     responses(
-        (status = 200, description = "Verified; the event type does not mean delete (recorded as ignored), a Slack challenge, or a `restore_events` event (`outcome: reinstall`)", body = WebhookAnswer),
+        (status = 200, description = "Verified; the event type does not mean delete (recorded as ignored), a Slack challenge, a `restore_events` event (`outcome: reinstall`), or an SNS subscription confirmation (`confirmed`, or `ignored` without `confirm_subscriptions`)", body = WebhookAnswer),
         (status = 202, description = "Verified and recorded as a deletion request (or already recorded: `duplicate: true`)", body = WebhookAnswer),
-        (status = 400, description = "Verified, but the body is not a JSON object and the source reads its event type, tenant or deduplication key from the body; nothing stored", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature or token, or a timestamp outside the tolerance (or the body's timestamp outside `max_age`)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Verified, but the body is not a JSON object and the source reads its event type, tenant or deduplication key from the body, or a `decode` layer cannot be applied (no string at its pointer, bad base64, not JSON, too large or too deep); nothing stored", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature or token, or a timestamp outside the tolerance (or the body's timestamp outside `max_age`); `aws-sns`: a topic not in `topic_arns`, a `SigningCertURL` not https, not on a `cert_hosts` host or not a `.pem`, or a signature that does not verify", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A deleting event without a tenant or deduplication key where the source says they are, or a delivery ID reused with a different body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "This peer address exceeded `[intake.rate_limit]`; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 503, description = "State database unavailable, or a token sender's signing keys could not be fetched; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+        (status = 503, description = "State database unavailable, or a token sender's signing keys could not be fetched, or (`aws-sns`) the signing certificate could not be fetched or a subscription could not be confirmed; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
 )]
@@ -230,7 +231,12 @@ pub async fn receive(
     let Some(source) = state.config.sources.get(&name) else {
         return Err(unauthorized("unknown source".into()));
     };
-    if source.scheme.is_token() {
+    if source.scheme == Scheme::AwsSns {
+        let message = super::sns::authenticate(&name, source, &body).await?;
+        if let Some(answer) = super::sns::answer_other(&state, &name, source, &message).await? {
+            return Ok((StatusCode::OK, axum::Json(answer)));
+        }
+    } else if source.scheme.is_token() {
         state
             .token_sources
             .authenticate(&name, &headers, &uri, &body)
@@ -238,6 +244,7 @@ pub async fn receive(
     } else {
         authenticate(&state, &name, source, &headers, &body)?;
     }
+    let body = super::webhook_body::readable(&state, &name, source, body)?;
     if payload::reads_body(source) {
         json_object(&body)?;
     }
@@ -342,7 +349,7 @@ async fn reinstall(
 ///
 /// # Errors
 /// The state database's.
-async fn ignore(
+pub(super) async fn ignore(
     state: &AppState,
     name: &str,
     delivery: &payload::Delivery,

@@ -5,16 +5,18 @@
 //! the current Unix time, so every rule is testable without a server:
 //! [`standard_webhooks`], [`stripe`], [`github`], [`shopify`], [`slack`], [`vercel`] (the
 //! `x-vercel-signature` webhook), [`oidc`] (`vercel-oidc`, the partner API's JWTs, and the JWKS
-//! verifier `jwt` shares), [`jwt`] (any OIDC/JWT bearer sender) and [`atlassian`] (Atlassian
-//! Connect lifecycle hooks, verified by [`atlassian_keys`]; these two are async). HMACs are
+//! verifier `jwt` shares), [`jwt`] (any OIDC/JWT bearer sender), [`atlassian`] (Atlassian
+//! Connect lifecycle hooks, verified by [`atlassian_keys`]) and [`sns`] (`aws-sns`, RSA signatures
+//! with AWS's certificate, fetched by [`sns_certs`]); the last three are async. HMACs are
 //! checked with `hmac`'s constant-time `verify_slice`, against every configured secret (rotation: any
 //! may match) and every signature the header carries, without stopping at the first match.
-//! [`payload`] reads the event type, tenant and dedup key from a verified delivery; [`settings`] is the
-//! `[sources.NAME]` table.
+//! [`decode`] unwraps a payload held in a string field; [`payload`] reads the event type, tenant and
+//! dedup key from a verified delivery; [`settings`] is the `[sources.NAME]` table.
 
 pub mod age;
 pub mod atlassian;
 pub mod atlassian_keys;
+pub mod decode;
 pub mod github;
 pub mod jwt;
 pub mod oidc;
@@ -22,6 +24,8 @@ pub mod payload;
 pub mod settings;
 pub mod shopify;
 pub mod slack;
+pub mod sns;
+pub mod sns_certs;
 pub mod standard_webhooks;
 pub mod stripe;
 pub mod vercel;
@@ -190,9 +194,11 @@ pub fn verify_hmac(
         Scheme::Shopify => shopify::verify(keys, headers, body),
         Scheme::Slack => slack::verify(keys, headers, body, now, tolerance),
         Scheme::VercelWebhook => vercel::verify(keys, headers, body),
-        Scheme::Bearer | Scheme::VercelOidc | Scheme::Jwt | Scheme::AtlassianConnect => {
-            Err(Reject::Mismatch)
-        }
+        Scheme::Bearer
+        | Scheme::VercelOidc
+        | Scheme::Jwt
+        | Scheme::AtlassianConnect
+        | Scheme::AwsSns => Err(Reject::Mismatch),
     }
 }
 
@@ -209,5 +215,7 @@ mod proptests;
 mod proptests_jwt;
 #[cfg(test)]
 mod proptests_oidc;
+#[cfg(test)]
+mod proptests_sns;
 #[cfg(test)]
 mod tests;

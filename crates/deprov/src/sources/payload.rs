@@ -25,6 +25,9 @@ pub fn default_event(scheme: Scheme) -> Option<Locator> {
         Scheme::Slack => Some(Locator::Pointer("/event/type".into())),
         // Atlassian Connect lifecycle hooks: `installed`, `uninstalled`, `enabled`, `disabled`.
         Scheme::AtlassianConnect => Some(Locator::Pointer("/eventType".into())),
+        // SNS: the envelope's `Type` (`Notification`); Marketplace's action is `/Message/action`
+        // once `decode` parsed `/Message`.
+        Scheme::AwsSns => Some(Locator::Pointer("/Type".into())),
         Scheme::Bearer | Scheme::VercelOidc | Scheme::Jwt => None,
     }
 }
@@ -37,6 +40,7 @@ pub fn default_delivery(scheme: Scheme) -> Option<Locator> {
         Scheme::Github => Some(Locator::Header(github::DELIVERY.into())),
         Scheme::Shopify => Some(Locator::Header(shopify::EVENT_ID.into())),
         Scheme::Slack => Some(Locator::Pointer("/event_id".into())),
+        Scheme::AwsSns => Some(Locator::Pointer("/MessageId".into())),
         Scheme::Bearer | Scheme::VercelOidc | Scheme::Jwt | Scheme::AtlassianConnect => None,
     }
 }

@@ -53,9 +53,11 @@ fn signed(scheme: Scheme, key: &[u8], body: &[u8]) -> HeaderMap {
             ("x-slack-signature", s(slack::sign(key, NOW, body))),
         ]),
         Scheme::VercelWebhook => map(&[("x-vercel-signature", s(vercel::sign(key, body)))]),
-        Scheme::Bearer | Scheme::VercelOidc | Scheme::Jwt | Scheme::AtlassianConnect => {
-            HeaderMap::new()
-        }
+        Scheme::Bearer
+        | Scheme::VercelOidc
+        | Scheme::Jwt
+        | Scheme::AtlassianConnect
+        | Scheme::AwsSns => HeaderMap::new(),
     }
 }
 

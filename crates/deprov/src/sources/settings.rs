@@ -7,6 +7,7 @@
 //! key the source's scheme does not use is refused ([`Scheme::uses`]). The README ("Signed
 //! senders") has a complete entry per scheme; `docs/api.md` describes each.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -40,11 +41,13 @@ pub enum Scheme {
     Jwt,
     /// Atlassian Connect lifecycle hooks: `Authorization: JWT <RS256 token>` ([`super::atlassian`]).
     AtlassianConnect,
+    /// Amazon SNS HTTP/S deliveries, RSA-signed with AWS's certificate (see [`super::sns`]).
+    AwsSns,
 }
 
 impl Scheme {
     /// Every scheme.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::Bearer,
         Self::StandardWebhooks,
         Self::Stripe,
@@ -55,6 +58,7 @@ impl Scheme {
         Self::VercelOidc,
         Self::Jwt,
         Self::AtlassianConnect,
+        Self::AwsSns,
     ];
 
     /// The name used in the configuration file.
@@ -70,12 +74,13 @@ impl Scheme {
             Self::VercelOidc => "vercel-oidc",
             Self::Jwt => "jwt",
             Self::AtlassianConnect => "atlassian-connect",
+            Self::AwsSns => "aws-sns",
         }
     }
 
     /// Whether the scheme signs deliveries with an HMAC over the body.
     pub fn is_hmac(self) -> bool {
-        !matches!(self, Self::Bearer | Self::VercelOidc) && !self.is_token()
+        !matches!(self, Self::Bearer | Self::VercelOidc | Self::AwsSns) && !self.is_token()
     }
 
     /// Whether the scheme checks a signed token on `POST /v1/webhooks/{source}` (asynchronously:
@@ -92,7 +97,10 @@ impl Scheme {
 
     /// Whether the scheme signs a timestamp (and so has a tolerance).
     pub fn has_timestamp(self) -> bool {
-        matches!(self, Self::StandardWebhooks | Self::Stripe | Self::Slack)
+        matches!(
+            self,
+            Self::StandardWebhooks | Self::Stripe | Self::Slack | Self::AwsSns
+        )
     }
 
     /// Whether the scheme reads `key` of its `[sources.NAME]` table (one of [`SOURCE_KEYS`]); a key
@@ -108,10 +116,13 @@ impl Scheme {
             "algorithms" | "required_claims" => self == Self::Jwt,
             "leeway" | "allow_http_loopback" => self.is_token(),
             "key_url" | "base_path" => self == Self::AtlassianConnect,
+            "topic_arns" | "cert_hosts" | "cert_roots_file" | "confirm_subscriptions" => {
+                self == Self::AwsSns
+            }
             // Webhook and deletion-request keys: the partner API takes the installation from its
             // path and sends no events.
             "tenant" | "tenant_lookup" | "event" | "delete_events" | "restore_events"
-            | "reinstalls" | "dedup" => self != Self::VercelOidc,
+            | "reinstalls" | "dedup" | "decode" => self != Self::VercelOidc,
             _ => true,
         }
     }
@@ -119,6 +130,12 @@ impl Scheme {
     /// What a `[sources.NAME]` table of this scheme takes instead of `key`, which it does not use.
     fn instead(self, key: &str) -> &'static str {
         match key {
+            "token" | "token_env" | "secret_env" | "secret_file" if self == Self::AwsSns => {
+                "SNS signs each message with AWS's certificate: give topic_arns"
+            }
+            "topic_arns" | "cert_hosts" | "cert_roots_file" | "confirm_subscriptions" => {
+                "only aws-sns reads SNS messages"
+            }
             "token" | "token_env" if self.is_hmac() => {
                 "its deliveries are signed: give secret_env or secret_file"
             }
@@ -168,7 +185,7 @@ impl Scheme {
 }
 
 /// Every key of a `[sources.NAME]` table besides `scheme`, in the order they are checked.
-pub const SOURCE_KEYS: [&str; 24] = [
+pub const SOURCE_KEYS: [&str; 29] = [
     "token",
     "token_env",
     "secret_env",
@@ -193,6 +210,11 @@ pub const SOURCE_KEYS: [&str; 24] = [
     "key_url",
     "base_path",
     "allow_http_loopback",
+    "decode",
+    "topic_arns",
+    "cert_hosts",
+    "cert_roots_file",
+    "confirm_subscriptions",
 ];
 
 /// Whether loading the configuration reads the secrets it names (`token_env`, `secret_env`,
@@ -366,6 +388,27 @@ pub struct SourceConfig {
     /// The derived keys, filled by [`SourceConfig::prepare`]; not part of the file.
     #[serde(skip)]
     pub keys: Keys,
+    /// Decoding layers applied to a verified body before anything is read from it
+    /// ([`super::decode`]), e.g. `[{ pointer = "/Message", as = "json" }]`; at most
+    /// [`super::decode::MAX_LAYERS`].
+    #[serde(default)]
+    pub decode: Vec<super::decode::DecodeLayer>,
+    /// `aws-sns`: the topic ARNs whose messages are accepted (required, non-empty).
+    #[serde(default)]
+    pub topic_arns: Vec<String>,
+    /// `aws-sns`: host patterns a `SigningCertURL` or `SubscribeURL` must match (`*` = one DNS
+    /// label); default [`super::sns::DEFAULT_CERT_HOSTS`].
+    pub cert_hosts: Option<Vec<String>>,
+    /// `aws-sns`: a PEM file of CA certificates trusted, instead of the system's, for the
+    /// certificate fetch and the subscription confirmation (SNS-compatible private endpoints, tests).
+    pub cert_roots_file: Option<String>,
+    /// `aws-sns`: confirm a `SubscriptionConfirmation` by GETting its `SubscribeURL` (default
+    /// `false`: recorded as ignored and logged as a warning for the operator to confirm).
+    #[serde(default)]
+    pub confirm_subscriptions: bool,
+    /// `aws-sns`: the certificate fetcher and cache, built by [`SourceConfig::prepare`].
+    #[serde(skip)]
+    pub sns: Option<Arc<super::sns_certs::SnsCerts>>,
 }
 
 /// A `[sources.NAME]` value that parsed but is not allowed (the configuration reports it as an
@@ -414,6 +457,13 @@ impl SourceConfig {
         }
         if self.scheme == Scheme::AtlassianConnect {
             super::atlassian::prepare(name, self)?;
+        }
+        super::decode::check(&self.decode).map_err(|r| invalid(name, "decode", r))?;
+        if self.scheme == Scheme::AwsSns {
+            self.sns = Some(
+                super::sns_certs::prepare(self)
+                    .map_err(|(key, reason)| invalid(name, key, reason))?,
+            );
         }
         self.check_values(name)?;
         if self.dedup == Dedup::Delivery && !self.scheme.has_delivery_id() {
@@ -612,7 +662,12 @@ impl SourceConfig {
 
     /// The timestamp tolerance in effect.
     pub fn tolerance(&self) -> Duration {
-        self.tolerance.unwrap_or(DEFAULT_TOLERANCE)
+        let default = if self.scheme == Scheme::AwsSns {
+            super::sns::DEFAULT_TOLERANCE
+        } else {
+            DEFAULT_TOLERANCE
+        };
+        self.tolerance.unwrap_or(default)
     }
 
     /// The bearer token (`bearer` sources only); with [`Secrets::Skip`], `None` for a token given

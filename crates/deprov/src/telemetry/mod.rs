@@ -70,6 +70,9 @@ pub const NOTIFICATIONS_OLDEST_PENDING: &str = "deprov_notifications_oldest_pend
 /// Counter `{outcome="delivered"|"retry"|"dead"|"lost"|"unrecorded"}`: notification delivery
 /// attempts by this process, by what was recorded ([`crate::notify`]).
 pub const NOTIFICATION_DELIVERIES: &str = "deprov_notification_deliveries_total";
+/// Counter `{source}`: SNS `SubscriptionConfirmation`s recorded without being confirmed
+/// (`confirm_subscriptions` off): each needs an operator to confirm the subscription.
+pub const SNS_UNCONFIRMED: &str = "deprov_sns_unconfirmed_subscriptions_total";
 
 /// Bucket bounds (seconds) of every histogram: 1 ms to 30 s.
 pub const BUCKETS: &[f64] = &[
@@ -153,6 +156,10 @@ fn describe() {
     describe_counter!(
         NOTIFICATION_DELIVERIES,
         "Notification delivery attempts by outcome"
+    );
+    describe_counter!(
+        SNS_UNCONFIRMED,
+        "SNS subscription confirmations recorded without being confirmed"
     );
 }
 

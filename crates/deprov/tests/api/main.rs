@@ -4,6 +4,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod atlassian;
+mod decode;
 mod env_flags;
 mod errors;
 mod group_commit;
@@ -33,6 +34,8 @@ mod reconcile;
 mod requests;
 mod schemathesis;
 mod signed;
+mod sns;
+mod sns_server;
 mod sqlcheck;
 mod tokens;
 mod tokens_cache;

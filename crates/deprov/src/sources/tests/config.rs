@@ -158,6 +158,10 @@ fn minimal_entry(scheme: Scheme) -> String {
     let name = scheme.as_str();
     match scheme {
         Scheme::Bearer => "token = \"0123456789abcdef0\"".into(),
+        Scheme::AwsSns => format!(
+            "scheme = \"{name}\"\ntopic_arns = [\"arn:aws:sns:us-east-1:1:t\"]\n\
+             tenant = {{ pointer = \"/Message/x\" }}\ndelete_events = [\"a\"]"
+        ),
         Scheme::VercelOidc => format!(
             "scheme = \"{name}\"\njwks_url = \"https://example.com/jwks\"\nissuer = \"i\"\naudience = \"a\""
         ),
@@ -200,6 +204,11 @@ fn sample_value(key: &str) -> &'static str {
         "key_url" => "\"https://keys.example.com/{kid}\"",
         "base_path" => "\"/app\"",
         "allow_http_loopback" => "true",
+        "decode" => "[{ pointer = \"/Message\", as = \"json\" }]",
+        "topic_arns" => "[\"arn:aws:sns:us-east-1:1:t\"]",
+        "cert_hosts" => "[\"sns.*.amazonaws.com\"]",
+        "cert_roots_file" => "\"/nonexistent/roots.pem\"",
+        "confirm_subscriptions" => "true",
         other => panic!("no sample for {other}"),
     }
 }
@@ -226,6 +235,12 @@ fn unused_by(scheme: Scheme) -> Vec<&'static str> {
         "timestamp",
         "max_age",
     ];
+    let sns = [
+        "topic_arns",
+        "cert_hosts",
+        "cert_roots_file",
+        "confirm_subscriptions",
+    ];
     let mut out = match scheme {
         Scheme::Bearer => vec![
             "secret_env",
@@ -249,6 +264,15 @@ fn unused_by(scheme: Scheme) -> Vec<&'static str> {
             "restore_events",
             "reinstalls",
             "dedup",
+            "decode",
+        ],
+        Scheme::AwsSns => vec![
+            "token",
+            "token_env",
+            "secret_env",
+            "secret_file",
+            "timestamp",
+            "max_age",
         ],
         Scheme::StandardWebhooks | Scheme::Stripe | Scheme::Slack => {
             vec!["token", "token_env", "timestamp", "max_age"]
@@ -277,6 +301,9 @@ fn unused_by(scheme: Scheme) -> Vec<&'static str> {
     }
     if !scheme.is_token() {
         out.extend(token);
+    }
+    if scheme != Scheme::AwsSns {
+        out.extend(sns);
     }
     out
 }

@@ -9,6 +9,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use super::*;
 
 mod config;
+mod decode;
+pub(super) mod sns;
 mod timed;
 mod token_config;
 mod untimed;
