@@ -106,6 +106,12 @@ fn authenticate(
                 Err(unauthorized(format!("source {name}: wrong token")))
             }
         }
+        Scheme::Basic => crate::sources::basic::verify(
+            source.username.as_deref().unwrap_or_default(),
+            &source.keys.0,
+            headers,
+        )
+        .map_err(|r| ApiError::UnauthorizedBasic(format!("source {name}: {r}"))),
         Scheme::VercelOidc => Err(unauthorized(format!(
             "source {name} is the Vercel partner API (DELETE /v1/installations/{{id}}); it sends no webhooks"
         ))),

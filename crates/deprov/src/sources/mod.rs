@@ -4,13 +4,15 @@
 //! One small module per scheme, each a pure function over the header map, the **raw body bytes** and
 //! the current Unix time, so every rule is testable without a server:
 //! [`standard_webhooks`], [`stripe`], [`github`], [`shopify`], [`slack`], [`vercel`] (the
-//! `x-vercel-signature` webhook) and [`oidc`] (`vercel-oidc`, the partner API's JWTs). HMACs are
+//! `x-vercel-signature` webhook), [`oidc`] (`vercel-oidc`, the partner API's JWTs) and [`basic`]
+//! (HTTP Basic). HMACs are
 //! checked with `hmac`'s constant-time `verify_slice`, against every configured secret (rotation: any
 //! may match) and every signature the header carries, without stopping at the first match.
 //! [`payload`] reads the event type, tenant and dedup key from a verified delivery; [`settings`] is the
 //! `[sources.NAME]` table.
 
 pub mod age;
+pub mod basic;
 pub mod github;
 pub mod oidc;
 pub mod payload;
@@ -185,7 +187,7 @@ pub fn verify_hmac(
         Scheme::Shopify => shopify::verify(keys, headers, body),
         Scheme::Slack => slack::verify(keys, headers, body, now, tolerance),
         Scheme::VercelWebhook => vercel::verify(keys, headers, body),
-        Scheme::Bearer | Scheme::VercelOidc => Err(Reject::Mismatch),
+        Scheme::Bearer | Scheme::VercelOidc | Scheme::Basic => Err(Reject::Mismatch),
     }
 }
 
@@ -198,6 +200,8 @@ pub fn unix_now() -> i64 {
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod proptests_basic;
 #[cfg(test)]
 mod proptests_oidc;
 #[cfg(test)]

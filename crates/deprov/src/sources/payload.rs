@@ -23,7 +23,7 @@ pub fn default_event(scheme: Scheme) -> Option<Locator> {
         Scheme::Shopify => Some(Locator::Header(shopify::TOPIC.into())),
         // Slack Events API: `event.type` inside an `event_callback`, else the envelope's `type`.
         Scheme::Slack => Some(Locator::Pointer("/event/type".into())),
-        Scheme::Bearer | Scheme::VercelOidc => None,
+        Scheme::Bearer | Scheme::VercelOidc | Scheme::Basic => None,
     }
 }
 
@@ -35,7 +35,7 @@ pub fn default_delivery(scheme: Scheme) -> Option<Locator> {
         Scheme::Github => Some(Locator::Header(github::DELIVERY.into())),
         Scheme::Shopify => Some(Locator::Header(shopify::EVENT_ID.into())),
         Scheme::Slack => Some(Locator::Pointer("/event_id".into())),
-        Scheme::Bearer | Scheme::VercelOidc => None,
+        Scheme::Bearer | Scheme::VercelOidc | Scheme::Basic => None,
     }
 }
 
@@ -95,7 +95,8 @@ pub fn event_type(
 pub struct Delivery {
     /// The event type, if found.
     pub event: Option<String>,
-    /// Whether the event type is one of `delete_events` (always, for a bearer source without any).
+    /// Whether the event type is one of `delete_events` (always, for a bearer or basic source
+    /// without any).
     pub deletes: bool,
     /// The tenant value (before any `tenant_lookup`), if found.
     pub tenant: Option<String>,
@@ -131,7 +132,7 @@ pub fn extract(source: &SourceConfig, headers: &HeaderMap, body: &[u8]) -> Deliv
     let json = json.as_ref();
     let event = event_type(source, headers, json);
     let deletes = if source.delete_events.is_empty() {
-        source.scheme == Scheme::Bearer
+        matches!(source.scheme, Scheme::Bearer | Scheme::Basic)
     } else {
         event
             .as_ref()

@@ -53,7 +53,7 @@ fn signed(scheme: Scheme, key: &[u8], body: &[u8]) -> HeaderMap {
             ("x-slack-signature", s(slack::sign(key, NOW, body))),
         ]),
         Scheme::VercelWebhook => map(&[("x-vercel-signature", s(vercel::sign(key, body)))]),
-        Scheme::Bearer | Scheme::VercelOidc => HeaderMap::new(),
+        Scheme::Bearer | Scheme::VercelOidc | Scheme::Basic => HeaderMap::new(),
     }
 }
 

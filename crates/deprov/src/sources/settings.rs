@@ -34,11 +34,14 @@ pub enum Scheme {
     VercelWebhook,
     /// Vercel partner API: `Authorization: Bearer <OIDC JWT>` checked against a JWKS.
     VercelOidc,
+    /// HTTP Basic (`Authorization: Basic …`): `username` and a password from `secret_env` /
+    /// `secret_file` ([`super::basic`]); the Open Service Broker's platforms, add-on callers.
+    Basic,
 }
 
 impl Scheme {
     /// Every scheme.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Bearer,
         Self::StandardWebhooks,
         Self::Stripe,
@@ -47,6 +50,7 @@ impl Scheme {
         Self::Slack,
         Self::VercelWebhook,
         Self::VercelOidc,
+        Self::Basic,
     ];
 
     /// The name used in the configuration file.
@@ -60,18 +64,19 @@ impl Scheme {
             Self::Slack => "slack",
             Self::VercelWebhook => "vercel-webhook",
             Self::VercelOidc => "vercel-oidc",
+            Self::Basic => "basic",
         }
     }
 
     /// Whether the scheme signs deliveries with an HMAC over the body.
     pub fn is_hmac(self) -> bool {
-        !matches!(self, Self::Bearer | Self::VercelOidc)
+        !matches!(self, Self::Bearer | Self::VercelOidc | Self::Basic)
     }
 
     /// Whether the scheme's sender puts a delivery/event ID (equal on retries) in each delivery
     /// (else `dedup` defaults to the tenant); where it is: `payload::default_delivery`.
     pub fn has_delivery_id(self) -> bool {
-        !matches!(self, Self::Bearer | Self::VercelOidc)
+        !matches!(self, Self::Bearer | Self::VercelOidc | Self::Basic)
     }
 
     /// Whether the scheme signs a timestamp (and so has a tolerance).
@@ -84,10 +89,11 @@ impl Scheme {
     pub fn uses(self, key: &str) -> bool {
         match key {
             "token" | "token_env" => self == Self::Bearer,
-            "secret_env" | "secret_file" => self.is_hmac(),
+            "secret_env" | "secret_file" => self.is_hmac() || self == Self::Basic,
             "tolerance" => self.has_timestamp(),
             "timestamp" | "max_age" => self.is_hmac() && !self.has_timestamp(),
             "jwks_url" | "jwks_file" | "issuer" | "audience" => self == Self::VercelOidc,
+            "username" => self == Self::Basic,
             // Webhook and deletion-request keys: the partner API takes the installation from its
             // path and sends no events.
             "tenant" | "tenant_lookup" | "event" | "delete_events" | "restore_events"
@@ -102,6 +108,9 @@ impl Scheme {
             "token" | "token_env" if self.is_hmac() => {
                 "its deliveries are signed: give secret_env or secret_file"
             }
+            "token" | "token_env" if self == Self::Basic => {
+                "it checks HTTP Basic credentials: give username and secret_env or secret_file"
+            }
             "token" | "token_env" => "it checks Vercel's OIDC token against jwks_url or jwks_file",
             "secret_env" | "secret_file" if self == Self::Bearer => "give token or token_env",
             "secret_env" | "secret_file" => {
@@ -115,6 +124,7 @@ impl Scheme {
             "jwks_url" | "jwks_file" | "issuer" | "audience" => {
                 "only vercel-oidc checks OIDC tokens"
             }
+            "username" => "only basic checks a user name",
             "tenant_lookup" => "the partner API's lookup is [vercel] tenant_lookup",
             _ => {
                 "it sends no webhooks: the partner API takes the installation from DELETE /v1/installations/{id}"
@@ -137,7 +147,7 @@ impl Scheme {
 }
 
 /// Every key of a `[sources.NAME]` table besides `scheme`, in the order they are checked.
-pub const SOURCE_KEYS: [&str; 18] = [
+pub const SOURCE_KEYS: [&str; 19] = [
     "token",
     "token_env",
     "secret_env",
@@ -156,6 +166,7 @@ pub const SOURCE_KEYS: [&str; 18] = [
     "jwks_file",
     "issuer",
     "audience",
+    "username",
 ];
 
 /// Whether loading the configuration reads the secrets it names (`token_env`, `secret_env`,
@@ -277,7 +288,7 @@ pub struct SourceConfig {
     /// Where the event type is, overriding the scheme's default (see [`super::payload`]).
     pub event: Option<Locator>,
     /// Event types that mean "delete this tenant"; any other is acknowledged and recorded as ignored.
-    /// Empty on a `bearer` source = every request deletes.
+    /// Empty on a `bearer` or `basic` source = every request deletes.
     #[serde(default)]
     pub delete_events: Vec<String>,
     /// Event types that mean "the tenant is back" (a reinstall): the tenant's pending deletion is
@@ -303,6 +314,9 @@ pub struct SourceConfig {
     pub issuer: Option<String>,
     /// `vercel-oidc`: the required `aud` claim (the integration's client ID, `oac_…`).
     pub audience: Option<String>,
+    /// `basic`: the user-id the caller must send (1..=256 characters, no `:`, no control
+    /// characters: RFC 7617 §2).
+    pub username: Option<String>,
     /// The derived keys, filled by [`SourceConfig::prepare`]; not part of the file.
     #[serde(skip)]
     pub keys: Keys,
@@ -320,7 +334,7 @@ pub struct InvalidSource {
 }
 
 /// `sources.NAME.<key>` of source `name` is invalid, for `reason`.
-fn invalid(name: &str, key: &str, reason: impl Into<String>) -> InvalidSource {
+pub(super) fn invalid(name: &str, key: &str, reason: impl Into<String>) -> InvalidSource {
     InvalidSource {
         key: format!("sources.{name}.{key}"),
         reason: reason.into(),
@@ -348,6 +362,9 @@ impl SourceConfig {
         }
         if self.scheme == Scheme::VercelOidc {
             self.check_oidc(name)?;
+        }
+        if self.scheme == Scheme::Basic {
+            self.prepare_basic(name, secrets)?;
         }
         self.check_values(name)?;
         if self.dedup == Dedup::Delivery && !self.scheme.has_delivery_id() {
@@ -495,8 +512,9 @@ impl SourceConfig {
         Ok(())
     }
 
-    /// Reads the secrets of source `name` (an HMAC scheme) and derives their keys.
-    fn read_keys(&self, name: &str) -> Result<Vec<Vec<u8>>, InvalidSource> {
+    /// Reads the secrets of source `name` (an HMAC scheme, or `basic`'s passwords) and derives their
+    /// keys.
+    pub(super) fn read_keys(&self, name: &str) -> Result<Vec<Vec<u8>>, InvalidSource> {
         let mut keys = Vec::new();
         for var in &self.secret_env {
             let secret = std::env::var(var).map_err(|_| {

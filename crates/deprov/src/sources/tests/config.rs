@@ -161,6 +161,9 @@ fn minimal_entry(scheme: Scheme) -> String {
         Scheme::VercelOidc => format!(
             "scheme = \"{name}\"\njwks_url = \"https://example.com/jwks\"\nissuer = \"i\"\naudience = \"a\""
         ),
+        Scheme::Basic => format!(
+            "scheme = \"{name}\"\nusername = \"platform\"\nsecret_env = [\"DEPROV_TEST_UNSET_VAR_8\"]"
+        ),
         _ => format!(
             "scheme = \"{name}\"\nsecret_env = [\"DEPROV_TEST_UNSET_VAR_8\"]\n\
              tenant = {{ pointer = \"/x\" }}\ndelete_events = [\"a\"]"
@@ -187,6 +190,7 @@ fn sample_value(key: &str) -> &'static str {
         "issuer" | "audience" => "\"x\"",
         "timestamp" => "\"/createdAt\"",
         "max_age" => "\"5m\"",
+        "username" => "\"platform\"",
         other => panic!("no sample for {other}"),
     }
 }
@@ -226,7 +230,11 @@ fn unused_by(scheme: Scheme) -> Vec<&'static str> {
         Scheme::Github | Scheme::Shopify | Scheme::VercelWebhook => {
             vec!["token", "token_env", "tolerance"]
         }
+        Scheme::Basic => vec!["token", "token_env", "tolerance", "timestamp", "max_age"],
     };
+    if scheme != Scheme::Basic {
+        out.push("username");
+    }
     if scheme != Scheme::VercelOidc {
         out.extend(oidc);
     }
