@@ -329,3 +329,52 @@ async fn a_basic_source_sends_webhooks_like_a_bearer_source() {
     assert_eq!((source.as_str(), subject.as_str()), ("addon", "acct_7"));
     assert_eq!((app.count_jobs().await, app.count_requests().await), (1, 1));
 }
+
+/// Catalog, provision, update, fetch and bind are not served: 4xx (never a 5xx, which would make a
+/// platform send an orphan-mitigation DELETE), nothing stored.
+#[tokio::test]
+async fn catalog_provision_update_and_bind_are_refused_with_a_4xx() {
+    let broker = spawn_broker(false).await;
+    let app = &broker.app;
+    let send = |method: reqwest::Method, path: &str| {
+        app.client
+            .request(method, app.url(path))
+            .header("Authorization", auth())
+            .header("X-Broker-API-Version", "2.17")
+            .json(&json!({"service_id": "svc-1", "plan_id": "plan-1"}))
+            .send()
+    };
+    use reqwest::Method;
+    for (method, path, status) in [
+        (Method::GET, "/v2/catalog", StatusCode::NOT_FOUND),
+        (
+            Method::PUT,
+            "/v2/service_instances/acct_1",
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            Method::PATCH,
+            "/v2/service_instances/acct_1",
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            Method::GET,
+            "/v2/service_instances/acct_1",
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            Method::PUT,
+            "/v2/service_instances/acct_1/service_bindings/b1",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::DELETE,
+            "/v2/service_instances/acct_1/service_bindings/b1",
+            StatusCode::NOT_FOUND,
+        ),
+    ] {
+        let response = send(method.clone(), path).await.unwrap();
+        assert_eq!(response.status(), status, "{method} {path}");
+    }
+    app.assert_nothing_stored().await;
+}

@@ -6,6 +6,7 @@ use deprov::sources::basic::header_value;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use crate::helpers::OPERATOR_TOKEN;
 use crate::osb::{OLD_PASSWORD, QUERY, USER, spawn_broker};
 
 async fn json_of(response: reqwest::Response, status: StatusCode) -> Value {
@@ -185,4 +186,37 @@ async fn a_failed_job_is_reported_failed_and_a_resent_delete_starts_no_second_jo
     let again = json_of(broker.deprovision("acct_3").await, StatusCode::ACCEPTED).await;
     assert_eq!(again["operation"], first["operation"]);
     assert_eq!((app.count_jobs().await, app.count_requests().await), (1, 1));
+}
+
+/// The job is an ordinary job of source `platform`: a kill switch on that source holds it (the
+/// platform sees `in progress`), and the jobs API shows it under the `operation` ID.
+#[tokio::test]
+async fn a_kill_switch_on_the_source_holds_the_job_and_the_jobs_api_shows_it() {
+    let broker = spawn_broker(false).await;
+    let app = &broker.app;
+    let engaged = app
+        .client
+        .put(app.url("/v1/kill-switch"))
+        .bearer_auth(OPERATOR_TOKEN)
+        .json(&json!({"engaged": true, "reason": "incident", "scope": "source", "key": "platform"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(engaged.status(), StatusCode::OK);
+    let first = json_of(broker.deprovision("acct_5").await, StatusCode::ACCEPTED).await;
+    let operation = first["operation"].as_str().unwrap().to_owned();
+    assert_eq!(app.job_state(&operation).await, "held");
+    let polled = json_of(broker.last_operation("acct_5").await, StatusCode::OK).await;
+    assert_eq!(polled["state"], "in progress");
+    assert!(
+        polled["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("kill switch")),
+        "{polled}"
+    );
+    let job: Value = app.get_job(&operation).await.json().await.unwrap();
+    assert_eq!(
+        (job["state"].clone(), job["tenant_id"].clone()),
+        (json!("held"), json!("acct_5"))
+    );
 }
