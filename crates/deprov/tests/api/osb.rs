@@ -271,14 +271,29 @@ async fn a_missing_or_empty_service_id_or_plan_id_is_400_and_nothing_is_stored()
     broker.app.assert_nothing_stored().await;
 }
 
+/// Also: the platform's `X-Broker-API-Request-Identity` is echoed, on errors too.
 #[tokio::test]
 async fn last_operation_of_an_instance_never_deprovisioned_is_404() {
     let broker = spawn_broker(false).await;
-    let body = assert_osb_error(
-        broker.last_operation("acct_never").await,
-        StatusCode::NOT_FOUND,
-    )
-    .await;
+    let response = broker
+        .app
+        .client
+        .get(
+            broker
+                .app
+                .url("/v2/service_instances/acct_never/last_operation"),
+        )
+        .header("Authorization", auth())
+        .header("X-Broker-API-Version", "2.17")
+        .header("X-Broker-API-Request-Identity", "req-7f3a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["x-broker-api-request-identity"],
+        "req-7f3a"
+    );
+    let body = assert_osb_error(response, StatusCode::NOT_FOUND).await;
     assert_eq!(body["error"], "NotFound");
 }
 

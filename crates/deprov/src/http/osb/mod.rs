@@ -34,6 +34,10 @@ use status::Standing;
 /// The request header naming the platform's broker API version (spec "API Version Header").
 pub const API_VERSION_HEADER: &str = "x-broker-api-version";
 
+/// The platform's ID of a request (spec "Request Identity"): logged, and echoed in the response
+/// ("The Service Broker SHOULD include this header in the response").
+pub const REQUEST_IDENTITY_HEADER: &str = "x-broker-api-request-identity";
+
 /// `Retry-After` seconds of a `last_operation` answer while the deletion is in progress (spec
 /// "Polling Last Operation for Service Instances": the header tells the platform how long to wait
 /// before polling again).
@@ -225,6 +229,18 @@ fn param(name: &str, value: Option<String>) -> Result<Option<String>, OsbError> 
     }
 }
 
+/// `answer` with the request's `X-Broker-API-Request-Identity` echoed (spec "Request Identity"),
+/// when it sent one.
+fn with_identity(headers: &HeaderMap, answer: Result<Response, OsbError>) -> Response {
+    let mut response = answer.into_response();
+    if let Some(id) = headers.get(REQUEST_IDENTITY_HEADER) {
+        response
+            .headers_mut()
+            .insert(REQUEST_IDENTITY_HEADER, id.clone());
+    }
+    response
+}
+
 /// A JSON answer with `status`.
 fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
     (status, axum::Json(body)).into_response()
@@ -272,8 +288,19 @@ pub async fn deprovision(
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<DeprovisionQuery>, QueryRejection>,
     headers: HeaderMap,
+) -> Response {
+    let answer = record_deprovision(&state, path, query, &headers).await;
+    with_identity(&headers, answer)
+}
+
+/// [`deprovision`], before the request identity is echoed.
+async fn record_deprovision(
+    state: &AppState,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<DeprovisionQuery>, QueryRejection>,
+    headers: &HeaderMap,
 ) -> Result<Response, OsbError> {
-    let osb = broker(&state, &headers)?;
+    let osb = broker(state, headers)?;
     let instance = instance(path)?;
     let Query(q) = query.map_err(|r| OsbError::bad_request(r.body_text()))?;
     let service_id = param("service_id", q.service_id)?
@@ -322,8 +349,12 @@ pub async fn deprovision(
         .record(req)
         .await
         .map_err(|e| OsbError::from(ApiError::from(e)))?;
+    let identity = headers
+        .get(REQUEST_IDENTITY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-");
     tracing::info!(instance = %instance, %service_id, %plan_id, job_id = %accepted.job_id,
-        duplicate = accepted.duplicate, "osb deprovision recorded");
+        duplicate = accepted.duplicate, request_identity = identity, "osb deprovision recorded");
     let operation = || {
         json(
             StatusCode::ACCEPTED,
@@ -389,8 +420,19 @@ pub async fn last_operation(
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<LastOperationQuery>, QueryRejection>,
     headers: HeaderMap,
+) -> Response {
+    let answer = poll(&state, path, query, &headers).await;
+    with_identity(&headers, answer)
+}
+
+/// [`last_operation`], before the request identity is echoed.
+async fn poll(
+    state: &AppState,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<LastOperationQuery>, QueryRejection>,
+    headers: &HeaderMap,
 ) -> Result<Response, OsbError> {
-    let osb = broker(&state, &headers)?;
+    let osb = broker(state, headers)?;
     let instance = instance(path)?;
     let Query(q) = query.map_err(|r| OsbError::bad_request(r.body_text()))?;
     param("service_id", q.service_id)?;
