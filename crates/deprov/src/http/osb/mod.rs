@@ -11,25 +11,28 @@
 //! instance ID (deterministic request ID over source and instance ID: every retry of a DELETE is
 //! one request and one job). Errors have the OSB error body ([`error::OsbError`]).
 
+mod checks;
 pub mod error;
 pub mod status;
+pub mod types;
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use axum::response::Response;
 
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::intake::job_state;
-use crate::config::OsbConfig;
-use crate::ids::{DedupBasis, TenantId};
+use crate::ids::DedupBasis;
 use crate::queue::JobState;
 use crate::queue::intake::{NewRequest, SubjectKind};
+use checks::{broker, instance, json, param, with_identity};
 use error::{OsbError, OsbErrorBody};
 use status::Standing;
+pub use types::{
+    DeprovisionAccepted, DeprovisionQuery, Empty, LastOperation, LastOperationQuery, OperationState,
+};
 
 /// The request header naming the platform's broker API version (spec "API Version Header").
 pub const API_VERSION_HEADER: &str = "x-broker-api-version";
@@ -49,202 +52,6 @@ pub const MAX_PARAM_LEN: usize = 1024;
 /// The reason stored with every deprovision request (equal on every retry, so retries share one
 /// fingerprint).
 const REASON: &str = "Open Service Broker deprovision";
-
-/// The query string of a deprovision (spec "Deprovisioning", "Parameters").
-#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct DeprovisionQuery {
-    /// The ID of the Service Offering of the instance (required; logged, not checked).
-    #[param(
-        required = true,
-        min_length = 1,
-        max_length = 1024,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$"
-    )]
-    pub service_id: Option<String>,
-    /// The ID of the Service Plan of the instance (required; logged, not checked).
-    #[param(
-        required = true,
-        min_length = 1,
-        max_length = 1024,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$"
-    )]
-    pub plan_id: Option<String>,
-    /// `true`: the platform accepts an asynchronous deprovision. Without it the request is refused
-    /// 422 `AsyncRequired`: deprov deletes asynchronously only.
-    #[param(value_type = Option<bool>)]
-    pub accepts_incomplete: Option<String>,
-}
-
-/// The query string of a `last_operation` poll (spec "Polling Last Operation for Service
-/// Instances", "Parameters"); each, if present, must be non-empty.
-#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct LastOperationQuery {
-    /// The ID of the Service Offering (optional; logged).
-    #[param(
-        min_length = 1,
-        max_length = 1024,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$"
-    )]
-    pub service_id: Option<String>,
-    /// The ID of the Service Plan (optional; logged).
-    #[param(
-        min_length = 1,
-        max_length = 1024,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$"
-    )]
-    pub plan_id: Option<String>,
-    /// The `operation` a deprovision answered (optional). The instance decides which deletion is
-    /// reported: the value is checked for shape, not compared.
-    #[param(
-        min_length = 1,
-        max_length = 1024,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$"
-    )]
-    pub operation: Option<String>,
-}
-
-/// `202 Accepted` to a deprovision: the deletion is in progress (spec "Deprovisioning", "Body").
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct DeprovisionAccepted {
-    /// The ID of the deletion job (a UUID): also usable with `GET /v1/jobs/{job_id}`.
-    pub operation: String,
-}
-
-/// The empty object `{}` answered with 200 and 410 (spec "Deprovisioning", "Response").
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
-pub struct Empty {}
-
-/// The state of the last operation (spec "Polling Last Operation for Service Instances", "Body").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub enum OperationState {
-    /// The deletion is queued, running, or held by a kill switch: poll again.
-    #[serde(rename = "in progress")]
-    InProgress,
-    /// The tenant was deleted.
-    #[serde(rename = "succeeded")]
-    Succeeded,
-    /// The deletion failed or was cancelled by an operator; it waits for an operator.
-    #[serde(rename = "failed")]
-    Failed,
-}
-
-/// A `last_operation` answer (spec "Polling Last Operation for Service Instances", "Body").
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct LastOperation {
-    /// `in progress`, `succeeded` or `failed`.
-    pub state: OperationState,
-    /// A user-facing message about the deletion.
-    pub description: String,
-    /// `failed` only: `false` when part of the tenant was already deleted or soft-deleted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub instance_usable: Option<bool>,
-}
-
-/// The `[osb]` section and its checks common to both routes: configured (404), Basic credentials
-/// (401), `X-Broker-API-Version` (412).
-fn broker<'s>(state: &'s AppState, headers: &HeaderMap) -> Result<&'s OsbConfig, OsbError> {
-    let osb = state.config.osb.as_ref().ok_or_else(|| {
-        OsbError::new(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            "the Open Service Broker API is not configured ([osb] section)",
-        )
-    })?;
-    let source = state.config.sources.get(&osb.source).ok_or_else(|| {
-        OsbError::from(ApiError::Internal(format!(
-            "[osb] source {:?} is not configured",
-            osb.source
-        )))
-    })?;
-    crate::sources::basic::verify(
-        source.username.as_deref().unwrap_or_default(),
-        &source.keys.0,
-        headers,
-    )
-    .map_err(|r| {
-        OsbError::unauthorized(format!(
-            "send the broker's HTTP Basic credentials (Authorization: Basic …): {r}"
-        ))
-    })?;
-    check_version(headers, osb)?;
-    Ok(osb)
-}
-
-/// `X-Broker-API-Version`: `2.MINOR` with MINOR ≥ `[osb] min_api_version`'s (spec "API Version
-/// Header"). Missing or any other value: 412 with a description naming the versions accepted.
-fn check_version(headers: &HeaderMap, osb: &OsbConfig) -> Result<(), OsbError> {
-    let accepted = format!(
-        "this broker accepts X-Broker-API-Version 2.{} or a later 2.x (it implements the \
-         deprovision side of Open Service Broker API 2.17)",
-        osb.min_minor()
-    );
-    let mut values = headers.get_all(API_VERSION_HEADER).iter();
-    let Some(value) = values.next() else {
-        return Err(OsbError::new(
-            StatusCode::PRECONDITION_FAILED,
-            "MissingApiVersion",
-            format!("the X-Broker-API-Version header is required; {accepted}"),
-        ));
-    };
-    let minor = value
-        .to_str()
-        .ok()
-        .filter(|_| values.next().is_none())
-        .and_then(|v| crate::config::osb_minor_of(v.trim()));
-    match minor {
-        Some(m) if m >= osb.min_minor() => Ok(()),
-        _ => Err(OsbError::new(
-            StatusCode::PRECONDITION_FAILED,
-            "UnsupportedApiVersion",
-            format!(
-                "X-Broker-API-Version {:?} is not supported; {accepted}",
-                String::from_utf8_lossy(value.as_bytes())
-            ),
-        )),
-    }
-}
-
-/// The path's instance ID: 1..=256 characters without control characters, else 400.
-fn instance(path: Result<Path<String>, PathRejection>) -> Result<TenantId, OsbError> {
-    let Path(raw) = path.map_err(|r| OsbError::bad_request(r.body_text()))?;
-    TenantId::parse(&raw).map_err(|r| OsbError::bad_request(format!("instance_id: {r}")))
-}
-
-/// A query parameter's value, if present: non-empty (spec v2.12: "if present, MUST be a non-empty
-/// string"), at most [`MAX_PARAM_LEN`] characters, no control characters; else 400.
-fn param(name: &str, value: Option<String>) -> Result<Option<String>, OsbError> {
-    match value {
-        Some(v)
-            if v.is_empty()
-                || v.chars().count() > MAX_PARAM_LEN
-                || v.chars().any(char::is_control) =>
-        {
-            Err(OsbError::bad_request(format!(
-                "{name} must be 1..={MAX_PARAM_LEN} characters without control characters"
-            )))
-        }
-        other => Ok(other),
-    }
-}
-
-/// `answer` with the request's `X-Broker-API-Request-Identity` echoed (spec "Request Identity"),
-/// when it sent one.
-fn with_identity(headers: &HeaderMap, answer: Result<Response, OsbError>) -> Response {
-    let mut response = answer.into_response();
-    if let Some(id) = headers.get(REQUEST_IDENTITY_HEADER) {
-        response
-            .headers_mut()
-            .insert(REQUEST_IDENTITY_HEADER, id.clone());
-    }
-    response
-}
-
-/// A JSON answer with `status`.
-fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
-    (status, axum::Json(body)).into_response()
-}
 
 /// Deprovisions a service instance: records the deletion of its tenant.
 ///
