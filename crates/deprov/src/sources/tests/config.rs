@@ -137,6 +137,8 @@ fn the_example_signed_senders_are_valid_once_uncommented() {
     for name in ["stripe", "github", "vercel-hooks"] {
         assert!(config.sources[name].scheme.is_hmac(), "{name}");
     }
+    assert_eq!(config.sources["platform"].scheme, Scheme::Basic);
+    assert_eq!(config.osb.unwrap().source, "platform");
 }
 
 /// A scheme says it has a delivery ID exactly when the payload layer knows where it is.
