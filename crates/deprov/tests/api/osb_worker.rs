@@ -60,6 +60,14 @@ async fn twenty_retries_are_one_job_polled_until_succeeded_and_a_later_delete_is
         ("platform", "installation_id", "acct_1", 20)
     );
     assert_eq!(job.to_string(), operation, "operation is the job ID");
+    let reason: String = sqlx::query_scalar("SELECT reason FROM deprov.deletion_requests")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        reason,
+        "Open Service Broker deprovision (service_id svc-1, plan_id plan-1)"
+    );
 
     let polled = broker.last_operation("acct_1").await;
     assert_eq!(polled.headers()["retry-after"], "5");

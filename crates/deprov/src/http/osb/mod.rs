@@ -49,10 +49,6 @@ pub const RETRY_AFTER_SECS: u64 = 5;
 /// Longest accepted `service_id`, `plan_id` or `operation`, in characters.
 pub const MAX_PARAM_LEN: usize = 1024;
 
-/// The reason stored with every deprovision request (equal on every retry, so retries share one
-/// fingerprint).
-const REASON: &str = "Open Service Broker deprovision";
-
 /// Deprovisions a service instance: records the deletion of its tenant.
 ///
 /// Retries of the DELETE collapse into one request and one job (deduplicated on the instance ID).
@@ -150,7 +146,10 @@ async fn record_deprovision(
         subject_kind,
         subject,
         external_id: None,
-        reason: Some(REASON.to_owned()),
+        // The first DELETE's is kept: another body for the same instance ID is the same request.
+        reason: Some(format!(
+            "Open Service Broker deprovision (service_id {service_id}, plan_id {plan_id})"
+        )),
     };
     let accepted = state
         .record(req)

@@ -8,7 +8,8 @@ use utoipa::{IntoParams, ToSchema};
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct DeprovisionQuery {
-    /// The ID of the Service Offering of the instance (required; logged, not checked).
+    /// The ID of the Service Offering of the instance (required; stored in the request's reason,
+    /// not checked).
     #[param(
         required = true,
         min_length = 1,
@@ -16,7 +17,8 @@ pub struct DeprovisionQuery {
         pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$"
     )]
     pub service_id: Option<String>,
-    /// The ID of the Service Plan of the instance (required; logged, not checked).
+    /// The ID of the Service Plan of the instance (required; stored in the request's reason, not
+    /// checked).
     #[param(
         required = true,
         min_length = 1,
