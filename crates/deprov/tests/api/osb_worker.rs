@@ -197,20 +197,24 @@ async fn a_failed_job_is_reported_failed_and_a_resent_delete_starts_no_second_jo
 }
 
 /// The job is an ordinary job of source `platform`: a kill switch on that source holds it (the
-/// platform sees `in progress`), and the jobs API shows it under the `operation` ID.
+/// platform sees `in progress`), the jobs API and the reconcile listing show it under the
+/// `operation` ID, and releasing the switch lets it complete.
 #[tokio::test]
-async fn a_kill_switch_on_the_source_holds_the_job_and_the_jobs_api_shows_it() {
+async fn a_kill_switch_on_the_source_holds_the_job_and_the_operator_routes_see_it() {
     let broker = spawn_broker(false).await;
     let app = &broker.app;
-    let engaged = app
-        .client
-        .put(app.url("/v1/kill-switch"))
-        .bearer_auth(OPERATOR_TOKEN)
-        .json(&json!({"engaged": true, "reason": "incident", "scope": "source", "key": "platform"}))
-        .send()
+    sqlx::query("INSERT INTO app.accounts (id) VALUES ('acct_5')")
+        .execute(&app.db)
         .await
         .unwrap();
-    assert_eq!(engaged.status(), StatusCode::OK);
+    let switch = |engaged: bool| {
+        app.client
+            .put(app.url("/v1/kill-switch"))
+            .bearer_auth(OPERATOR_TOKEN)
+            .json(&json!({"engaged": engaged, "reason": "incident", "scope": "source", "key": "platform"}))
+            .send()
+    };
+    assert_eq!(switch(true).await.unwrap().status(), StatusCode::OK);
     let first = json_of(broker.deprovision("acct_5").await, StatusCode::ACCEPTED).await;
     let operation = first["operation"].as_str().unwrap().to_owned();
     assert_eq!(app.job_state(&operation).await, "held");
@@ -227,4 +231,20 @@ async fn a_kill_switch_on_the_source_holds_the_job_and_the_jobs_api_shows_it() {
         (job["state"].clone(), job["tenant_id"].clone()),
         (json!("held"), json!("acct_5"))
     );
+    let listing: Value = app
+        .operator_get("/v1/reconcile?state=held&source=platform")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listing["held"][0]["job_id"],
+        operation.as_str(),
+        "{listing}"
+    );
+
+    assert_eq!(switch(false).await.unwrap().status(), StatusCode::OK);
+    broker.drain().await;
+    let polled = json_of(broker.last_operation("acct_5").await, StatusCode::OK).await;
+    assert_eq!(polled["state"], "succeeded", "{polled}");
 }
