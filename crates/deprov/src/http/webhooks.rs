@@ -211,7 +211,7 @@ fn new_request(
         (status = 200, description = "Verified; the event type does not mean delete (recorded as ignored), a Slack challenge, or a `restore_events` event (`outcome: reinstall`)", body = WebhookAnswer),
         (status = 202, description = "Verified and recorded as a deletion request (or already recorded: `duplicate: true`)", body = WebhookAnswer),
         (status = 400, description = "Verified, but the body is not a JSON object and the source reads its event type, tenant or deduplication key from the body; nothing stored", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature, or a timestamp outside the tolerance (or the body's timestamp outside `max_age`)", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature (a `bearer` source's token, a `basic` source's HTTP Basic credentials: `WWW-Authenticate: Basic realm=\"deprov\"`), or a timestamp outside the tolerance (or the body's timestamp outside `max_age`)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A deleting event without a tenant or deduplication key where the source says they are, or a delivery ID reused with a different body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "This peer address exceeded `[intake.rate_limit]`; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
