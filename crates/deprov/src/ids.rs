@@ -178,7 +178,8 @@ pub enum DedupBasis {
     IdempotencyKey,
     /// Nothing else given: the tenant key itself, so every retry for a tenant collapses.
     TenantId,
-    /// A Vercel installation ID (the partner API's natural key).
+    /// A marketplace's natural key of an install: a Vercel installation ID (the partner API), an
+    /// Open Service Broker service instance ID.
     InstallationId,
 }
 

@@ -48,7 +48,7 @@ pub struct Configured {
 
 /// Every statement of `config` the engine runs on the target, in file order: `soft_delete.statements`,
 /// `soft_delete.undo_statements`, `soft_delete.orphans`, `sources.NAME.tenant_lookup` (by name),
-/// `vercel.tenant_lookup`.
+/// `vercel.tenant_lookup`, `osb.tenant_lookup`.
 pub fn configured(config: &Config) -> Vec<Configured> {
     let item = |setting: String, sql: &str, shape| Configured {
         setting,
@@ -89,6 +89,9 @@ pub fn configured(config: &Config) -> Vec<Configured> {
         .and_then(|v| v.tenant_lookup.as_ref())
     {
         out.push(item("vercel.tenant_lookup".into(), sql, Shape::Lookup));
+    }
+    if let Some(sql) = config.osb.as_ref().and_then(|o| o.tenant_lookup.as_ref()) {
+        out.push(item("osb.tenant_lookup".into(), sql, Shape::Lookup));
     }
     out
 }

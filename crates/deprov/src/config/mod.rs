@@ -10,6 +10,7 @@ mod edge;
 mod hard_delete;
 mod intake;
 mod notify;
+mod osb;
 mod tenant;
 mod worker;
 
@@ -23,6 +24,7 @@ pub use edge::{MetricsConfig, RateLimitConfig};
 pub use hard_delete::{HardDeleteConfig, PacingConfig, UserTriggers};
 pub use intake::{IntakeConfig, VercelConfig};
 pub use notify::{EVENT_TYPES, NotificationsConfig, SigningKey};
+pub use osb::{DEFAULT_MIN_API_VERSION, OsbConfig, minor_of as osb_minor_of};
 pub use tenant::{ReconcileConfig, SoftDeleteConfig, TenantConfig};
 pub use worker::{PoolConfig, PoolsConfig, WorkerConfig};
 
@@ -106,6 +108,9 @@ pub struct Config {
     /// `deprov reconcile`: how fast released jobs become claimable.
     #[serde(default)]
     pub reconcile: ReconcileConfig,
+    /// Open Service Broker deprovisioning (`DELETE /v2/service_instances/{id}`); absent = the
+    /// `/v2/` routes answer 404.
+    pub osb: Option<OsbConfig>,
     /// How the file was loaded: whether the secrets it names were read.
     #[serde(skip, default = "unread")]
     pub secrets: Secrets,
@@ -216,6 +221,9 @@ impl Config {
         self.operator_tokens.validate()?;
         if let Some(v) = &self.vercel {
             v.validate(&self.sources)?;
+        }
+        if let Some(o) = &self.osb {
+            o.validate(&self.sources)?;
         }
         Ok(())
     }

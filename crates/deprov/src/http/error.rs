@@ -44,6 +44,9 @@ pub enum ApiError {
     /// 401: no credentials, or credentials that match nothing configured. Carries `WWW-Authenticate`.
     #[error("{0}")]
     Unauthorized(String),
+    /// 401 to a `basic` source's caller: carries `WWW-Authenticate: Basic realm="deprov"` (RFC 7617).
+    #[error("{0}")]
+    UnauthorizedBasic(String),
     /// 403: authenticated but not allowed (operator API disabled, or a `source` the token does not name).
     #[error("{0}")]
     Forbidden(String),
@@ -99,7 +102,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized(_) | Self::UnauthorizedBasic(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
@@ -119,7 +122,9 @@ impl ApiError {
     fn slug_and_title(&self) -> (&'static str, &'static str) {
         match self {
             Self::BadRequest(_) => ("bad-request", "Malformed request"),
-            Self::Unauthorized(_) => ("unauthorized", "Missing or invalid credentials"),
+            Self::Unauthorized(_) | Self::UnauthorizedBasic(_) => {
+                ("unauthorized", "Missing or invalid credentials")
+            }
             Self::Forbidden(_) => ("forbidden", "Not allowed"),
             Self::NotFound(_) => ("not-found", "Not found"),
             Self::Conflict(_) => ("conflict", "Not allowed in the resource's current state"),
@@ -191,6 +196,12 @@ impl IntoResponse for ApiError {
             }
             Self::Unauthorized(_) => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            Self::UnauthorizedBasic(_) => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(crate::sources::basic::CHALLENGE),
+                );
             }
             _ => {}
         }

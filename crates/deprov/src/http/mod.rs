@@ -9,6 +9,9 @@
 //! - `GET /v1/audit` — operator actions, operator token ([`audit`]);
 //! - `GET|POST /v1/reconcile`, `POST /v1/jobs/{job_id}/undo` — operator token; `POST
 //!   /v1/reinstallations` — source token ([`reconcile`]);
+//! - `DELETE /v2/service_instances/{instance_id}`, `GET
+//!   /v2/service_instances/{instance_id}/last_operation` — Open Service Broker deprovisioning, HTTP
+//!   Basic ([`osb`]);
 //! - `GET /healthz`, `GET /readyz` ([`health`]); `GET /metrics` ([`metrics`]); `GET /openapi.json`
 //!   (the spec itself).
 //!
@@ -33,6 +36,7 @@ pub mod jobs;
 pub mod kill_switch;
 pub mod metrics;
 pub mod operator_responses;
+pub mod osb;
 pub mod rate_limit;
 pub mod reconcile;
 pub mod serve;
@@ -191,6 +195,7 @@ impl AppState {
         (name = "intake", description = "Deletion requests from configured sources"),
         (name = "vercel", description = "Vercel Marketplace partner API"),
         (name = "webhooks", description = "Signed deliveries from configured senders"),
+        (name = "osb", description = "Open Service Broker API 2.17, deprovisioning only (`[osb]`); errors are OSB error bodies"),
         (name = "operator", description = "Jobs, the kill switch and the audit log (operator tokens)"),
         (name = "health", description = "Liveness, readiness and metrics"),
     ),
@@ -222,6 +227,13 @@ impl utoipa::Modify for SecuritySchemes {
                  `[operator_tokens] cache_ttl`. With no operator token at all, operator routes answer 403.",
             ),
         );
+        let mut basic = Http::new(HttpAuthScheme::Basic);
+        basic.description = Some(
+            "HTTP Basic: the `username` and a password (`secret_env` / `secret_file`) of the \
+             `[sources.NAME]` named by `[osb] source`."
+                .to_owned(),
+        );
+        components.add_security_scheme("osb_basic", SecurityScheme::Http(basic));
         components.add_security_scheme(
             "vercel_token",
             bearer("The source named by `[vercel] source`: its bearer token, or with `scheme = \"vercel-oidc\"` Vercel's OIDC JWT (RS256, checked against the JWKS, issuer and audience)."),
@@ -236,7 +248,9 @@ fn api_routes(limit: Option<rate_limit::Limit>) -> OpenApiRouter<AppState> {
         .routes(routes!(intake::create_deletion_request))
         .routes(routes!(vercel::delete_installation))
         .routes(routes!(webhooks::receive))
-        .routes(routes!(reconcile::reinstall));
+        .routes(routes!(reconcile::reinstall))
+        .routes(routes!(osb::deprovision))
+        .routes(routes!(osb::last_operation));
     let intake = match limit {
         Some(limit) => {
             intake.route_layer(GovernorLayer::new(limit).error_handler(rate_limit::refusal))
@@ -266,12 +280,15 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     spec
 }
 
-/// While the process is starting ([`crate::readiness::Stage::Starting`]), answers every `/v1/`
-/// route 503 + `Retry-After: 1` at once: the state database may not be migrated yet, or be down (the
+/// While the process is starting ([`crate::readiness::Stage::Starting`]), answers every `/v1/` and
+/// `/v2/` route 503 + `Retry-After: 1` at once: the state database may not be migrated yet, or be down (the
 /// checks then wait up to a pool's acquire timeout). `/healthz`, `/readyz`, `/metrics` and
 /// `/openapi.json` pass.
 async fn while_starting(readiness: Readiness, request: Request, next: Next) -> Response {
-    if readiness.stage() == Stage::Starting && request.uri().path().starts_with("/v1/") {
+    let path = request.uri().path();
+    if readiness.stage() == Stage::Starting
+        && (path.starts_with("/v1/") || path.starts_with("/v2/"))
+    {
         return ApiError::db_unavailable(NotReady::Starting.to_string()).into_response();
     }
     next.run(request).await

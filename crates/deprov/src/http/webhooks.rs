@@ -114,6 +114,12 @@ fn authenticate(
             }
         }
         Scheme::AwsSns => Err(unauthorized(format!("source {name}: not an SNS message"))),
+        Scheme::Basic => crate::sources::basic::verify(
+            source.username.as_deref().unwrap_or_default(),
+            &source.keys.0,
+            headers,
+        )
+        .map_err(|r| ApiError::UnauthorizedBasic(format!("source {name}: {r}"))),
         Scheme::VercelOidc => Err(unauthorized(format!(
             "source {name} is the Vercel partner API (DELETE /v1/installations/{{id}}); it sends no webhooks"
         ))),
@@ -212,7 +218,7 @@ fn new_request(
         (status = 200, description = "Verified; the event type does not mean delete (recorded as ignored), a Slack challenge, a `restore_events` event (`outcome: reinstall`), or an SNS subscription confirmation (`confirmed`, or `ignored` without `confirm_subscriptions`)", body = WebhookAnswer),
         (status = 202, description = "Verified and recorded as a deletion request (or already recorded: `duplicate: true`)", body = WebhookAnswer),
         (status = 400, description = "Verified, but the body is not a JSON object and the source reads its event type, tenant or deduplication key from the body, or a `decode` layer cannot be applied (no string at its pointer, bad base64, not JSON, too large or too deep); nothing stored", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature or token, or a timestamp outside the tolerance (or the body's timestamp outside `max_age`); `aws-sns`: a topic not in `topic_arns`, a `SigningCertURL` not https, not on a `cert_hosts` host or not a `.pem`, or a signature that does not verify", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Unknown source, or a missing, malformed or wrong signature or token (a `bearer` source's token, a `basic` source's HTTP Basic credentials: `WWW-Authenticate: Basic realm=\"deprov\"`), or a timestamp outside the tolerance (or the body's timestamp outside `max_age`); `aws-sns`: a topic not in `topic_arns`, a `SigningCertURL` not https, not on a `cert_hosts` host or not a `.pem`, or a signature that does not verify", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than `[intake] max_body_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A deleting event without a tenant or deduplication key where the source says they are, or a delivery ID reused with a different body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "This peer address exceeded `[intake.rate_limit]`; retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",

@@ -4,10 +4,11 @@
 //! One small module per scheme, each a pure function over the header map, the **raw body bytes** and
 //! the current Unix time, so every rule is testable without a server:
 //! [`standard_webhooks`], [`stripe`], [`github`], [`shopify`], [`slack`], [`vercel`] (the
-//! `x-vercel-signature` webhook), [`oidc`] (`vercel-oidc`, the partner API's JWTs, and the JWKS
-//! verifier `jwt` shares), [`jwt`] (any OIDC/JWT bearer sender), [`atlassian`] (Atlassian
-//! Connect lifecycle hooks, verified by [`atlassian_keys`]) and [`sns`] (`aws-sns`, RSA signatures
-//! with AWS's certificate, fetched by [`sns_certs`]); the last three are async. HMACs are
+//! `x-vercel-signature` webhook), [`basic`] (HTTP Basic), [`oidc`] (`vercel-oidc`, the partner
+//! API's JWTs, and the JWKS verifier `jwt` shares), [`jwt`] (any OIDC/JWT bearer sender),
+//! [`atlassian`] (Atlassian Connect lifecycle hooks, verified by [`atlassian_keys`]) and [`sns`]
+//! (`aws-sns`, RSA signatures with AWS's certificate, fetched by [`sns_certs`]); the last three are
+//! async. HMACs are
 //! checked with `hmac`'s constant-time `verify_slice`, against every configured secret (rotation: any
 //! may match) and every signature the header carries, without stopping at the first match.
 //! [`decode`] unwraps a payload held in a string field; [`payload`] reads the event type, tenant and
@@ -16,6 +17,7 @@
 pub mod age;
 pub mod atlassian;
 pub mod atlassian_keys;
+pub mod basic;
 pub mod decode;
 pub mod github;
 pub mod jwt;
@@ -196,6 +198,7 @@ pub fn verify_hmac(
         Scheme::VercelWebhook => vercel::verify(keys, headers, body),
         Scheme::Bearer
         | Scheme::VercelOidc
+        | Scheme::Basic
         | Scheme::Jwt
         | Scheme::AtlassianConnect
         | Scheme::AwsSns => Err(Reject::Mismatch),
@@ -211,6 +214,8 @@ pub fn unix_now() -> i64 {
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod proptests_basic;
 #[cfg(test)]
 mod proptests_jwt;
 #[cfg(test)]

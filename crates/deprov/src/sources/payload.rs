@@ -28,7 +28,7 @@ pub fn default_event(scheme: Scheme) -> Option<Locator> {
         // SNS: the envelope's `Type` (`Notification`); Marketplace's action is `/Message/action`
         // once `decode` parsed `/Message`.
         Scheme::AwsSns => Some(Locator::Pointer("/Type".into())),
-        Scheme::Bearer | Scheme::VercelOidc | Scheme::Jwt => None,
+        Scheme::Bearer | Scheme::VercelOidc | Scheme::Basic | Scheme::Jwt => None,
     }
 }
 
@@ -41,7 +41,11 @@ pub fn default_delivery(scheme: Scheme) -> Option<Locator> {
         Scheme::Shopify => Some(Locator::Header(shopify::EVENT_ID.into())),
         Scheme::Slack => Some(Locator::Pointer("/event_id".into())),
         Scheme::AwsSns => Some(Locator::Pointer("/MessageId".into())),
-        Scheme::Bearer | Scheme::VercelOidc | Scheme::Jwt | Scheme::AtlassianConnect => None,
+        Scheme::Bearer
+        | Scheme::VercelOidc
+        | Scheme::Basic
+        | Scheme::Jwt
+        | Scheme::AtlassianConnect => None,
     }
 }
 
@@ -101,7 +105,8 @@ pub fn event_type(
 pub struct Delivery {
     /// The event type, if found.
     pub event: Option<String>,
-    /// Whether the event type is one of `delete_events` (always, for a bearer source without any).
+    /// Whether the event type is one of `delete_events` (always, for a bearer or basic source
+    /// without any).
     pub deletes: bool,
     /// The tenant value (before any `tenant_lookup`), if found.
     pub tenant: Option<String>,
@@ -137,7 +142,7 @@ pub fn extract(source: &SourceConfig, headers: &HeaderMap, body: &[u8]) -> Deliv
     let json = json.as_ref();
     let event = event_type(source, headers, json);
     let deletes = if source.delete_events.is_empty() {
-        source.scheme == Scheme::Bearer
+        matches!(source.scheme, Scheme::Bearer | Scheme::Basic)
     } else {
         event
             .as_ref()

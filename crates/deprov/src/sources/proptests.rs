@@ -55,6 +55,7 @@ fn signed(scheme: Scheme, key: &[u8], body: &[u8]) -> HeaderMap {
         Scheme::VercelWebhook => map(&[("x-vercel-signature", s(vercel::sign(key, body)))]),
         Scheme::Bearer
         | Scheme::VercelOidc
+        | Scheme::Basic
         | Scheme::Jwt
         | Scheme::AtlassianConnect
         | Scheme::AwsSns => HeaderMap::new(),

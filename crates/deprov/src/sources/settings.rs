@@ -43,11 +43,14 @@ pub enum Scheme {
     AtlassianConnect,
     /// Amazon SNS HTTP/S deliveries, RSA-signed with AWS's certificate (see [`super::sns`]).
     AwsSns,
+    /// HTTP Basic (`Authorization: Basic …`): `username` and a password from `secret_env` /
+    /// `secret_file` ([`super::basic`]); the Open Service Broker's platforms, add-on callers.
+    Basic,
 }
 
 impl Scheme {
     /// Every scheme.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::Bearer,
         Self::StandardWebhooks,
         Self::Stripe,
@@ -59,6 +62,7 @@ impl Scheme {
         Self::Jwt,
         Self::AtlassianConnect,
         Self::AwsSns,
+        Self::Basic,
     ];
 
     /// The name used in the configuration file.
@@ -75,12 +79,16 @@ impl Scheme {
             Self::Jwt => "jwt",
             Self::AtlassianConnect => "atlassian-connect",
             Self::AwsSns => "aws-sns",
+            Self::Basic => "basic",
         }
     }
 
     /// Whether the scheme signs deliveries with an HMAC over the body.
     pub fn is_hmac(self) -> bool {
-        !matches!(self, Self::Bearer | Self::VercelOidc | Self::AwsSns) && !self.is_token()
+        !matches!(
+            self,
+            Self::Bearer | Self::VercelOidc | Self::Basic | Self::AwsSns
+        ) && !self.is_token()
     }
 
     /// Whether the scheme checks a signed token on `POST /v1/webhooks/{source}` (asynchronously:
@@ -92,7 +100,7 @@ impl Scheme {
     /// Whether the scheme's sender puts a delivery/event ID (equal on retries) in each delivery
     /// (else `dedup` defaults to the tenant); where it is: `payload::default_delivery`.
     pub fn has_delivery_id(self) -> bool {
-        !matches!(self, Self::Bearer | Self::VercelOidc) && !self.is_token()
+        !matches!(self, Self::Bearer | Self::VercelOidc | Self::Basic) && !self.is_token()
     }
 
     /// Whether the scheme signs a timestamp (and so has a tolerance).
@@ -108,7 +116,7 @@ impl Scheme {
     pub fn uses(self, key: &str) -> bool {
         match key {
             "token" | "token_env" => self == Self::Bearer,
-            "secret_env" | "secret_file" => self.is_hmac(),
+            "secret_env" | "secret_file" => self.is_hmac() || self == Self::Basic,
             "tolerance" => self.has_timestamp(),
             "timestamp" | "max_age" => self.is_hmac() && !self.has_timestamp(),
             "jwks_url" | "jwks_file" | "issuer" => matches!(self, Self::VercelOidc | Self::Jwt),
@@ -119,6 +127,7 @@ impl Scheme {
             "topic_arns" | "cert_hosts" | "cert_roots_file" | "confirm_subscriptions" => {
                 self == Self::AwsSns
             }
+            "username" => self == Self::Basic,
             // Webhook and deletion-request keys: the partner API takes the installation from its
             // path and sends no events.
             "tenant" | "tenant_lookup" | "event" | "delete_events" | "restore_events"
@@ -147,6 +156,9 @@ impl Scheme {
             {
                 "it checks Atlassian's RS256 token against the key key_url serves"
             }
+            "token" | "token_env" if self == Self::Basic => {
+                "it checks HTTP Basic credentials: give username and secret_env or secret_file"
+            }
             "token" | "token_env" => "it checks Vercel's OIDC token against jwks_url or jwks_file",
             "secret_env" | "secret_file" if self == Self::Bearer => "give token or token_env",
             "secret_env" | "secret_file" => {
@@ -163,6 +175,7 @@ impl Scheme {
             "algorithms" | "required_claims" => "only jwt reads them",
             "leeway" | "allow_http_loopback" => "only jwt and atlassian-connect check tokens",
             "key_url" | "base_path" => "only atlassian-connect reads them",
+            "username" => "only basic checks a user name",
             "tenant_lookup" => "the partner API's lookup is [vercel] tenant_lookup",
             _ => {
                 "it sends no webhooks: the partner API takes the installation from DELETE /v1/installations/{id}"
@@ -185,7 +198,7 @@ impl Scheme {
 }
 
 /// Every key of a `[sources.NAME]` table besides `scheme`, in the order they are checked.
-pub const SOURCE_KEYS: [&str; 29] = [
+pub const SOURCE_KEYS: [&str; 30] = [
     "token",
     "token_env",
     "secret_env",
@@ -215,6 +228,7 @@ pub const SOURCE_KEYS: [&str; 29] = [
     "cert_hosts",
     "cert_roots_file",
     "confirm_subscriptions",
+    "username",
 ];
 
 /// Whether loading the configuration reads the secrets it names (`token_env`, `secret_env`,
@@ -336,7 +350,7 @@ pub struct SourceConfig {
     /// Where the event type is, overriding the scheme's default (see [`super::payload`]).
     pub event: Option<Locator>,
     /// Event types that mean "delete this tenant"; any other is acknowledged and recorded as ignored.
-    /// Empty on a `bearer` source = every request deletes.
+    /// Empty on a `bearer` or `basic` source = every request deletes.
     #[serde(default)]
     pub delete_events: Vec<String>,
     /// Event types that mean "the tenant is back" (a reinstall): the tenant's pending deletion is
@@ -385,6 +399,9 @@ pub struct SourceConfig {
     /// address (tests only; default false).
     #[serde(default)]
     pub allow_http_loopback: bool,
+    /// `basic`: the user-id the caller must send (1..=256 characters, no `:`, no control
+    /// characters: RFC 7617 §2).
+    pub username: Option<String>,
     /// The derived keys, filled by [`SourceConfig::prepare`]; not part of the file.
     #[serde(skip)]
     pub keys: Keys,
@@ -464,6 +481,9 @@ impl SourceConfig {
                 super::sns_certs::prepare(self)
                     .map_err(|(key, reason)| invalid(name, key, reason))?,
             );
+        }
+        if self.scheme == Scheme::Basic {
+            self.prepare_basic(name, secrets)?;
         }
         self.check_values(name)?;
         if self.dedup == Dedup::Delivery && !self.scheme.has_delivery_id() {
@@ -611,8 +631,9 @@ impl SourceConfig {
         Ok(())
     }
 
-    /// Reads the secrets of source `name` (an HMAC scheme) and derives their keys.
-    fn read_keys(&self, name: &str) -> Result<Vec<Vec<u8>>, InvalidSource> {
+    /// Reads the secrets of source `name` (an HMAC scheme, or `basic`'s passwords) and derives their
+    /// keys.
+    pub(super) fn read_keys(&self, name: &str) -> Result<Vec<Vec<u8>>, InvalidSource> {
         let mut keys = Vec::new();
         for var in &self.secret_env {
             let secret = std::env::var(var).map_err(|_| {

@@ -275,6 +275,11 @@ impl TestApp {
         format!("{}{path}", self.address)
     }
 
+    /// The configuration file the server was started with.
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self._config_dir.path().join("deprov.toml")
+    }
+
     /// Stops the server (graceful shutdown) and waits until `run_until_stopped` returned.
     pub async fn shutdown(&mut self) {
         self.cancel.cancel();

@@ -25,6 +25,8 @@ mod nul;
 mod oidc;
 mod openapi;
 mod operator;
+mod osb;
+mod osb_worker;
 mod plan_cli;
 mod pooler;
 mod pools;

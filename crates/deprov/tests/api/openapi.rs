@@ -61,6 +61,18 @@ fn every_route_is_documented_with_its_errors() {
             "put",
             &["200", "400", "401", "403", "413", "415", "422", "503"],
         ),
+        (
+            "/v2/service_instances/{instance_id}",
+            "delete",
+            &[
+                "200", "202", "400", "401", "404", "410", "412", "413", "422", "429", "503",
+            ],
+        ),
+        (
+            "/v2/service_instances/{instance_id}/last_operation",
+            "get",
+            &["200", "400", "401", "404", "410", "412", "503"],
+        ),
         ("/healthz", "get", &["200"]),
         ("/readyz", "get", &["200", "503"]),
         ("/metrics", "get", &["200"]),

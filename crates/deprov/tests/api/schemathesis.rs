@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::helpers::{OPERATOR_TOKEN, SOURCE_TOKEN, VERCEL_TOKEN};
-use crate::signed::spawn_signed;
+use crate::signed::{OSB_PASSWORD, OSB_USER, spawn_signed};
 
 /// The version `.ci/run` installs; the CLI flags below are this version's.
 const PINNED: &str = "4.32.5";
@@ -47,14 +47,19 @@ fn find_schemathesis() -> Option<PathBuf> {
 /// (`external_id: "0"`, the same `Idempotency-Key`) with different bodies, which the IETF
 /// idempotency-key draft (and the spec) answer 422 `idempotency-key-reused`; and a `tenant_id` the
 /// bigint key column cannot read is 422 at intake and on reinstalls (documented): for those
-/// operations, 422 counts as an accepted answer to valid data.
+/// operations, 422 counts as an accepted answer to valid data. The Open Service Broker routes
+/// (`osb_basic`: the `[osb] source`'s user-id and password) refuse an unsupported
+/// or missing `X-Broker-API-Version` 412 (OSB "API Version Header"), a deprovision without
+/// `accepts_incomplete=true` 422 `AsyncRequired` (a boolean the schema lets be `false`), and answer
+/// 410 for an instance whose deletion found nothing.
 fn config_toml() -> String {
     format!(
         "[auth.openapi.operator_token]\nbearer = \"{OPERATOR_TOKEN}\"\n\
          [auth.openapi.source_token]\nbearer = \"{SOURCE_TOKEN}\"\n\
          [auth.openapi.vercel_token]\nbearer = \"{VERCEL_TOKEN}\"\n\
+         [auth.openapi.osb_basic]\nusername = \"{OSB_USER}\"\npassword = \"{OSB_PASSWORD}\"\n\
          [checks.negative_data_rejection]\nexpected-statuses = [\"400\", \"401\", \"403\", \
-         \"404\", \"405\", \"406\", \"409\", \"413\", \"415\", \"422\", \"428\", \"429\"]\n\
+         \"404\", \"405\", \"406\", \"409\", \"412\", \"413\", \"415\", \"422\", \"428\", \"429\"]\n\
          [[operations]]\ninclude-operation-id = \"create_deletion_request\"\n\
          checks.positive_data_acceptance.expected-statuses = \
          [\"2xx\", \"401\", \"403\", \"404\", \"409\", \"422\", \"429\"]\n\
@@ -67,6 +72,14 @@ fn config_toml() -> String {
          [[operations]]\ninclude-operation-id = \"reinstall\"\n\
          checks.positive_data_acceptance.expected-statuses = \
          [\"2xx\", \"401\", \"403\", \"404\", \"409\", \"422\", \"429\"]\n\
+         [[operations]]\ninclude-operation-id = \"deprovision\"\n\
+         checks.positive_data_acceptance.expected-statuses = \
+         [\"2xx\", \"401\", \"404\", \"410\", \"422\", \"429\"]\n\
+         checks.missing_required_header.expected-statuses = [\"412\"]\n\
+         [[operations]]\ninclude-operation-id = \"last_operation\"\n\
+         checks.positive_data_acceptance.expected-statuses = \
+         [\"2xx\", \"401\", \"404\", \"410\", \"429\"]\n\
+         checks.missing_required_header.expected-statuses = [\"412\"]\n\
          [[operations]]\ninclude-operation-id = \"put_kill_switch\"\n\
          checks.positive_data_acceptance.expected-statuses = \
          [\"2xx\", \"401\", \"403\", \"404\", \"409\", \"422\", \"429\"]\n"

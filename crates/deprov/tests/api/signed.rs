@@ -14,6 +14,9 @@ pub const GITHUB_SECRET: &str = "It's a Secret to Everybody";
 pub const SHOPIFY_SECRET: &str = "hush";
 pub const SLACK_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 pub const VERCEL_SECRET: &str = "AiK52QASLJXmCXX3X9gO2Zyh";
+/// `[sources.osb-platform]` (basic, the `[osb] source`): its user-id and password.
+pub const OSB_USER: &str = "cf-platform";
+pub const OSB_PASSWORD: &str = "osb-broker-password-0123456789";
 
 pub fn fixture(name: &str) -> Vec<u8> {
     let path = format!(
@@ -23,7 +26,8 @@ pub fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// A server with one source per signed scheme; secrets in files of `dir`.
+/// A server with one source per signed scheme and an `[osb]` broker (basic); secrets in files of
+/// `dir`.
 pub async fn spawn_signed(dir: &tempfile::TempDir, worker: bool) -> TestApp {
     let file = |name: &str, secret: &str| {
         let path = dir.path().join(name);
@@ -64,6 +68,13 @@ tenant = {{ pointer = "/payload/configuration/id" }}
 delete_events = ["integration-configuration.removed"]
 dedup = "tenant"
 tenant_lookup = "SELECT id FROM app.accounts WHERE installation_id = $1"
+[sources.osb-platform]
+scheme = "basic"
+username = "{osb_user}"
+secret_file = [{osb}]
+[osb]
+source = "osb-platform"
+tenant_lookup = "SELECT id FROM app.accounts WHERE installation_id = $1"
 "#,
         old = file("sw-old", SW_OLD_SECRET),
         sw = file("sw", SW_SECRET),
@@ -72,6 +83,8 @@ tenant_lookup = "SELECT id FROM app.accounts WHERE installation_id = $1"
         shopify = file("shopify", SHOPIFY_SECRET),
         slack = file("slack", SLACK_SECRET),
         vercel = file("vercel", VERCEL_SECRET),
+        osb = file("osb", OSB_PASSWORD),
+        osb_user = OSB_USER,
     );
     spawn_app_with(TestOptions {
         key_type: "bigint",

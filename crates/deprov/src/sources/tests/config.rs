@@ -137,6 +137,8 @@ fn the_example_signed_senders_are_valid_once_uncommented() {
     for name in ["stripe", "github", "vercel-hooks"] {
         assert!(config.sources[name].scheme.is_hmac(), "{name}");
     }
+    assert_eq!(config.sources["platform"].scheme, Scheme::Basic);
+    assert_eq!(config.osb.unwrap().source, "platform");
 }
 
 /// A scheme says it has a delivery ID exactly when the payload layer knows where it is.
@@ -172,6 +174,9 @@ fn minimal_entry(scheme: Scheme) -> String {
         Scheme::AtlassianConnect => {
             format!("scheme = \"{name}\"\naudience = \"https://app.example.com\"")
         }
+        Scheme::Basic => format!(
+            "scheme = \"{name}\"\nusername = \"platform\"\nsecret_env = [\"DEPROV_TEST_UNSET_VAR_8\"]"
+        ),
         _ => format!(
             "scheme = \"{name}\"\nsecret_env = [\"DEPROV_TEST_UNSET_VAR_8\"]\n\
              tenant = {{ pointer = \"/x\" }}\ndelete_events = [\"a\"]"
@@ -209,6 +214,7 @@ fn sample_value(key: &str) -> &'static str {
         "cert_hosts" => "[\"sns.*.amazonaws.com\"]",
         "cert_roots_file" => "\"/nonexistent/roots.pem\"",
         "confirm_subscriptions" => "true",
+        "username" => "\"platform\"",
         other => panic!("no sample for {other}"),
     }
 }
@@ -292,7 +298,11 @@ fn unused_by(scheme: Scheme) -> Vec<&'static str> {
             ],
         ]
         .concat(),
+        Scheme::Basic => vec!["token", "token_env", "tolerance", "timestamp", "max_age"],
     };
+    if scheme != Scheme::Basic {
+        out.push("username");
+    }
     if !matches!(
         scheme,
         Scheme::VercelOidc | Scheme::Jwt | Scheme::AtlassianConnect

@@ -408,7 +408,8 @@ impl JobRun {
     }
 
     /// Resolves a Vercel installation, or a `lookup` subject (`{source}:{value}`, from a webhook
-    /// source with `tenant_lookup`), to a tenant key; `None` = no such tenant (nothing to delete).
+    /// source with `tenant_lookup`, or an Open Service Broker instance with `[osb] tenant_lookup`),
+    /// to a tenant key; `None` = no such tenant (nothing to delete).
     /// An earlier request for the same subject whose deletion has not completed decides before the
     /// target's lookup does ([`jobs::unfinished_tenant_of_subject`]): this job then merges into
     /// that tenant's active job, or deletes the tenant again after a failed or cancelled one.
@@ -418,12 +419,19 @@ impl JobRun {
         let (lookup, setting, value, what) =
             if self.job.subject_kind == SubjectKind::Lookup.as_str() {
                 let (source, value) = self.job.subject.split_once(':').unwrap_or(("", ""));
-                let setting = format!("sources.{source}.tenant_lookup");
-                let sql = w
-                    .config
-                    .sources
-                    .get(source)
-                    .and_then(|s| s.tenant_lookup.clone());
+                // The Open Service Broker's source: its instances are looked up by `[osb]
+                // tenant_lookup` (the source itself has none, checked at load).
+                let osb = w.config.osb.as_ref().filter(|o| o.source == source);
+                let (setting, sql) = match osb {
+                    Some(o) => ("osb.tenant_lookup".to_owned(), o.tenant_lookup.clone()),
+                    None => (
+                        format!("sources.{source}.tenant_lookup"),
+                        w.config
+                            .sources
+                            .get(source)
+                            .and_then(|s| s.tenant_lookup.clone()),
+                    ),
+                };
                 if sql.is_none() {
                     return Err(Stop::Error(EngineError::Statement(format!(
                         "{setting} is no longer configured; cannot resolve {value:?}"
