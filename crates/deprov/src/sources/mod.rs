@@ -23,6 +23,7 @@ pub mod github;
 pub mod jwt;
 pub mod oidc;
 pub mod payload;
+pub mod scheme;
 pub mod settings;
 pub mod shopify;
 pub mod slack;
