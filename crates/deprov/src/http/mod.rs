@@ -133,7 +133,11 @@ impl AppState {
             config.metrics.read_timeout,
         ));
         Self {
-            rate_limit: rate_limit::limit(&config.intake.rate_limit, sources.clone()),
+            rate_limit: rate_limit::limit(
+                &config.intake.rate_limit,
+                sources.clone(),
+                rate_limit::Routes::of(&config),
+            ),
             pools,
             operators: Arc::new(OperatorAuth::new(
                 operator_token,

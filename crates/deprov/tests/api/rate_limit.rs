@@ -125,3 +125,73 @@ async fn the_example_limit_answers_the_end_of_a_50_request_burst_429() {
     assert_eq!(passed + refused, 50);
     assert_eq!(app.count_requests().await, passed);
 }
+
+/// A signed webhook (`github` scheme, `installation.deleted`) for `tenant`, to `source`, signed
+/// with `secret`.
+async fn github_delivery(
+    app: &crate::helpers::TestApp,
+    source: &str,
+    secret: &[u8],
+    tenant: u64,
+) -> reqwest::Response {
+    let body = serde_json::json!({"action": "deleted", "installation": {"id": tenant}}).to_string();
+    app.client
+        .post(app.url(&format!("/v1/webhooks/{source}")))
+        .header("Content-Type", "application/json")
+        .header(
+            deprov::sources::github::SIGNATURE,
+            deprov::sources::github::sign(secret, body.as_bytes()),
+        )
+        .header(deprov::sources::github::EVENT, "installation")
+        .header(
+            deprov::sources::github::DELIVERY,
+            format!("d-{source}-{tenant}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn junk_sent_to_one_source_does_not_spend_another_sources_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "hook-secret-0123456789\n").unwrap();
+    let table = |name: &str| {
+        format!(
+            "[sources.{name}]\nscheme = \"github\"\nsecret_file = [{:?}]\n\
+             tenant = {{ pointer = \"/installation/id\" }}\ndelete_events = [\"installation.deleted\"]\n",
+            secret.display().to_string()
+        )
+    };
+    let app = spawn_app_with(TestOptions {
+        rate_limit: Some((0.01, 3)),
+        extra_config: format!("{}{}", table("hooks-a"), table("hooks-b")),
+        ..Default::default()
+    })
+    .await;
+    // Badly signed deliveries to hooks-a, from this address: 401 until its burst is spent.
+    for tenant in 1..=3 {
+        let bad = github_delivery(&app, "hooks-a", b"not-the-secret", tenant).await;
+        assert_eq!(bad.status(), StatusCode::UNAUTHORIZED);
+    }
+    let bad = github_delivery(&app, "hooks-a", b"not-the-secret", 4).await;
+    assert_problem(bad, StatusCode::TOO_MANY_REQUESTS).await;
+    // hooks-b, from the same address (as every sender behind one proxy is), still has its quota.
+    let good = github_delivery(&app, "hooks-b", b"hook-secret-0123456789", 5).await;
+    assert_eq!(good.status(), StatusCode::ACCEPTED);
+    // A source name nobody configured is keyed by the address alone: its own bucket.
+    for _ in 0..3 {
+        let unknown = github_delivery(&app, "nobody", b"x", 6).await;
+        assert_eq!(unknown.status(), StatusCode::UNAUTHORIZED);
+    }
+    let unknown = github_delivery(&app, "nobody", b"x", 6).await;
+    assert_problem(unknown, StatusCode::TOO_MANY_REQUESTS).await;
+    let good = github_delivery(&app, "hooks-b", b"hook-secret-0123456789", 7).await;
+    assert_eq!(good.status(), StatusCode::ACCEPTED);
+    // hooks-a's own deliveries wait for its quota: the junk did spend that.
+    let late = github_delivery(&app, "hooks-a", b"hook-secret-0123456789", 8).await;
+    assert_problem(late, StatusCode::TOO_MANY_REQUESTS).await;
+    assert_eq!(app.count_requests().await, 2);
+}
