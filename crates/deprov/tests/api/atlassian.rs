@@ -114,6 +114,11 @@ async fn answer(response: reqwest::Response, status: StatusCode) -> Value {
 async fn atlassian_uninstalled_is_one_job_a_replay_is_deduplicated_and_installed_is_ignored() {
     let hits = Arc::new(AtomicUsize::new(0));
     let app = spawn_connect(&key_server(hits.clone()).await).await;
+    sqlx::query("INSERT INTO app.accounts (id) VALUES ($1), ('other-client')")
+        .bind(CLIENT_KEY)
+        .execute(&app.db)
+        .await
+        .unwrap();
     let auth = format!("JWT {}", token(&claims("")));
     let first = answer(
         post(&app, "", &auth, &body("uninstalled")).await,
@@ -164,6 +169,19 @@ async fn atlassian_uninstalled_is_one_job_a_replay_is_deduplicated_and_installed
         (1, 1, 1)
     );
     assert_eq!(hits.load(Ordering::SeqCst), 1, "the key is fetched once");
+    // The worker deletes the client's tenant, and only it.
+    app.drain_worker().await;
+    assert_eq!(
+        app.job_state(first["job_id"].as_str().unwrap()).await,
+        "completed"
+    );
+    assert_eq!(
+        (
+            app.account_exists(CLIENT_KEY).await,
+            app.account_exists("other-client").await
+        ),
+        (false, true)
+    );
 }
 
 #[tokio::test]

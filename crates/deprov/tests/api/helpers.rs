@@ -280,6 +280,30 @@ impl TestApp {
         self._config_dir.path().join("deprov.toml")
     }
 
+    /// Runs a worker (the server's configuration; the target is the state database) until it finds
+    /// no job to run.
+    pub async fn drain_worker(&self) {
+        let config = deprov::config::Config::load(self.config_path().to_str().unwrap()).unwrap();
+        let pools = deprov::db::Pools::new(&self.db_url, &self.db_url, &config.pools).unwrap();
+        let worker =
+            deprov::worker::Worker::new(pools, std::sync::Arc::new(config), "api-test".into());
+        for _ in 0..20 {
+            if worker.step().await.unwrap() == deprov::worker::StepOutcome::Idle {
+                return;
+            }
+        }
+        panic!("the worker never went idle");
+    }
+
+    /// Whether `app.accounts` (the target's root table) has a row with key `id`.
+    pub async fn account_exists(&self, id: &str) -> bool {
+        sqlx::query_scalar("SELECT EXISTS (SELECT FROM app.accounts WHERE id::text = $1)")
+            .bind(id)
+            .fetch_one(&self.db)
+            .await
+            .unwrap()
+    }
+
     /// Stops the server (graceful shutdown) and waits until `run_until_stopped` returned.
     pub async fn shutdown(&mut self) {
         self.cancel.cancel();

@@ -189,6 +189,11 @@ async fn jwt_tokens_outside_the_rules_are_401_and_store_nothing() {
     app.assert_nothing_stored_at_all().await;
 
     // RS256 and ES256 both verify; the subscription is the natural dedup key (no delivery ID).
+    sqlx::query("INSERT INTO app.accounts (id) VALUES ($1), ('other-subscription')")
+        .bind(SUBSCRIPTION)
+        .execute(&app.db)
+        .await
+        .unwrap();
     let first = answer(
         post(
             &app,
@@ -243,6 +248,19 @@ async fn jwt_tokens_outside_the_rules_are_401_and_store_nothing() {
             app.count_ignored().await
         ),
         (1, 1, 1)
+    );
+    // The worker deletes the subscription's tenant, and only it.
+    app.drain_worker().await;
+    assert_eq!(
+        app.job_state(first["job_id"].as_str().unwrap()).await,
+        "completed"
+    );
+    assert_eq!(
+        (
+            app.account_exists(SUBSCRIPTION).await,
+            app.account_exists("other-subscription").await
+        ),
+        (false, true)
     );
 }
 

@@ -3,8 +3,6 @@
 //! error body, and a `basic` source on the webhook route. The flows a worker completes are in
 //! `osb_worker`.
 
-use std::sync::Arc;
-
 use deprov::sources::basic::header_value;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -102,17 +100,7 @@ impl Broker {
 
     /// Runs a worker on the server's configuration until no job is left to claim.
     pub async fn drain(&self) {
-        let config =
-            deprov::config::Config::load(self.app.config_path().to_str().unwrap()).unwrap();
-        let pools =
-            deprov::db::Pools::new(&self.app.db_url, &self.app.db_url, &config.pools).unwrap();
-        let worker = deprov::worker::Worker::new(pools, Arc::new(config), "osb-test".into());
-        for _ in 0..20 {
-            if worker.step().await.unwrap() == deprov::worker::StepOutcome::Idle {
-                return;
-            }
-        }
-        panic!("the worker never went idle");
+        self.app.drain_worker().await;
     }
 }
 

@@ -111,6 +111,10 @@ async fn answer(response: reqwest::Response, status: StatusCode) -> Value {
 async fn unsubscribe_success_records_one_job_for_the_customer_and_a_replay_is_a_duplicate() {
     let server = SnsServer::start().await;
     let app = spawn_sns().await;
+    sqlx::query("INSERT INTO app.accounts (id) VALUES ('X01EXAMPLEX'), ('X01OTHER')")
+        .execute(&app.db)
+        .await
+        .unwrap();
     let m = marketplace(&server, "unsubscribe-success", "6c1b0b0e-0001", true);
     let first = answer(
         post(&app, "sns", &m, envelope(&m)).await,
@@ -157,6 +161,19 @@ async fn unsubscribe_success_records_one_job_for_the_customer_and_a_replay_is_a_
         (&json!(false), &json!("recorded"))
     );
     assert_eq!(server.requests(CERT), 1, "cached by URL");
+    // The worker deletes the customer's tenant, and only it.
+    app.drain_worker().await;
+    assert_eq!(
+        app.job_state(first["job_id"].as_str().unwrap()).await,
+        "completed"
+    );
+    assert_eq!(
+        (
+            app.account_exists("X01EXAMPLEX").await,
+            app.account_exists("X01OTHER").await
+        ),
+        (false, true)
+    );
 }
 
 #[tokio::test]
