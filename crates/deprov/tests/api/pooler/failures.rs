@@ -120,6 +120,10 @@ async fn the_cli_needs_the_pooler_mode_behind_transaction_pooling() {
         "{text}\n{}",
         s.bouncer.log()
     );
+    // One call in transaction mode first: PgBouncer has handled the failed call's disconnect (its
+    // process has exited) by the time it serves a later client, so the counts below start after it.
+    let (ok, text) = deprov("transaction", &["kill-switch", "status"]);
+    assert!(ok, "{text}");
     let (logins, closes) = (s.bouncer.server_logins(), s.bouncer.server_closes());
 
     for args in [
