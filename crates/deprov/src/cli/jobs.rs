@@ -128,7 +128,7 @@ pub fn jobs_table(views: &[JobView]) -> String {
         cell("TRIES", 5),
         cell("ROWS", 9),
         cell("CREATED", 20),
-        "LAST ERROR"
+        "LAST ERROR / NOTE"
     );
     for v in views {
         let state = serde_json::to_value(v.state).unwrap_or_default();
@@ -141,15 +141,25 @@ pub fn jobs_table(views: &[JobView]) -> String {
             cell(&v.attempts.to_string(), 5),
             cell(&v.progress.rows_deleted.to_string(), 9),
             cell(&rfc3339(v.created_at), 20),
-            v.last_error
-                .as_deref()
-                .unwrap_or("-")
-                .lines()
-                .next()
-                .unwrap_or("-"),
+            last_column(v),
         ));
     }
     out
+}
+
+/// The job's `progress.note` (why a completed job deleted nothing, what it was merged into, …).
+fn note(v: &JobView) -> Option<&str> {
+    v.progress.extra.get("note")?.as_str()
+}
+
+/// The list's last column: the last error's first line, else `note: ` and the note's, else `-`.
+fn last_column(v: &JobView) -> String {
+    let first = |s: &str| s.lines().next().unwrap_or("-").to_owned();
+    match (v.last_error.as_deref(), note(v)) {
+        (Some(e), _) => first(e),
+        (None, Some(n)) => format!("note: {}", first(n)),
+        (None, None) => "-".into(),
+    }
 }
 
 fn show_text(v: &JobView) -> String {
@@ -169,6 +179,9 @@ fn show_text(v: &JobView) -> String {
         ),
     );
     line("rows", v.progress.rows_deleted.to_string());
+    if let Some(n) = note(v) {
+        line("note", n.to_owned());
+    }
     line("created", rfc3339(v.created_at));
     line("started", v.started_at.map_or("-".into(), rfc3339));
     line("finished", v.finished_at.map_or("-".into(), rfc3339));
