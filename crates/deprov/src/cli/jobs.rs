@@ -376,4 +376,44 @@ mod tests {
         assert!(lines[1].contains("a-tenant-key-lo… "), "{}", lines[1]);
         assert!(lines[1].ends_with("lock timeout"), "{}", lines[1]);
     }
+
+    #[test]
+    fn without_an_error_the_list_and_show_print_the_jobs_note() {
+        let now = time::OffsetDateTime::UNIX_EPOCH;
+        let job = crate::queue::Job {
+            id: Uuid::nil(),
+            subject_kind: "lookup".into(),
+            subject: "platform:inst-1".into(),
+            tenant_id: None,
+            state: "completed".into(),
+            step: "done".into(),
+            attempts: 1,
+            stalled_attempts: 0,
+            max_attempts: 10,
+            last_error: None,
+            checkpoint: None,
+            progress: json!({"rows_deleted": 0, "note": "no tenant found; nothing to delete"}),
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            run_after: now,
+            lease_owner: None,
+            lease_expires_at: None,
+        };
+        let view = JobView::from(job);
+        let table = jobs_table(std::slice::from_ref(&view));
+        assert!(
+            table
+                .lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("note: no tenant found; nothing to delete"),
+            "{table}"
+        );
+        assert!(
+            show_text(&view).contains("note:        no tenant found; nothing to delete\n"),
+            "{}",
+            show_text(&view)
+        );
+    }
 }
