@@ -119,3 +119,88 @@ async fn a_verified_delivery_without_its_event_type_is_acknowledged_and_counted_
     );
     assert_eq!(m.get(REFUSED, &[]), None, "nothing was refused");
 }
+
+/// The real `deprov serve` logs each refusal and each delivery without an event type at WARN (the
+/// default level shown), naming the source and the reason and never the credential sent.
+#[tokio::test]
+async fn refusals_and_deliveries_without_an_event_type_are_logged_at_warn() {
+    let logs = tempfile::NamedTempFile::new().unwrap();
+    let pg = crate::process::start_pg(None).await;
+    let extra = "[sources.hooks]\ntoken = \"hooks-token-0123456789abcdef\"\n\
+                 event = { pointer = \"/action\" }\ntenant = { pointer = \"/tenant\" }\n\
+                 delete_events = [\"deleted\"]\n";
+    let mut process = crate::process::spawn_with(
+        pg,
+        "serve",
+        extra,
+        "warn",
+        std::process::Stdio::null(),
+        std::process::Stdio::from(logs.reopen().unwrap()),
+    )
+    .await;
+    let post = |source: &str, token: &str, body: &'static str| {
+        process
+            .client
+            .post(process.url(&format!("/v1/webhooks/{source}")))
+            .bearer_auth(token)
+            .header("Content-Type", "application/json")
+            .body(body)
+            .send()
+    };
+    let wrong = post("hooks", "wrong-token-secret-value", "{}")
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let unknown = post("no-such-source", "x", "{}").await.unwrap();
+    assert_eq!(unknown.status(), StatusCode::UNAUTHORIZED);
+    let renamed = post(
+        "hooks",
+        "hooks-token-0123456789abcdef",
+        r#"{"Action":"deleted","tenant":"7"}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(renamed.status(), StatusCode::OK);
+    let m = process.scrape().await;
+    assert_eq!(
+        m.value(REFUSED, &[("source", "hooks"), ("status", "401")]),
+        1.0
+    );
+    assert_eq!(
+        m.value(REFUSED, &[("source", "unknown"), ("status", "401")]),
+        1.0
+    );
+    assert_eq!(
+        m.value(IGNORED, &[("source", "hooks"), ("reason", "no_event_type")]),
+        1.0
+    );
+    process
+        .terminate(std::time::Duration::from_secs(15))
+        .await
+        .expect("deprov stops on SIGTERM");
+    let text = std::fs::read_to_string(logs.path()).unwrap();
+    let line = |needle: &str| {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{text}"))
+            .to_owned()
+    };
+    let refused = line("webhook delivery refused");
+    assert!(
+        refused.contains("WARN") && refused.contains("hooks") && refused.contains("wrong token"),
+        "{refused}"
+    );
+    let unknown = text
+        .lines()
+        .filter(|l| l.contains("webhook delivery refused"))
+        .find(|l| l.contains("unknown"))
+        .unwrap_or_else(|| panic!("no refusal of an unknown source in:\n{text}"));
+    assert!(unknown.contains("WARN"), "{unknown}");
+    let ignored = line("webhook ignored");
+    assert!(
+        ignored.contains("WARN") && ignored.contains("hooks"),
+        "{ignored}"
+    );
+    assert!(!text.contains("wrong-token-secret-value"), "{text}");
+    assert!(!text.contains("hooks-token-0123456789abcdef"), "{text}");
+}
