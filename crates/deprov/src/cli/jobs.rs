@@ -128,7 +128,7 @@ pub fn jobs_table(views: &[JobView]) -> String {
         cell("TRIES", 5),
         cell("ROWS", 9),
         cell("CREATED", 20),
-        "LAST ERROR"
+        "LAST ERROR / NOTE"
     );
     for v in views {
         let state = serde_json::to_value(v.state).unwrap_or_default();
@@ -141,15 +141,25 @@ pub fn jobs_table(views: &[JobView]) -> String {
             cell(&v.attempts.to_string(), 5),
             cell(&v.progress.rows_deleted.to_string(), 9),
             cell(&rfc3339(v.created_at), 20),
-            v.last_error
-                .as_deref()
-                .unwrap_or("-")
-                .lines()
-                .next()
-                .unwrap_or("-"),
+            last_column(v),
         ));
     }
     out
+}
+
+/// The job's `progress.note` (why a completed job deleted nothing, what it was merged into, …).
+fn note(v: &JobView) -> Option<&str> {
+    v.progress.extra.get("note")?.as_str()
+}
+
+/// The list's last column: the last error's first line, else `note: ` and the note's, else `-`.
+fn last_column(v: &JobView) -> String {
+    let first = |s: &str| s.lines().next().unwrap_or("-").to_owned();
+    match (v.last_error.as_deref(), note(v)) {
+        (Some(e), _) => first(e),
+        (None, Some(n)) => format!("note: {}", first(n)),
+        (None, None) => "-".into(),
+    }
 }
 
 fn show_text(v: &JobView) -> String {
@@ -169,6 +179,9 @@ fn show_text(v: &JobView) -> String {
         ),
     );
     line("rows", v.progress.rows_deleted.to_string());
+    if let Some(n) = note(v) {
+        line("note", n.to_owned());
+    }
     line("created", rfc3339(v.created_at));
     line("started", v.started_at.map_or("-".into(), rfc3339));
     line("finished", v.finished_at.map_or("-".into(), rfc3339));
@@ -362,5 +375,45 @@ mod tests {
         assert_eq!(col(lines[0], "LAST ERROR"), col(lines[1], "lock timeout"));
         assert!(lines[1].contains("a-tenant-key-lo… "), "{}", lines[1]);
         assert!(lines[1].ends_with("lock timeout"), "{}", lines[1]);
+    }
+
+    #[test]
+    fn without_an_error_the_list_and_show_print_the_jobs_note() {
+        let now = time::OffsetDateTime::UNIX_EPOCH;
+        let job = crate::queue::Job {
+            id: Uuid::nil(),
+            subject_kind: "lookup".into(),
+            subject: "platform:inst-1".into(),
+            tenant_id: None,
+            state: "completed".into(),
+            step: "done".into(),
+            attempts: 1,
+            stalled_attempts: 0,
+            max_attempts: 10,
+            last_error: None,
+            checkpoint: None,
+            progress: json!({"rows_deleted": 0, "note": "no tenant found; nothing to delete"}),
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            run_after: now,
+            lease_owner: None,
+            lease_expires_at: None,
+        };
+        let view = JobView::from(job);
+        let table = jobs_table(std::slice::from_ref(&view));
+        assert!(
+            table
+                .lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("note: no tenant found; nothing to delete"),
+            "{table}"
+        );
+        assert!(
+            show_text(&view).contains("note:        no tenant found; nothing to delete\n"),
+            "{}",
+            show_text(&view)
+        );
     }
 }

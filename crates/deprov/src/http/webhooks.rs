@@ -232,29 +232,67 @@ pub async fn receive(
     ApiPath(name): ApiPath<String>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
-    RawBody(body): RawBody,
+    body: Result<RawBody, ApiError>,
 ) -> Result<(StatusCode, axum::Json<WebhookAnswer>), ApiError> {
-    let Some(source) = state.config.sources.get(&name) else {
+    let answer = match body {
+        Ok(RawBody(body)) => receive_verified(&state, &name, &uri, &headers, body).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = &answer {
+        refused(&state, &name, e);
+    }
+    answer
+}
+
+/// Logs (WARN) and counts a delivery refused with a 4xx status: the source's name (`unknown` for a
+/// name that is not configured, whose raw path segment is logged only escaped and shortened) and
+/// the problem's detail, which names no secret, token or body content.
+fn refused(state: &AppState, name: &str, e: &ApiError) {
+    let status = e.status();
+    if !status.is_client_error() {
+        return;
+    }
+    let reason = e.to_string();
+    if state.config.sources.contains_key(name) {
+        tracing::warn!(source = %name, status = status.as_u16(), %reason, "webhook delivery refused");
+        crate::telemetry::delivery_refused(name, status.as_u16());
+    } else {
+        let requested: String = name.chars().take(64).collect();
+        tracing::warn!(source = crate::telemetry::UNKNOWN_SOURCE, requested = ?requested,
+            status = status.as_u16(), %reason, "webhook delivery refused");
+        crate::telemetry::delivery_refused(crate::telemetry::UNKNOWN_SOURCE, status.as_u16());
+    }
+}
+
+/// [`receive`], from the body read on: the refusals it returns are counted by [`receive`].
+async fn receive_verified(
+    state: &AppState,
+    name: &str,
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, axum::Json<WebhookAnswer>), ApiError> {
+    let Some(source) = state.config.sources.get(name) else {
         return Err(unauthorized("unknown source".into()));
     };
     if source.scheme == Scheme::AwsSns {
-        let message = super::sns::authenticate(&name, source, &body).await?;
-        if let Some(answer) = super::sns::answer_other(&state, &name, source, &message).await? {
+        let message = super::sns::authenticate(name, source, &body).await?;
+        if let Some(answer) = super::sns::answer_other(state, name, source, &message).await? {
             return Ok((StatusCode::OK, axum::Json(answer)));
         }
     } else if source.scheme.is_token() {
         state
             .token_sources
-            .authenticate(&name, &headers, &uri, &body)
+            .authenticate(name, headers, uri, &body)
             .await?;
     } else {
-        authenticate(&state, &name, source, &headers, &body)?;
+        authenticate(state, name, source, headers, &body)?;
     }
-    let body = super::webhook_body::readable(&state, &name, source, body)?;
+    let body = super::webhook_body::readable(state, name, source, body)?;
     if payload::reads_body(source) {
         json_object(&body)?;
     }
-    let delivery = payload::extract(source, &headers, &body);
+    let delivery = payload::extract(source, headers, &body);
     let answer = if source.scheme == Scheme::Slack
         && delivery.event.as_deref() == Some("url_verification")
     {
@@ -266,17 +304,14 @@ pub async fn receive(
     {
         (
             StatusCode::OK,
-            reinstall(&state, &name, source, &delivery, event).await?,
+            reinstall(state, name, source, &delivery, event).await?,
         )
     } else if !delivery.deletes {
-        (
-            StatusCode::OK,
-            ignore(&state, &name, &delivery, &body).await?,
-        )
+        (StatusCode::OK, ignore(state, name, &delivery, &body).await?)
     } else {
         (
             StatusCode::ACCEPTED,
-            record(&state, &name, source, &delivery).await?,
+            record(state, name, source, &delivery).await?,
         )
     };
     Ok((answer.0, axum::Json(answer.1)))
@@ -368,7 +403,15 @@ pub(super) async fn ignore(
     let (id, duplicate) =
         crate::queue::ignored::record(&state.pools.intake, name, delivery.event.as_deref(), &key)
             .await?;
-    tracing::info!(source = %name, event = ?delivery.event, duplicate, "webhook ignored: not a delete event");
+    if delivery.event.is_some() {
+        tracing::info!(source = %name, event = ?delivery.event, duplicate, "webhook ignored: not a delete event");
+        crate::telemetry::delivery_ignored(name, "not_a_delete_event");
+    } else {
+        // A renamed or retyped field would make every deletion look like this: say so loudly.
+        tracing::warn!(source = %name, duplicate,
+            "webhook ignored: no event type where the source's `event` points (absent or not a string)");
+        crate::telemetry::delivery_ignored(name, "no_event_type");
+    }
     Ok(WebhookAnswer {
         request_id: Some(id),
         duplicate,

@@ -73,6 +73,16 @@ pub const NOTIFICATION_DELIVERIES: &str = "deprov_notification_deliveries_total"
 /// Counter `{source}`: SNS `SubscriptionConfirmation`s recorded without being confirmed
 /// (`confirm_subscriptions` off): each needs an operator to confirm the subscription.
 pub const SNS_UNCONFIRMED: &str = "deprov_sns_unconfirmed_subscriptions_total";
+/// Counter `{source, status}`: deliveries to `POST /v1/webhooks/{source}` and calls of the Open
+/// Service Broker routes answered with a 4xx status by the route (wrong signature, token or
+/// credentials, unknown source, unreadable body, …). `source` is a configured source name, or
+/// `unknown` for a name that is not configured.
+pub const DELIVERIES_REFUSED: &str = "deprov_webhook_deliveries_refused_total";
+/// Counter `{source, reason="no_event_type"|"not_a_delete_event"}`: verified deliveries acknowledged
+/// 200 as ignored, by why.
+pub const DELIVERIES_IGNORED: &str = "deprov_webhook_deliveries_ignored_total";
+/// The `source` label of a refusal for a name that is not a configured source.
+pub const UNKNOWN_SOURCE: &str = "unknown";
 
 /// Bucket bounds (seconds) of every histogram: 1 ms to 30 s.
 pub const BUCKETS: &[f64] = &[
@@ -161,6 +171,14 @@ fn describe() {
         SNS_UNCONFIRMED,
         "SNS subscription confirmations recorded without being confirmed"
     );
+    describe_counter!(
+        DELIVERIES_REFUSED,
+        "Webhook deliveries and broker calls refused with a 4xx status"
+    );
+    describe_counter!(
+        DELIVERIES_IGNORED,
+        "Verified webhook deliveries acknowledged as ignored, by reason"
+    );
 }
 
 /// Renders the registry as Prometheus text exposition (format 0.0.4), after draining histogram
@@ -227,4 +245,17 @@ pub fn intake_unconfirmed() {
 /// `lost` (another dispatcher took the event over) or `unrecorded` (the state database failed).
 pub fn notification_attempt(outcome: &'static str) {
     counter!(NOTIFICATION_DELIVERIES, "outcome" => outcome).increment(1);
+}
+
+/// Records a delivery (or broker call) of `source` (a configured name, or [`UNKNOWN_SOURCE`])
+/// refused with `status`.
+pub fn delivery_refused(source: &str, status: u16) {
+    counter!(DELIVERIES_REFUSED, "source" => source.to_owned(), "status" => status.to_string())
+        .increment(1);
+}
+
+/// Records a verified delivery of `source` acknowledged as ignored, for `reason`
+/// (`no_event_type` or `not_a_delete_event`).
+pub fn delivery_ignored(source: &str, reason: &'static str) {
+    counter!(DELIVERIES_IGNORED, "source" => source.to_owned(), "reason" => reason).increment(1);
 }

@@ -33,6 +33,7 @@ mod pools;
 mod process;
 mod rate_limit;
 mod reconcile;
+mod refusals;
 mod requests;
 mod schemathesis;
 mod signed;

@@ -248,3 +248,42 @@ async fn a_kill_switch_on_the_source_holds_the_job_and_the_operator_routes_see_i
     let polled = json_of(broker.last_operation("acct_5").await, StatusCode::OK).await;
     assert_eq!(polled["state"], "succeeded", "{polled}");
 }
+
+/// `deprov jobs show` prints the note of a job that completed finding no tenant, and `deprov jobs
+/// list` shows it in its last column.
+#[tokio::test]
+async fn the_cli_shows_why_a_completed_job_deleted_nothing() {
+    let broker = spawn_broker(true).await;
+    let app = &broker.app;
+    let first = json_of(
+        broker.deprovision("inst-unknown").await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    let operation = first["operation"].as_str().unwrap().to_owned();
+    broker.drain().await;
+    assert_eq!(app.job_state(&operation).await, "completed");
+
+    let (code, text) =
+        crate::sqlcheck::run_with_env_to_exit(&app.db_url, &["jobs", "show", &operation], "", &[])
+            .await;
+    assert_eq!(code, Some(0), "{text}");
+    let note = text
+        .lines()
+        .find(|l| l.starts_with("note:"))
+        .unwrap_or_else(|| panic!("no note line in:\n{text}"));
+    assert!(
+        note.contains("no tenant found for") && note.ends_with("nothing to delete"),
+        "{note}"
+    );
+    assert!(text.contains("rows:        0"), "{text}");
+
+    let (code, text) =
+        crate::sqlcheck::run_with_env_to_exit(&app.db_url, &["jobs", "list"], "", &[]).await;
+    assert_eq!(code, Some(0), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&operation))
+        .unwrap_or_else(|| panic!("no row for {operation} in:\n{text}"));
+    assert!(row.contains("note: no tenant found for"), "{row}");
+}

@@ -106,7 +106,26 @@ pub(super) fn param(name: &str, value: Option<String>) -> Result<Option<String>,
 
 /// `answer` with the request's `X-Broker-API-Request-Identity` echoed (spec "Request Identity"),
 /// when it sent one.
-pub(super) fn with_identity(headers: &HeaderMap, answer: Result<Response, OsbError>) -> Response {
+///
+/// A 4xx error answer is logged at WARN (the `[osb] source`'s name, `unknown` without `[osb]`, and
+/// the error's description) and counted in `deprov_webhook_deliveries_refused_total`.
+pub(super) fn with_identity(
+    state: &AppState,
+    headers: &HeaderMap,
+    answer: Result<Response, OsbError>,
+) -> Response {
+    if let Err(e) = &answer
+        && e.status().is_client_error()
+    {
+        let source = state
+            .config
+            .osb
+            .as_ref()
+            .map_or(crate::telemetry::UNKNOWN_SOURCE, |o| o.source.as_str());
+        tracing::warn!(source, status = e.status().as_u16(), reason = %e.description(),
+            "broker request refused");
+        crate::telemetry::delivery_refused(source, e.status().as_u16());
+    }
     let mut response = answer.into_response();
     if let Some(id) = headers.get(REQUEST_IDENTITY_HEADER) {
         response

@@ -59,6 +59,11 @@ impl OsbError {
     pub fn status(&self) -> StatusCode {
         self.status
     }
+
+    /// The user-facing description sent (names no credential).
+    pub fn description(&self) -> &str {
+        &self.description
+    }
 }
 
 impl From<ApiError> for OsbError {

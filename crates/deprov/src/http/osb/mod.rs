@@ -93,7 +93,7 @@ pub async fn deprovision(
     headers: HeaderMap,
 ) -> Response {
     let answer = record_deprovision(&state, path, query, &headers).await;
-    with_identity(&headers, answer)
+    with_identity(&state, &headers, answer)
 }
 
 /// [`deprovision`], before the request identity is echoed.
@@ -228,7 +228,7 @@ pub async fn last_operation(
     headers: HeaderMap,
 ) -> Response {
     let answer = poll(&state, path, query, &headers).await;
-    with_identity(&headers, answer)
+    with_identity(&state, &headers, answer)
 }
 
 /// [`last_operation`], before the request identity is echoed.
