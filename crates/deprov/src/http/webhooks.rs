@@ -23,7 +23,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::AppState;
-use super::auth::bearer;
+use super::auth::{REPEATED_AUTHORIZATION, authorization_repeated, bearer};
 use super::error::{ApiError, Problem};
 use super::extract::ApiPath;
 use super::intake::job_state;
@@ -102,6 +102,11 @@ fn authenticate(
 ) -> Result<(), ApiError> {
     match source.scheme {
         Scheme::Bearer => {
+            if authorization_repeated(headers) {
+                return Err(unauthorized(format!(
+                    "source {name}: {REPEATED_AUTHORIZATION}"
+                )));
+            }
             let token = bearer(headers).ok_or_else(|| {
                 unauthorized(format!(
                     "source {name}: send `Authorization: Bearer <token>`"
