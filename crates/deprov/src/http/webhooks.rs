@@ -160,8 +160,11 @@ fn new_request(
             .tenant
             .as_ref()
             .map_or_else(|| "not configured".to_owned(), ToString::to_string);
+        let why = delivery.tenant_unusable.unwrap_or("it is absent");
         ApiError::Unprocessable(format!(
-            "the delivery has no tenant where sources.{name}.tenant points ({at})"
+            "the value where sources.{name}.tenant points ({at}) is absent or unusable: {why} \
+             (a tenant is a string or an integer of 1..={MAX_TENANT_ID_LEN} characters without \
+             control characters)"
         ))
     })?;
     let direct = source.tenant_lookup.is_none();
