@@ -25,8 +25,8 @@ pub struct OsbConfig {
     /// Without it the instance ID is the tenant key.
     pub tenant_lookup: Option<String>,
     /// The lowest accepted `X-Broker-API-Version`, `"2.MINOR"` (default
-    /// [`DEFAULT_MIN_API_VERSION`]; 2.0..=2.99): every 2.x from it up is accepted, any other is
-    /// refused 412.
+    /// [`DEFAULT_MIN_API_VERSION`]; MINOR of up to 9 digits): every 2.x from it up is accepted, any
+    /// other is refused 412.
     #[serde(default = "default_min")]
     pub min_api_version: String,
 }
@@ -35,10 +35,16 @@ fn default_min() -> String {
     DEFAULT_MIN_API_VERSION.to_owned()
 }
 
-/// The minor version of a `"2.MINOR"` text (MINOR 0..=99, decimal digits only); `None` otherwise.
+/// Most decimal digits of a MINOR in `"2.MINOR"`: every 2.x a platform can send (`2.100` included).
+pub const MAX_MINOR_DIGITS: usize = 9;
+
+/// The minor version of a `"2.MINOR"` text (MINOR of 1..=9 decimal digits); `None` otherwise.
 pub fn minor_of(version: &str) -> Option<u32> {
     let minor = version.strip_prefix("2.")?;
-    if minor.is_empty() || minor.len() > 2 || !minor.bytes().all(|b| b.is_ascii_digit()) {
+    if minor.is_empty()
+        || minor.len() > MAX_MINOR_DIGITS
+        || !minor.bytes().all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     minor.parse().ok()
@@ -92,7 +98,7 @@ impl OsbConfig {
         if minor_of(&self.min_api_version).is_none() {
             return Err(invalid(
                 "osb.min_api_version",
-                "a version \"2.MINOR\" (MINOR 0..=99), e.g. \"2.12\"",
+                "a version \"2.MINOR\" (MINOR of 1 to 9 decimal digits), e.g. \"2.12\"",
             ));
         }
         Ok(())
@@ -111,7 +117,16 @@ mod tests {
     fn versions_are_two_dot_minor() {
         assert_eq!(minor_of("2.12"), Some(12));
         assert_eq!(minor_of("2.0"), Some(0));
-        for bad in ["2.", "3.12", "2.x", "2.123", "2.+1", " 2.12", "2.12.0"] {
+        assert_eq!(minor_of("2.100"), Some(100));
+        for bad in [
+            "2.",
+            "3.12",
+            "2.x",
+            "2.1234567890",
+            "2.+1",
+            " 2.12",
+            "2.12.0",
+        ] {
             assert_eq!(minor_of(bad), None, "{bad}");
         }
     }

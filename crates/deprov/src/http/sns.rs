@@ -105,6 +105,7 @@ pub(super) async fn answer_other(
         event: Some(m.kind.as_str().to_owned()),
         deletes: false,
         tenant: None,
+        tenant_unusable: None,
         dedup: Some(m.message_id.clone()),
     };
     let answer = ignore(state, name, &delivery, &[]).await?;

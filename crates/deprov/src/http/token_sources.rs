@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, Uri};
 
-use super::auth::bearer;
+use super::auth::{REPEATED_AUTHORIZATION, authorization_repeated, bearer};
 use super::error::ApiError;
 use crate::config::Config;
 use crate::sources::atlassian_keys::{ConnectError, ConnectVerifier};
@@ -59,7 +59,7 @@ impl TokenSources {
     /// Atlassian the request's path and query (`uri`, as received) and the body's `clientKey`.
     ///
     /// # Errors
-    /// 401 for any refusal; 503 (`Retry-After`) when the keys cannot be fetched.
+    /// 401 for any refusal (a repeated `Authorization` header included); 503 (`Retry-After`) when the keys cannot be fetched.
     pub async fn authenticate(
         &self,
         name: &str,
@@ -68,6 +68,9 @@ impl TokenSources {
         body: &[u8],
     ) -> Result<(), ApiError> {
         let refuse = |detail: String| ApiError::Unauthorized(format!("source {name}: {detail}"));
+        if authorization_repeated(headers) {
+            return Err(refuse(REPEATED_AUTHORIZATION.into()));
+        }
         match self.0.get(name) {
             None => Err(refuse("no verifier configured".into())),
             Some(TokenVerifier::Jwt(verifier)) => {

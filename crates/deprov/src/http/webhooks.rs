@@ -23,7 +23,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::AppState;
-use super::auth::bearer;
+use super::auth::{REPEATED_AUTHORIZATION, authorization_repeated, bearer};
 use super::error::{ApiError, Problem};
 use super::extract::ApiPath;
 use super::intake::job_state;
@@ -102,6 +102,11 @@ fn authenticate(
 ) -> Result<(), ApiError> {
     match source.scheme {
         Scheme::Bearer => {
+            if authorization_repeated(headers) {
+                return Err(unauthorized(format!(
+                    "source {name}: {REPEATED_AUTHORIZATION}"
+                )));
+            }
             let token = bearer(headers).ok_or_else(|| {
                 unauthorized(format!(
                     "source {name}: send `Authorization: Bearer <token>`"
@@ -155,8 +160,11 @@ fn new_request(
             .tenant
             .as_ref()
             .map_or_else(|| "not configured".to_owned(), ToString::to_string);
+        let why = delivery.tenant_unusable.unwrap_or("it is absent");
         ApiError::Unprocessable(format!(
-            "the delivery has no tenant where sources.{name}.tenant points ({at})"
+            "the value where sources.{name}.tenant points ({at}) is absent or unusable: {why} \
+             (a tenant is a string or an integer of 1..={MAX_TENANT_ID_LEN} characters without \
+             control characters)"
         ))
     })?;
     let direct = source.tenant_lookup.is_none();

@@ -19,7 +19,7 @@ use tokio::sync::Mutex;
 use super::atlassian::{key_url, qsh, safe_kid};
 use super::oidc::{
     DEFAULT_LEEWAY, FETCH_TIMEOUT, MAX_TOKEN_LEN, MIN_REFRESH, RETRY_FAILED,
-    install_crypto_provider, read_bounded,
+    install_crypto_provider, read_bounded, token_refusal,
 };
 use super::settings::{OneOrMany, SourceConfig};
 use super::unix_now;
@@ -35,6 +35,9 @@ pub enum ConnectError {
     /// No `Authorization: JWT <token>` (a `Bearer` token included), or one too long.
     #[error("send `Authorization: JWT <token>`")]
     Missing,
+    /// More than one `Authorization` header: neither is used.
+    #[error("repeated Authorization header")]
+    Repeated,
     /// An HS256 token: shared-secret hooks are not accepted (see [`super::atlassian`]).
     #[error(
         "HS256 tokens are refused: Atlassian signs lifecycle hooks with RS256 (signed install)"
@@ -49,8 +52,8 @@ pub enum ConnectError {
     /// The key server could not be reached or failed.
     #[error("Atlassian's signing keys could not be fetched; retry later")]
     Keys,
-    /// Signature, `aud`, `exp` or `iat` check failed.
-    #[error("invalid token: {0}")]
+    /// Signature, `aud`, `exp` or `iat` check failed ([`super::oidc::token_refusal`]'s plain text).
+    #[error("{0}")]
     Invalid(String),
     /// `qsh` is not the hash of this request's method, path and query.
     #[error("invalid token: qsh does not match this request")]
@@ -58,6 +61,10 @@ pub enum ConnectError {
     /// `iss` is not the body's `clientKey`.
     #[error("invalid token: iss is not the body's clientKey")]
     Issuer,
+    /// The body (JSON) has no string `clientKey` to compare `iss` with: 401 like the other
+    /// refusals, since the token cannot be tied to the hook.
+    #[error("the body has no clientKey")]
+    NoClientKey,
 }
 
 #[derive(Default)]
@@ -90,12 +97,12 @@ impl std::fmt::Debug for ConnectVerifier {
 /// The token of `Authorization: JWT <token>` (scheme case-insensitive); `Bearer` is not it.
 ///
 /// # Errors
-/// [`ConnectError::Missing`].
+/// [`ConnectError::Repeated`] for a repeated header, else [`ConnectError::Missing`].
 pub fn jwt_token(headers: &HeaderMap) -> Result<&str, ConnectError> {
-    let value = super::header(headers, "authorization")
-        .ok()
-        .flatten()
-        .ok_or(ConnectError::Missing)?;
+    let value = match super::header(headers, "authorization") {
+        Err(super::Reject::Repeated(_)) => return Err(ConnectError::Repeated),
+        other => other.ok().flatten().ok_or(ConnectError::Missing)?,
+    };
     let (scheme, token) = value.split_once(' ').ok_or(ConnectError::Missing)?;
     let token = token.trim();
     if !scheme.eq_ignore_ascii_case("jwt") || token.is_empty() || token.len() > MAX_TOKEN_LEN {
@@ -232,14 +239,14 @@ impl ConnectVerifier {
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         validation.leeway = self.leeway.as_secs();
         let claims = jsonwebtoken::decode::<serde_json::Value>(token, &key, &validation)
-            .map_err(|e| ConnectError::Invalid(e.to_string()))?
+            .map_err(|e| ConnectError::Invalid(token_refusal(&e, &[&self.audience], &[])))?
             .claims;
         let leeway = i64::try_from(self.leeway.as_secs()).unwrap_or(i64::MAX);
         match claims.get("iat").and_then(serde_json::Value::as_i64) {
             Some(iat) if iat <= unix_now().saturating_add(leeway) => {}
             _ => {
                 return Err(ConnectError::Invalid(
-                    "iat is missing or in the future".into(),
+                    "token iat is missing or in the future".into(),
                 ));
             }
         }
@@ -251,11 +258,11 @@ impl ConnectVerifier {
         let client_key = serde_json::from_slice::<serde_json::Value>(body)
             .ok()
             .and_then(|b| b.get("clientKey")?.as_str().map(str::to_owned));
-        match (
-            claims.get("iss").and_then(serde_json::Value::as_str),
-            client_key,
-        ) {
-            (Some(iss), Some(ck)) if iss == ck => Ok(()),
+        let Some(client_key) = client_key else {
+            return Err(ConnectError::NoClientKey);
+        };
+        match claims.get("iss").and_then(serde_json::Value::as_str) {
+            Some(iss) if iss == client_key => Ok(()),
             _ => Err(ConnectError::Issuer),
         }
     }

@@ -67,15 +67,16 @@ pub fn matches(username: &str, passwords: &[Vec<u8>], user: &str, password: &str
 /// Verifies a request's `Authorization: Basic` header against `username` and `passwords`.
 ///
 /// # Errors
-/// [`Reject::Missing`] without the header, [`Reject::Malformed`] for a repeated or unparseable one
-/// ([`parse`]), [`Reject::Mismatch`] for a wrong user-id or password.
+/// [`Reject::Missing`] without the header, [`Reject::Repeated`] for a repeated one,
+/// [`Reject::Malformed`] for an unparseable one ([`parse`]), [`Reject::WrongCredentials`] for a
+/// wrong user-id or password.
 pub fn verify(username: &str, passwords: &[Vec<u8>], headers: &HeaderMap) -> Result<(), Reject> {
     let value = super::required(headers, AUTHORIZATION)?;
     let (user, password) = parse(value)?;
     if matches(username, passwords, &user, &password) {
         Ok(())
     } else {
-        Err(Reject::Mismatch)
+        Err(Reject::WrongCredentials)
     }
 }
 
@@ -150,11 +151,11 @@ mod tests {
         assert_eq!(verify("Aladdin", &passwords, &headers(value)), Ok(()));
         assert_eq!(
             verify("aladdin", &passwords, &headers(value)),
-            Err(Reject::Mismatch)
+            Err(Reject::WrongCredentials)
         );
         assert_eq!(
             verify("Aladdin", &[b"old".to_vec()], &headers(value)),
-            Err(Reject::Mismatch)
+            Err(Reject::WrongCredentials)
         );
     }
 
@@ -221,6 +222,19 @@ mod tests {
         assert_eq!(
             verify("u", &[b"p".to_vec()], &HeaderMap::new()),
             Err(Reject::Missing(AUTHORIZATION))
+        );
+        let mut twice = headers(&header_value("u", "p"));
+        twice.append(
+            AUTHORIZATION,
+            HeaderValue::from_static("Basic Z2FyYmFnZQ=="),
+        );
+        assert_eq!(
+            verify("u", &[b"p".to_vec()], &twice),
+            Err(Reject::Repeated(AUTHORIZATION))
+        );
+        assert_eq!(
+            Reject::Repeated(AUTHORIZATION).to_string(),
+            "repeated Authorization header"
         );
     }
 }

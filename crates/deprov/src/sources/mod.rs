@@ -56,9 +56,12 @@ pub enum Reject {
     /// A required header is absent.
     #[error("missing header {0}")]
     Missing(&'static str),
-    /// A header is present but unparseable, repeated, empty or too long.
+    /// A header is present but unparseable, empty or too long.
     #[error("malformed header {0}")]
     Malformed(&'static str),
+    /// A header that must appear once appears more than once (none of its values is used).
+    #[error("repeated {} header", header_title(.0))]
+    Repeated(&'static str),
     /// The signed timestamp is older than the tolerance.
     #[error("timestamp too old (tolerance {0} s)")]
     Stale(u64),
@@ -68,6 +71,9 @@ pub enum Reject {
     /// No signature matches any configured secret.
     #[error("no signature matches")]
     Mismatch,
+    /// HTTP Basic credentials that are not the configured user name and one of the passwords.
+    #[error("wrong user name or password")]
+    WrongCredentials,
     /// `timestamp` names no readable timestamp in the body (the pointer, as configured).
     #[error(
         "no timestamp at {0:?} in the body (an RFC 3339 string, or Unix seconds or milliseconds)"
@@ -81,17 +87,35 @@ pub enum Reject {
     TooNew(u64),
 }
 
-/// The value of header `name` as text: `Ok(None)` when absent, [`Reject::Malformed`] when repeated,
-/// empty, not visible ASCII, or longer than [`MAX_SIGNATURE_HEADER_LEN`].
+/// A lowercase header name as it is usually written: `authorization` → `Authorization`,
+/// `x-hub-signature-256` → `X-Hub-Signature-256`.
+pub fn header_title(name: &str) -> String {
+    name.split('-')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_ascii_uppercase().to_string() + chars.as_str()
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+/// The value of header `name` as text: `Ok(None)` when absent, [`Reject::Repeated`] when sent more
+/// than once, [`Reject::Malformed`] when empty, not visible ASCII, or longer than
+/// [`MAX_SIGNATURE_HEADER_LEN`].
 ///
 /// # Errors
-/// [`Reject::Malformed`].
+/// [`Reject::Repeated`] or [`Reject::Malformed`].
 pub fn header<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<Option<&'h str>, Reject> {
     let mut all = headers.get_all(name).iter();
     let Some(value) = all.next() else {
         return Ok(None);
     };
-    if all.next().is_some() || value.len() > MAX_SIGNATURE_HEADER_LEN {
+    if all.next().is_some() {
+        return Err(Reject::Repeated(name));
+    }
+    if value.len() > MAX_SIGNATURE_HEADER_LEN {
         return Err(Reject::Malformed(name));
     }
     let text = value.to_str().map_err(|_| Reject::Malformed(name))?.trim();
@@ -104,7 +128,7 @@ pub fn header<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<Option<&
 /// [`header`], absent = [`Reject::Missing`].
 ///
 /// # Errors
-/// [`Reject::Missing`] or [`Reject::Malformed`].
+/// [`Reject::Missing`], [`Reject::Repeated`] or [`Reject::Malformed`].
 pub fn required<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str, Reject> {
     header(headers, name)?.ok_or(Reject::Missing(name))
 }

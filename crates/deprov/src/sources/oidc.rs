@@ -56,12 +56,48 @@ pub enum OidcError {
     /// The JWKS could not be fetched or parsed.
     #[error("signing keys unavailable")]
     Jwks,
-    /// Signature, issuer, audience or expiry check failed (jsonwebtoken's reason).
-    #[error("invalid token: {0}")]
+    /// Signature, issuer, audience or expiry check failed ([`token_refusal`]'s plain text).
+    #[error("{0}")]
     Invalid(String),
     /// A [`Rules::required_claims`] claim is absent or has another value (its name).
     #[error("invalid token: claim {0} does not have the required value")]
     Claim(String),
+}
+
+/// Why jsonwebtoken refused a token, in plain words: `audiences` and `issuers` are the accepted
+/// values (configuration, not secrets). Never contains the token or its claims.
+pub fn token_refusal(
+    e: &jsonwebtoken::errors::Error,
+    audiences: &[&str],
+    issuers: &[&str],
+) -> String {
+    use jsonwebtoken::errors::ErrorKind;
+    let list = |values: &[&str]| {
+        let mut v = values.to_vec();
+        v.sort_unstable();
+        v.iter()
+            .map(|a| format!("{a:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match e.kind() {
+        ErrorKind::ExpiredSignature => "token expired".into(),
+        ErrorKind::ImmatureSignature => "token not valid yet (nbf)".into(),
+        ErrorKind::InvalidAudience => format!("token audience is not one of {}", list(audiences)),
+        ErrorKind::InvalidIssuer => format!("token issuer is not one of {}", list(issuers)),
+        ErrorKind::MissingRequiredClaim(claim) => format!("token has no {claim} claim"),
+        ErrorKind::InvalidClaimFormat(claim) => format!("token claim {claim} has the wrong type"),
+        ErrorKind::InvalidSignature => "token signature does not verify".into(),
+        ErrorKind::InvalidSubject => "token subject is not the expected one".into(),
+        ErrorKind::InvalidAlgorithm | ErrorKind::MissingAlgorithm => {
+            "token algorithm does not match its key".into()
+        }
+        ErrorKind::InvalidToken
+        | ErrorKind::Base64(_)
+        | ErrorKind::Json(_)
+        | ErrorKind::Utf8(_) => "token is not a well-formed JWT".into(),
+        _ => "token refused".into(),
+    }
 }
 
 /// What a token must satisfy besides its signature.
@@ -254,7 +290,8 @@ impl OidcVerifier {
     /// [`OidcError`].
     pub async fn verify(&self, token: &str) -> Result<Claims, OidcError> {
         let claims = self.verify_claims(token).await?;
-        serde_json::from_value(claims).map_err(|e| OidcError::Invalid(e.to_string()))
+        serde_json::from_value(claims)
+            .map_err(|e| OidcError::Invalid(format!("token claims unusable: {e}")))
     }
 
     /// Verifies `token` (signature, algorithm, `iss`, `aud`, `exp`, `nbf`, required claims) and
@@ -280,7 +317,23 @@ impl OidcVerifier {
         validation.algorithms = vec![header.alg];
         let claims = jsonwebtoken::decode::<serde_json::Value>(token, &key, &validation)
             .map(|data| data.claims)
-            .map_err(|e| OidcError::Invalid(e.to_string()))?;
+            .map_err(|e| {
+                let aud: Vec<&str> = self
+                    .validation
+                    .aud
+                    .iter()
+                    .flatten()
+                    .map(String::as_str)
+                    .collect();
+                let iss: Vec<&str> = self
+                    .validation
+                    .iss
+                    .iter()
+                    .flatten()
+                    .map(String::as_str)
+                    .collect();
+                OidcError::Invalid(token_refusal(&e, &aud, &iss))
+            })?;
         for (name, expected) in &self.required_claims {
             if claims.get(name) != Some(expected) {
                 return Err(OidcError::Claim(name.clone()));

@@ -75,6 +75,42 @@ pub fn read(locator: &Locator, headers: &HeaderMap, json: Option<&Value>) -> Opt
     }
 }
 
+/// Why [`read`] finds no usable value at `locator`: for the 422 that names the tenant's locator.
+pub fn why_unusable(locator: &Locator, headers: &HeaderMap, json: Option<&Value>) -> &'static str {
+    let text = |t: &str| {
+        if t.is_empty() {
+            "it is empty"
+        } else if t.chars().count() > MAX_TENANT_ID_LEN {
+            "it is longer than 256 characters"
+        } else if t.chars().any(char::is_control) {
+            "it holds a control character"
+        } else {
+            "it is not usable"
+        }
+    };
+    match locator {
+        Locator::Header(name) => {
+            let mut all = headers.get_all(name.as_str()).iter();
+            let Some(value) = all.next() else {
+                return "it is absent";
+            };
+            if all.next().is_some() {
+                return "the header is repeated";
+            }
+            value
+                .to_str()
+                .map_or("it is not visible ASCII", |v| text(v.trim()))
+        }
+        Locator::Pointer(pointer) => match json.map(|j| j.pointer(pointer)) {
+            None => "the body is not JSON",
+            Some(None) => "it is absent",
+            Some(Some(Value::String(s))) => text(s),
+            Some(Some(Value::Number(n))) if n.is_i64() || n.is_u64() => text(&n.to_string()),
+            Some(Some(_)) => "it is not a string or an integer",
+        },
+    }
+}
+
 /// The delivery's event type: `[sources.NAME] event` or the scheme's default; GitHub's is
 /// `"{X-GitHub-Event}.{action}"` when the body has an `action` (e.g. `installation.deleted`), Slack's
 /// falls back to the envelope's `type` (e.g. `url_verification`).
@@ -110,6 +146,8 @@ pub struct Delivery {
     pub deletes: bool,
     /// The tenant value (before any `tenant_lookup`), if found.
     pub tenant: Option<String>,
+    /// Without a tenant: why the value at `tenant` is absent or unusable ([`why_unusable`]).
+    pub tenant_unusable: Option<&'static str>,
     /// The deduplication key, if found (`Dedup::Tenant`: the tenant value).
     pub dedup: Option<String>,
 }
@@ -149,6 +187,10 @@ pub fn extract(source: &SourceConfig, headers: &HeaderMap, body: &[u8]) -> Deliv
             .is_some_and(|e| source.delete_events.iter().any(|d| d == e))
     };
     let tenant = source.tenant.as_ref().and_then(|l| read(l, headers, json));
+    let tenant_unusable = match (&tenant, &source.tenant) {
+        (None, Some(locator)) => Some(why_unusable(locator, headers, json)),
+        _ => None,
+    };
     let dedup = match &source.dedup {
         Dedup::Tenant => tenant.clone(),
         Dedup::Pointer(p) => read(&Locator::Pointer(p.clone()), headers, json),
@@ -159,6 +201,7 @@ pub fn extract(source: &SourceConfig, headers: &HeaderMap, body: &[u8]) -> Deliv
         event,
         deletes,
         tenant,
+        tenant_unusable,
         dedup,
     }
 }

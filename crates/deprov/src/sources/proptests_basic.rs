@@ -74,9 +74,9 @@ proptest! {
         prop_assert!(!still_same);
         if u.contains(&b':') || std::str::from_utf8(&raw).is_err() {
             // Parsed differently or not at all: refused either way.
-            prop_assert!(matches!(result, Err(Reject::Mismatch | Reject::Malformed(_))));
+            prop_assert!(matches!(result, Err(Reject::WrongCredentials | Reject::Malformed(_))));
         } else {
-            prop_assert_eq!(result, Err(Reject::Mismatch));
+            prop_assert_eq!(result, Err(Reject::WrongCredentials));
         }
     }
 }

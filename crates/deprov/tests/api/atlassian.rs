@@ -343,3 +343,56 @@ async fn atlassian_an_unreachable_key_server_is_503_and_stores_nothing() {
     assert_problem(response, StatusCode::SERVICE_UNAVAILABLE).await;
     app.assert_nothing_stored_at_all().await;
 }
+
+#[tokio::test]
+async fn atlassian_refusal_details_name_a_repeated_header_a_missing_client_key_and_plain_reasons() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let app = spawn_connect(&key_server(hits).await).await;
+    let good = token(&claims(""));
+    let repeated = app
+        .client
+        .post(app.url(PATH))
+        .header("Content-Type", "application/json")
+        .header("Authorization", format!("JWT {good}"))
+        .header("Authorization", "Bearer garbage")
+        .body(body("uninstalled"))
+        .send()
+        .await
+        .unwrap();
+    let problem = assert_problem(repeated, StatusCode::UNAUTHORIZED).await;
+    assert_eq!(
+        problem["detail"], "source jira: repeated Authorization header",
+        "{problem}"
+    );
+    let no_client_key = json!({"eventType": "uninstalled"}).to_string();
+    let with = |key: &str, value: Value| {
+        let mut c = claims("");
+        c[key] = value;
+        format!("JWT {}", token(&c))
+    };
+    for (authorization, body, expected) in [
+        (
+            format!("JWT {good}"),
+            no_client_key.into_bytes(),
+            "source jira: the body has no clientKey".to_owned(),
+        ),
+        (
+            with("aud", json!("https://evil.example")),
+            body("uninstalled"),
+            format!("source jira: token audience is not one of {BASE_URL:?}"),
+        ),
+        (
+            with("exp", json!(unix_now() - 120)),
+            body("uninstalled"),
+            "source jira: token expired".to_owned(),
+        ),
+    ] {
+        let problem = assert_problem(
+            post(&app, "", &authorization, &body).await,
+            StatusCode::UNAUTHORIZED,
+        )
+        .await;
+        assert_eq!(problem["detail"], expected.as_str(), "{problem}");
+    }
+    app.assert_nothing_stored_at_all().await;
+}

@@ -342,3 +342,120 @@ async fn jwt_keys_are_cached_and_an_unknown_kid_refetches_once() {
     );
     assert_eq!((app.count_jobs().await, app.count_requests().await), (1, 1));
 }
+
+/// The detail of a 401 to `authorization` (one header, or two in order).
+async fn refusal(app: &TestApp, authorization: &[String]) -> String {
+    let mut req = app
+        .client
+        .post(app.url("/v1/webhooks/azure"))
+        .header("Content-Type", "application/json")
+        .body(body("op-1", "Unsubscribe"));
+    for a in authorization {
+        req = req.header("Authorization", a);
+    }
+    let problem = assert_problem(req.send().await.unwrap(), StatusCode::UNAUTHORIZED).await;
+    problem["detail"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn jwt_refusal_details_are_plain_words_without_the_token() {
+    let app = spawn_jwt(&format!("jwks_file = {:?}", jwt_file("jwks.json"))).await;
+    let with = |key: &str, value: Value| {
+        let mut c = claims();
+        c[key] = value;
+        c
+    };
+    let mut no_exp = claims();
+    no_exp.as_object_mut().unwrap().remove("exp");
+    let good = rs256(&claims());
+    let cases = [
+        (
+            vec![format!("Bearer {good}"), "Bearer garbage".to_owned()],
+            "source azure: repeated Authorization header".to_owned(),
+        ),
+        (
+            vec!["Bearer garbage".to_owned(), format!("Bearer {good}")],
+            "source azure: repeated Authorization header".to_owned(),
+        ),
+        (
+            vec![format!(
+                "Bearer {}",
+                rs256(&with("aud", json!("api://another")))
+            )],
+            format!("source azure: token audience is not one of {AUDIENCE:?}"),
+        ),
+        (
+            vec![format!(
+                "Bearer {}",
+                rs256(&with("exp", json!(unix_now() - 120)))
+            )],
+            "source azure: token expired".to_owned(),
+        ),
+        (
+            vec![format!(
+                "Bearer {}",
+                rs256(&with("nbf", json!(unix_now() + 600)))
+            )],
+            "source azure: token not valid yet (nbf)".to_owned(),
+        ),
+        (
+            vec![format!("Bearer {}", rs256(&no_exp))],
+            "source azure: token has no exp claim".to_owned(),
+        ),
+    ];
+    for (authorization, expected) in &cases {
+        let detail = refusal(&app, authorization).await;
+        assert_eq!(&detail, expected, "{authorization:?}");
+        for a in authorization {
+            let token = a.trim_start_matches("Bearer ");
+            assert!(!detail.contains(token), "the token is never echoed");
+        }
+    }
+    app.assert_nothing_stored_at_all().await;
+}
+
+#[tokio::test]
+async fn a_tenant_value_that_cannot_be_used_is_422_saying_why() {
+    let app = spawn_jwt(&format!("jwks_file = {:?}", jwt_file("jwks.json"))).await;
+    let good = rs256(&claims());
+    let cases = [
+        (json!("x\ny"), "it holds a control character"),
+        (json!(""), "it is empty"),
+        (json!("s".repeat(257)), "it is longer than 256 characters"),
+        (json!({"id": "x"}), "it is not a string or an integer"),
+        (json!(null), "it is not a string or an integer"),
+    ];
+    for (value, why) in &cases {
+        let mut delivery: Value = serde_json::from_slice(&body("op-1", "Unsubscribe")).unwrap();
+        delivery["subscriptionId"] = value.clone();
+        let response = post(
+            &app,
+            Some(format!("Bearer {good}")),
+            delivery.to_string().as_bytes(),
+        )
+        .await;
+        let problem = assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with(
+                "the value where sources.azure.tenant points (pointer \"/subscriptionId\") is absent \
+                 or unusable: "
+            ) && detail.contains(why),
+            "{value}: {detail}"
+        );
+    }
+    let mut delivery: Value = serde_json::from_slice(&body("op-1", "Unsubscribe")).unwrap();
+    delivery.as_object_mut().unwrap().remove("subscriptionId");
+    let response = post(
+        &app,
+        Some(format!("Bearer {good}")),
+        delivery.to_string().as_bytes(),
+    )
+    .await;
+    let problem = assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("it is absent"),
+        "{problem}"
+    );
+    app.assert_nothing_stored_at_all().await;
+}

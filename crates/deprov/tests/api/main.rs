@@ -4,6 +4,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod atlassian;
+mod authorization;
 mod decode;
 mod env_flags;
 mod errors;

@@ -381,3 +381,115 @@ async fn catalog_provision_update_and_bind_are_refused_with_a_4xx() {
     }
     app.assert_nothing_stored().await;
 }
+
+#[tokio::test]
+async fn a_repeated_api_version_is_412_saying_so_and_any_later_2x_is_accepted() {
+    let broker = spawn_broker(false).await;
+    let url = broker
+        .app
+        .url(&format!("/v2/service_instances/acct_1?{QUERY}"));
+    let response = broker
+        .app
+        .client
+        .delete(&url)
+        .header("Authorization", auth())
+        .header("X-Broker-API-Version", "2.17")
+        .header("X-Broker-API-Version", "1.0")
+        .send()
+        .await
+        .unwrap();
+    let body = assert_osb_error(response, StatusCode::PRECONDITION_FAILED).await;
+    assert_eq!(body["error"], "RepeatedApiVersion", "{body}");
+    let description = body["description"].as_str().unwrap();
+    assert!(
+        description.starts_with("the X-Broker-API-Version header is repeated"),
+        "{body}"
+    );
+    broker.app.assert_nothing_stored().await;
+    for version in ["2.100", "2.12"] {
+        let response = broker
+            .delete("acct_1", QUERY, Some(&auth()), Some(version))
+            .await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED, "{version}");
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_authorization_or_a_wrong_password_is_401_saying_which() {
+    let broker = spawn_broker(false).await;
+    let app = &broker.app;
+    let url = app.url(&format!("/v2/service_instances/acct_1?{QUERY}"));
+    for (first, second) in [
+        (auth(), "Bearer garbage".to_owned()),
+        ("Bearer garbage".to_owned(), auth()),
+    ] {
+        let response = app
+            .client
+            .delete(&url)
+            .header("Authorization", &first)
+            .header("Authorization", &second)
+            .header("X-Broker-API-Version", "2.17")
+            .send()
+            .await
+            .unwrap();
+        let body = assert_osb_error(response, StatusCode::UNAUTHORIZED).await;
+        assert_eq!(
+            body["description"],
+            "send the broker's HTTP Basic credentials (Authorization: Basic …): repeated \
+             Authorization header",
+            "{body}"
+        );
+    }
+    let body = assert_osb_error(
+        broker
+            .delete(
+                "acct_1",
+                QUERY,
+                Some(&header_value(USER, "broker-password-0123456788")),
+                Some("2.17"),
+            )
+            .await,
+        StatusCode::UNAUTHORIZED,
+    )
+    .await;
+    assert!(
+        body["description"]
+            .as_str()
+            .unwrap()
+            .ends_with("wrong user name or password"),
+        "{body}"
+    );
+    let webhook = |first: String, second: String| {
+        app.client
+            .post(app.url("/v1/webhooks/addon"))
+            .header("Authorization", first)
+            .header("Authorization", second)
+            .json(&json!({"tenant": "acct_7"}))
+            .send()
+    };
+    let problem = crate::helpers::assert_problem(
+        webhook(header_value("heroku", PASSWORD), "Bearer garbage".into())
+            .await
+            .unwrap(),
+        StatusCode::UNAUTHORIZED,
+    )
+    .await;
+    assert_eq!(
+        problem["detail"], "source addon: repeated Authorization header",
+        "{problem}"
+    );
+    let wrong = app
+        .client
+        .post(app.url("/v1/webhooks/addon"))
+        .header("Authorization", header_value("heroku", "nope"))
+        .json(&json!({"tenant": "acct_7"}))
+        .send()
+        .await
+        .unwrap();
+    let problem = crate::helpers::assert_problem(wrong, StatusCode::UNAUTHORIZED).await;
+    assert_eq!(
+        problem["detail"], "source addon: wrong user name or password",
+        "{problem}"
+    );
+    app.assert_nothing_stored().await;
+}

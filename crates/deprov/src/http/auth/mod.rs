@@ -79,8 +79,37 @@ impl SourceTokens {
     }
 }
 
+/// The detail of the 401 answered to a request carrying more than one `Authorization` header: no
+/// route picks one of them.
+pub const REPEATED_AUTHORIZATION: &str = "repeated Authorization header";
+
+/// Whether the request carries more than one `Authorization` header.
+pub fn authorization_repeated(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::AUTHORIZATION)
+        .iter()
+        .nth(1)
+        .is_some()
+}
+
+/// 401 [`REPEATED_AUTHORIZATION`] when the request carries more than one `Authorization` header.
+///
+/// # Errors
+/// [`ApiError::Unauthorized`].
+pub fn authorization_once(headers: &HeaderMap) -> Result<(), ApiError> {
+    if authorization_repeated(headers) {
+        Err(ApiError::Unauthorized(REPEATED_AUTHORIZATION.into()))
+    } else {
+        Ok(())
+    }
+}
+
 /// The token of an `Authorization: Bearer <token>` header (RFC 6750 §2.1; scheme case-insensitive).
+/// `None` also when the header is repeated: neither value is used ([`authorization_once`] says why).
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    if authorization_repeated(headers) {
+        return None;
+    }
     let value = headers
         .get(axum::http::header::AUTHORIZATION)?
         .to_str()
@@ -94,7 +123,7 @@ fn unauthorized() -> ApiError {
     ApiError::Unauthorized("send `Authorization: Bearer <token>` with a configured token".into())
 }
 
-/// A request authenticated as one `[sources.NAME]`: missing or unknown token → 401.
+/// A request authenticated as one `[sources.NAME]`: missing, repeated or unknown token → 401.
 #[derive(Debug, Clone)]
 pub struct AuthenticatedSource {
     /// The source's name (the `NAME` of `[sources.NAME]`).
@@ -105,6 +134,7 @@ impl FromRequestParts<AppState> for AuthenticatedSource {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        authorization_once(&parts.headers)?;
         let token = bearer(&parts.headers).ok_or_else(unauthorized)?;
         let name = state.sources.identify(token).ok_or_else(unauthorized)?;
         Ok(Self {
@@ -176,8 +206,9 @@ impl PartnerVerifier {
     /// Checks the request's credentials; returns the source to record the request under.
     ///
     /// # Errors
-    /// [`ApiError::Unauthorized`] when the credentials are missing or wrong.
+    /// [`ApiError::Unauthorized`] when the credentials are missing, repeated or wrong.
     pub async fn verify(&self, headers: &HeaderMap) -> Result<PartnerIdentity, ApiError> {
+        authorization_once(headers)?;
         match self {
             Self::SourceToken { source, digest } => {
                 let token = bearer(headers).ok_or_else(unauthorized)?;

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::super::AppState;
 use super::super::error::ApiError;
-use super::{TokenDigest, bearer, unauthorized};
+use super::{TokenDigest, authorization_once, bearer, unauthorized};
 use crate::db::{self, Bounds};
 use crate::queue::tokens::{self, Role};
 
@@ -26,7 +26,7 @@ use crate::queue::tokens::{self, Role};
 /// body extractor so a refused request reads and stores nothing.
 ///
 /// Answers: 403 when no operator token exists at all (no `DEPROV_OPERATOR_TOKEN`, no token in
-/// `deprov.operator_tokens`); 401 for a missing, unknown or revoked token; 503 when the token table
+/// `deprov.operator_tokens`); 401 for a missing, repeated, unknown or revoked token; 503 when the token table
 /// cannot be read within the intake pool's bounds.
 #[derive(Debug, Clone)]
 pub struct Operator {
@@ -40,6 +40,7 @@ impl FromRequestParts<AppState> for Operator {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        authorization_once(&parts.headers)?;
         let operator = state
             .operators
             .authenticate(&state.pools.intake, bearer(&parts.headers))

@@ -48,7 +48,8 @@ pub(super) fn broker<'s>(
 }
 
 /// `X-Broker-API-Version`: `2.MINOR` with MINOR ≥ `[osb] min_api_version`'s (spec "API Version
-/// Header"). Missing or any other value: 412 with a description naming the versions accepted.
+/// Header"). Missing, repeated or any other value: 412 with a description naming the versions
+/// accepted.
 fn check_version(headers: &HeaderMap, osb: &OsbConfig) -> Result<(), OsbError> {
     let accepted = format!(
         "this broker accepts X-Broker-API-Version 2.{} or a later 2.x (it implements the \
@@ -63,10 +64,16 @@ fn check_version(headers: &HeaderMap, osb: &OsbConfig) -> Result<(), OsbError> {
             format!("the X-Broker-API-Version header is required; {accepted}"),
         ));
     };
+    if values.next().is_some() {
+        return Err(OsbError::new(
+            StatusCode::PRECONDITION_FAILED,
+            "RepeatedApiVersion",
+            format!("the X-Broker-API-Version header is repeated: send it once; {accepted}"),
+        ));
+    }
     let minor = value
         .to_str()
         .ok()
-        .filter(|_| values.next().is_none())
         .and_then(|v| crate::config::osb_minor_of(v.trim()));
     match minor {
         Some(m) if m >= osb.min_minor() => Ok(()),

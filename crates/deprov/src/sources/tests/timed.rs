@@ -151,7 +151,11 @@ fn standard_webhooks_documented_edge_cases() {
     );
     assert_eq!(
         standard_webhooks::verify(&keys, &twice, body, v.ts, TOL),
-        Err(Reject::Malformed("webhook-signature"))
+        Err(Reject::Repeated("webhook-signature"))
+    );
+    assert_eq!(
+        Reject::Repeated("webhook-signature").to_string(),
+        "repeated Webhook-Signature header"
     );
 }
 
