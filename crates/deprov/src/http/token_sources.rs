@@ -34,10 +34,9 @@ impl TokenSources {
         for (name, source) in &config.sources {
             let verifier = match source.scheme {
                 Scheme::Jwt => match jwt::jwks(source) {
-                    Some(jwks) => TokenVerifier::Jwt(Arc::new(OidcVerifier::with_rules(
-                        jwks,
-                        jwt::rules(source),
-                    ))),
+                    Some(jwks) => TokenVerifier::Jwt(Arc::new(
+                        OidcVerifier::with_rules(jwks, jwt::rules(source)).named(name),
+                    )),
                     None => continue,
                 },
                 Scheme::AtlassianConnect => {

@@ -3,11 +3,14 @@
 //!
 //! A key is fetched from the `key_url` template with `{kid}` replaced (the `kid` checked by
 //! [`safe_kid`] first), without following redirects, in at most [`FETCH_TIMEOUT`], reading at most
-//! [`MAX_KEY_BYTES`] of PEM. A `kid`'s key never changes, so fetched keys are kept (at most
-//! [`MAX_KEYS`]; the cache is emptied when full). A `kid` the server does not know (404, or not an
-//! RSA public key) is refused 401, and after such a miss no other unknown `kid` is fetched for
-//! [`MIN_REFRESH`], so forged `kid`s cannot make deprov hammer the key server; a failed fetch
-//! (network, 5xx) is 503 and blocks fetches for [`RETRY_FAILED`].
+//! [`MAX_KEY_BYTES`] of PEM. A fetched key is kept for [`MAX_KEY_AGE`] (at most [`MAX_KEYS`]; the
+//! cache is emptied when full); the first use after that fetches it again, so a `kid` the key server
+//! withdraws (now 404) stops verifying within [`MAX_KEY_AGE`]. A `kid` the server does not know
+//! (404, or not an RSA public key) is refused 401, and after such a miss no other unknown `kid` is
+//! fetched for [`MIN_REFRESH`], so forged `kid`s cannot make deprov hammer the key server; a failed
+//! fetch (network, 5xx) blocks fetches for [`RETRY_FAILED`] and is 503, except that a key past
+//! [`MAX_KEY_AGE`] keeps verifying (a warning per failure) until it is [`MAX_KEY_AGE`] +
+//! [`STALE_GRACE`] old.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -18,8 +21,8 @@ use tokio::sync::Mutex;
 
 use super::atlassian::{key_url, qsh, safe_kid};
 use super::oidc::{
-    DEFAULT_LEEWAY, FETCH_TIMEOUT, MAX_TOKEN_LEN, MIN_REFRESH, RETRY_FAILED,
-    install_crypto_provider, read_bounded, token_refusal,
+    Clock, DEFAULT_LEEWAY, FETCH_TIMEOUT, MAX_KEY_AGE, MAX_TOKEN_LEN, MIN_REFRESH, RETRY_FAILED,
+    STALE_GRACE, install_crypto_provider, read_bounded, system_clock, token_refusal,
 };
 use super::settings::{OneOrMany, SourceConfig};
 use super::unix_now;
@@ -69,7 +72,8 @@ pub enum ConnectError {
 
 #[derive(Default)]
 struct Cache {
-    keys: HashMap<String, DecodingKey>,
+    /// Each key by `kid`, with when it was fetched.
+    keys: HashMap<String, (DecodingKey, Instant)>,
     missed_at: Option<Instant>,
     failed_at: Option<Instant>,
     fetches: u64,
@@ -81,6 +85,7 @@ pub struct ConnectVerifier {
     audience: String,
     base_path: String,
     leeway: Duration,
+    clock: Clock,
     cache: Mutex<Cache>,
     client: reqwest::Client,
 }
@@ -134,15 +139,28 @@ impl ConnectVerifier {
                 .to_owned(),
             base_path: source.base_path.clone().unwrap_or_default(),
             leeway: source.leeway.unwrap_or(DEFAULT_LEEWAY),
+            clock: system_clock(),
             cache: Mutex::new(Cache::default()),
             client,
         }
     }
 
+    /// Uses `clock` instead of the system's (tests move it by hand).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// Puts `key` in the cache under `kid` (unit tests: no key server).
     #[cfg(test)]
     pub(crate) async fn insert_key(&self, kid: &str, key: DecodingKey) {
-        self.cache.lock().await.keys.insert(kid.to_owned(), key);
+        let now = (self.clock)();
+        self.cache
+            .lock()
+            .await
+            .keys
+            .insert(kid.to_owned(), (key, now));
     }
 
     /// How many key fetches were made so far.
@@ -158,7 +176,7 @@ impl ConnectVerifier {
             .send()
             .await
             .map_err(|e| {
-                tracing::warn!(error = %e, "Atlassian key fetch failed");
+                tracing::warn!(template = %self.template, kid, error = %e, "Atlassian key fetch failed");
                 ConnectError::Keys
             })?;
         let status = response.status();
@@ -166,7 +184,7 @@ impl ConnectVerifier {
             return Ok(None);
         }
         if !status.is_success() {
-            tracing::warn!(%status, "Atlassian key fetch failed");
+            tracing::warn!(template = %self.template, kid, %status, "Atlassian key fetch failed");
             return Err(ConnectError::Keys);
         }
         let pem = read_bounded(response, MAX_KEY_BYTES)
@@ -175,34 +193,51 @@ impl ConnectVerifier {
         Ok(DecodingKey::from_rsa_pem(pem.as_bytes()).ok())
     }
 
+    /// The key of `kid`: cached and younger than [`MAX_KEY_AGE`], or fetched.
     async fn key(&self, kid: &str) -> Result<DecodingKey, ConnectError> {
         let mut cache = self.cache.lock().await;
-        if let Some(key) = cache.keys.get(kid) {
-            return Ok(key.clone());
+        let now = (self.clock)();
+        let since = |t: Instant| now.saturating_duration_since(t);
+        // A cached key past the maximum age, still usable while refetches fail.
+        let stale = match cache.keys.get(kid) {
+            Some((key, at)) if since(*at) < MAX_KEY_AGE => return Ok(key.clone()),
+            Some((key, at)) if since(*at) < MAX_KEY_AGE + STALE_GRACE => Some(key.clone()),
+            _ => None,
+        };
+        if cache.failed_at.is_some_and(|t| since(t) < RETRY_FAILED) {
+            return stale.ok_or(ConnectError::Keys);
         }
-        if cache.failed_at.is_some_and(|t| t.elapsed() < RETRY_FAILED) {
-            return Err(ConnectError::Keys);
-        }
-        if cache.missed_at.is_some_and(|t| t.elapsed() < MIN_REFRESH) {
+        let known = cache.keys.contains_key(kid);
+        if !known && cache.missed_at.is_some_and(|t| since(t) < MIN_REFRESH) {
             return Err(ConnectError::UnknownKey);
         }
         cache.fetches += 1;
         match self.fetch(kid).await {
             Ok(Some(key)) => {
-                if cache.keys.len() >= MAX_KEYS {
+                if !known && cache.keys.len() >= MAX_KEYS {
                     cache.keys.clear();
                 }
-                cache.keys.insert(kid.to_owned(), key.clone());
+                cache.keys.insert(kid.to_owned(), (key.clone(), now));
                 cache.failed_at = None;
                 Ok(key)
             }
             Ok(None) => {
-                cache.missed_at = Some(Instant::now());
+                cache.keys.remove(kid);
+                cache.missed_at = Some(now);
                 Err(ConnectError::UnknownKey)
             }
             Err(e) => {
-                cache.failed_at = Some(Instant::now());
-                Err(e)
+                cache.failed_at = Some(now);
+                match stale {
+                    Some(key) => {
+                        tracing::warn!(
+                            kid,
+                            "verifying with the previously fetched Atlassian key until a fetch succeeds"
+                        );
+                        Ok(key)
+                    }
+                    None => Err(e),
+                }
             }
         }
     }

@@ -12,8 +12,16 @@
 //! refetch, but at most one such refetch per [`MIN_REFRESH`], so a stream of unknown `kid`s cannot
 //! make deprov hammer the JWKS host. A fetch takes at most [`FETCH_TIMEOUT`] and reads at most
 //! [`MAX_JWKS_BYTES`].
+//!
+//! The cached set is trusted for [`MAX_KEY_AGE`]: the first verification after that refetches it
+//! (inline), so a key removed from the JWKS stops verifying within [`MAX_KEY_AGE`] even when its
+//! holder keeps using its `kid`. When that refetch fails, the old set keeps serving (each failure
+//! logged as a warning) until it is [`MAX_KEY_AGE`] + [`STALE_GRACE`] old; after that, tokens are
+//! answered 503 until a fetch succeeds. A `jwks_file` is read and parsed at start-up of `serve` and
+//! `worker` ([`check_jwks_file`]), so a missing or broken file stops the start.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
@@ -31,6 +39,12 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_TOKEN_LEN: usize = 8192;
 /// Largest JWKS document read, in bytes (larger = unavailable).
 pub const MAX_JWKS_BYTES: usize = 256 * 1024;
+/// How long a fetched key set (or an Atlassian key) is trusted before the next verification
+/// refetches it: a key removed at the sender stops verifying at most this long after.
+pub const MAX_KEY_AGE: Duration = Duration::from_secs(10 * 60);
+/// After [`MAX_KEY_AGE`], how much longer the old keys keep verifying while refetches fail (each
+/// failure a warning); past it, verification answers 503 until a fetch succeeds.
+pub const STALE_GRACE: Duration = Duration::from_secs(10 * 60);
 /// Default clock-skew leeway for `exp`, `nbf` (and Atlassian's `iat`): 60 s, jsonwebtoken's default.
 pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(60);
 
@@ -148,12 +162,66 @@ pub enum JwksSource {
     File(String),
 }
 
+/// The URL or the path, as written in the configuration.
+impl std::fmt::Display for JwksSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Url(u) | Self::File(u) => f.write_str(u),
+        }
+    }
+}
+
+/// The time a key cache goes by: [`Instant::now`], or a hand-moved one in tests.
+pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
+
+/// The process's monotonic clock.
+pub fn system_clock() -> Clock {
+    Arc::new(Instant::now)
+}
+
+/// The keys of a JWKS by `kid`, each with the `alg` its JWK names.
+type KeySet = HashMap<String, (DecodingKey, Option<String>)>;
+
+/// The usable keys of JWKS document `text`: those with a `kid`, not symmetric, that load.
+///
+/// # Errors
+/// Why the text is not a JWKS.
+fn parse_jwks(text: &str) -> Result<KeySet, String> {
+    let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
+    Ok(set
+        .keys
+        .iter()
+        .filter(|jwk| !matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)))
+        .filter_map(|jwk| {
+            let kid = jwk.common.key_id.clone()?;
+            let alg = jwk.common.key_algorithm.map(|a| a.to_string());
+            Some((kid, (DecodingKey::from_jwk(jwk).ok()?, alg)))
+        })
+        .collect())
+}
+
+/// Reads and parses the JWKS file `path` (start-up of `serve` and `worker`).
+///
+/// # Errors
+/// The OS error, or why the content is not a JWKS with at least one usable key (asymmetric, with a
+/// `kid`).
+pub fn check_jwks_file(path: &str) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    if text.len() > MAX_JWKS_BYTES {
+        return Err(format!("larger than {MAX_JWKS_BYTES} bytes"));
+    }
+    if parse_jwks(&text)?.is_empty() {
+        return Err("no usable key (an asymmetric key with a kid)".into());
+    }
+    Ok(())
+}
+
 #[derive(Default)]
 struct Cache {
     /// Each key by `kid`, with the `alg` its JWK names, if any.
-    keys: HashMap<String, (DecodingKey, Option<String>)>,
-    /// Whether the JWKS was fetched successfully at least once.
-    loaded: bool,
+    keys: KeySet,
+    /// When the keys were last fetched successfully (`None`: never).
+    loaded_at: Option<Instant>,
     /// When an unknown `kid` last caused a refetch.
     missed_at: Option<Instant>,
     /// When a fetch last failed.
@@ -164,7 +232,10 @@ struct Cache {
 
 /// A verifier for one `vercel-oidc` or `jwt` source, with its key cache.
 pub struct OidcVerifier {
+    /// The configured source's name (logs).
+    name: String,
     source: JwksSource,
+    clock: Clock,
     validation: Validation,
     required_claims: Vec<(String, serde_json::Value)>,
     cache: Mutex<Cache>,
@@ -186,7 +257,7 @@ impl OidcVerifier {
     }
 
     /// A verifier applying `rules` (an empty `algorithms` allows RS256 only); keys fetched on first
-    /// use.
+    /// use and trusted for [`MAX_KEY_AGE`].
     pub fn with_rules(source: JwksSource, rules: Rules) -> Self {
         install_crypto_provider();
         let mut validation = Validation::new(Algorithm::RS256);
@@ -204,7 +275,9 @@ impl OidcVerifier {
             .build()
             .unwrap_or_default();
         Self {
+            name: String::new(),
             source,
+            clock: system_clock(),
             validation,
             required_claims: rules.required_claims,
             cache: Mutex::new(Cache::default()),
@@ -212,11 +285,35 @@ impl OidcVerifier {
         }
     }
 
-    async fn fetch(&self) -> Result<HashMap<String, (DecodingKey, Option<String>)>, OidcError> {
+    /// Names the verifier's source in its logs.
+    #[must_use]
+    pub fn named(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.name);
+        self
+    }
+
+    /// Uses `clock` instead of the system's (tests move it by hand).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Fetches (or reads) and parses the JWKS.
+    ///
+    /// # Errors
+    /// Why it could not, for the log.
+    async fn fetch(&self) -> Result<KeySet, String> {
         let text = match &self.source {
-            JwksSource::File(path) => tokio::fs::read_to_string(path)
-                .await
-                .map_err(|_| OidcError::Jwks)?,
+            JwksSource::File(path) => {
+                let text = tokio::fs::read_to_string(path)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if text.len() > MAX_JWKS_BYTES {
+                    return Err(format!("larger than {MAX_JWKS_BYTES} bytes"));
+                }
+                text
+            }
             JwksSource::Url(url) => {
                 let response = self
                     .client
@@ -224,54 +321,72 @@ impl OidcVerifier {
                     .send()
                     .await
                     .and_then(reqwest::Response::error_for_status)
-                    .map_err(|e| {
-                        tracing::warn!(error = %e, "JWKS fetch failed");
-                        OidcError::Jwks
-                    })?;
+                    .map_err(|e| e.to_string())?;
                 read_bounded(response, MAX_JWKS_BYTES)
                     .await
-                    .ok_or(OidcError::Jwks)?
+                    .ok_or_else(|| {
+                        format!("body larger than {MAX_JWKS_BYTES} bytes, not UTF-8, or cut off")
+                    })?
             }
         };
-        let set: JwkSet = serde_json::from_str(&text).map_err(|_| OidcError::Jwks)?;
-        Ok(set
-            .keys
-            .iter()
-            .filter(|jwk| !matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)))
-            .filter_map(|jwk| {
-                let kid = jwk.common.key_id.clone()?;
-                let alg = jwk.common.key_algorithm.map(|a| a.to_string());
-                Some((kid, (DecodingKey::from_jwk(jwk).ok()?, alg)))
-            })
-            .collect())
+        parse_jwks(&text)
     }
 
-    /// The key `kid`, from the cache or after one (rate-limited) refetch.
+    /// The key `kid`, from the cache, or after a refetch: the cache is older than the maximum age
+    /// ([`MAX_KEY_AGE`]), or `kid` is unknown (at most one such refetch per [`MIN_REFRESH`]).
     async fn key(&self, kid: &str) -> Result<(DecodingKey, Option<String>), OidcError> {
         let mut cache = self.cache.lock().await;
-        if let Some(key) = cache.keys.get(kid) {
+        let now = (self.clock)();
+        let since = |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t));
+        let age = since(cache.loaded_at);
+        let fresh = age.is_some_and(|a| a < MAX_KEY_AGE);
+        // Within the grace after the maximum age, the old set serves while refetches fail.
+        let stale_ok = age.is_some_and(|a| a < MAX_KEY_AGE + STALE_GRACE);
+        if fresh && let Some(key) = cache.keys.get(kid) {
             return Ok(key.clone());
         }
-        if cache.failed_at.is_some_and(|t| t.elapsed() < RETRY_FAILED) {
-            return Err(OidcError::Jwks);
+        if since(cache.failed_at).is_some_and(|d| d < RETRY_FAILED) {
+            return match cache.keys.get(kid) {
+                Some(key) if stale_ok => Ok(key.clone()),
+                _ => Err(OidcError::Jwks),
+            };
         }
-        if cache.loaded {
-            if cache.missed_at.is_some_and(|t| t.elapsed() < MIN_REFRESH) {
-                return Err(OidcError::UnknownKey);
-            }
-            cache.missed_at = Some(Instant::now());
+        // An unknown kid in a fresh set refetches, rate-limited; the refetch of an old set counts
+        // too (a kid missing right after it needs no other).
+        if fresh && since(cache.missed_at).is_some_and(|d| d < MIN_REFRESH) {
+            return Err(OidcError::UnknownKey);
+        }
+        if cache.loaded_at.is_some() {
+            cache.missed_at = Some(now);
         }
         cache.fetches += 1;
         match self.fetch().await {
             Ok(keys) => cache.keys = keys,
-            Err(e) => {
-                cache.failed_at = Some(Instant::now());
-                return Err(e);
+            Err(error) => {
+                cache.failed_at = Some(now);
+                tracing::warn!(
+                    source = %self.name,
+                    jwks = %self.source,
+                    %error,
+                    "JWKS fetch failed"
+                );
+                return match cache.keys.get(kid) {
+                    Some(key) if stale_ok => {
+                        tracing::warn!(
+                            source = %self.name,
+                            jwks = %self.source,
+                            "verifying with the previous JWKS until a fetch succeeds"
+                        );
+                        Ok(key.clone())
+                    }
+                    _ => Err(OidcError::Jwks),
+                };
             }
         }
         cache.failed_at = None;
-        cache.loaded = true;
+        cache.loaded_at = Some(now);
         tracing::info!(
+            source = %self.name,
             keys = cache.keys.len(),
             fetches = cache.fetches,
             "JWKS fetched"

@@ -156,7 +156,8 @@ pub struct SourceConfig {
     /// `vercel-oidc`, `jwt`: the JWKS URL (e.g. `https://marketplace.vercel.com/.well-known/jwks`;
     /// `jwt`: `https://`, see `allow_http_loopback`).
     pub jwks_url: Option<String>,
-    /// `vercel-oidc`, `jwt`: a file holding the JWKS (instead of `jwks_url`).
+    /// `vercel-oidc`, `jwt`: a file holding the JWKS (instead of `jwks_url`); `serve` and `worker`
+    /// refuse to start when it cannot be read or holds no usable key.
     pub jwks_file: Option<String>,
     /// `vercel-oidc`: the required `iss` claim (e.g. `https://marketplace.vercel.com`); `jwt`: one
     /// or a list of accepted `iss` values.
@@ -256,6 +257,12 @@ impl SourceConfig {
         }
         if self.scheme == Scheme::Jwt {
             super::jwt::check(name, self)?;
+        }
+        if secrets == Secrets::Read
+            && let Some(path) = &self.jwks_file
+        {
+            super::oidc::check_jwks_file(path)
+                .map_err(|r| invalid(name, "jwks_file", format!("{path}: {r}")))?;
         }
         if self.scheme == Scheme::AtlassianConnect {
             super::atlassian::prepare(name, self)?;

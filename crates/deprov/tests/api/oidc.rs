@@ -226,3 +226,45 @@ async fn an_unreachable_jwks_is_503_with_retry_after_and_stores_nothing() {
     assert_problem(response, StatusCode::SERVICE_UNAVAILABLE).await;
     app.assert_nothing_stored().await;
 }
+
+/// `serve` and `worker` refuse to start on a `jwks_file` they cannot read, naming the key, the path
+/// and the OS error (instead of starting and answering every token 503).
+#[tokio::test]
+async fn serve_and_worker_refuse_to_start_on_a_missing_jwks_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("jwks.json").display().to_string();
+    let (_config_dir, config) = crate::helpers::config_file(&format!(
+        "[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n\n\
+         [sources.partner]\nscheme = \"jwt\"\njwks_file = {missing:?}\nissuer = \"{ISSUER}\"\n\
+         audience = \"{AUDIENCE}\"\ntenant = {{ pointer = \"/x\" }}\nevent = {{ pointer = \"/t\" }}\n\
+         delete_events = [\"a\"]\n"
+    ));
+    for command in ["serve", "worker"] {
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
+            .arg(command)
+            .env("DEPROV_DATABASE_URL", "postgres://127.0.0.1:1/x")
+            .env("DEPROV_TARGET_URL", "postgres://127.0.0.1:1/y")
+            .env("DEPROV_CONFIG", &config)
+            .env("DEPROV_LISTEN", "127.0.0.1:0")
+            .env_remove("DEPROV_POOLER_MODE")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // A process that started (the fault) would run on: give up on it and fail.
+        let out =
+            tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
+                .await
+                .unwrap_or_else(|_| panic!("{command} started despite the missing jwks_file"))
+                .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "configuration key `sources.partner.jwks_file`: {missing}: No such file or directory"
+            )),
+            "{command}: {stderr}"
+        );
+    }
+}

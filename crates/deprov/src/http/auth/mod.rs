@@ -193,7 +193,8 @@ impl PartnerVerifier {
                     jwks,
                     source.issuer.as_ref()?.single()?,
                     source.audience.as_ref()?.single()?,
-                );
+                )
+                .named(name);
                 Some(Self::Oidc {
                     source: name.to_owned(),
                     verifier: Arc::new(verifier),

@@ -512,3 +512,57 @@ fn secrets_are_read_only_when_asked_for() {
         .to_string();
     assert!(err.contains("sources.hooks.secret_env"), "{err}");
 }
+
+/// `serve` and `worker` ([`Secrets::Read`]) read and parse a `jwks_file` at start and refuse a
+/// missing, unparsable or keyless one, naming the key, the path and the reason; other commands
+/// leave it unread.
+#[test]
+fn a_jwks_file_that_cannot_be_used_stops_the_start() {
+    use crate::config::{Config, Secrets};
+    let base = "[tenant]\nroot_table = \"app.accounts\"\nkey_column = \"id\"\n";
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.json");
+    std::fs::copy(
+        format!(
+            "{}/tests/fixtures/oidc/jwks-a.json",
+            env!("CARGO_MANIFEST_DIR")
+        ),
+        &good,
+    )
+    .unwrap();
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "{ \"keys\": [").unwrap();
+    let symmetric = dir.path().join("symmetric.json");
+    std::fs::write(
+        &symmetric,
+        r#"{"keys":[{"kty":"oct","kid":"k","k":"c2VjcmV0"}]}"#,
+    )
+    .unwrap();
+    let missing = dir.path().join("missing.json");
+    for scheme in [Scheme::Jwt, Scheme::VercelOidc] {
+        let text = |path: &std::path::Path| {
+            let entry = minimal_entry(scheme).replace(
+                "jwks_url = \"https://example.com/jwks\"",
+                &format!("jwks_file = {:?}", path.display().to_string()),
+            );
+            format!("[sources.s]\n{entry}\n{base}")
+        };
+        Config::from_toml(&text(&good)).unwrap();
+        for (path, reason) in [
+            (&missing, "No such file or directory"),
+            (&broken, "not a JWKS"),
+            (&symmetric, "no usable key"),
+        ] {
+            let err = Config::from_toml(&text(path)).unwrap_err().to_string();
+            let prefix = format!(
+                "configuration key `sources.s.jwks_file`: {}: ",
+                path.display()
+            );
+            assert!(
+                err.starts_with(&prefix) && err.contains(reason),
+                "{scheme:?} {path:?}: {err}"
+            );
+            Config::from_toml_with(&text(path), Secrets::Skip).unwrap();
+        }
+    }
+}

@@ -10,6 +10,7 @@ use super::*;
 
 mod config;
 mod decode;
+mod key_age;
 pub(super) mod sns;
 mod timed;
 mod token_config;
