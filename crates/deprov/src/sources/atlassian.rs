@@ -21,8 +21,8 @@
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use sha2::{Digest, Sha256};
 
-use super::jwt::{OneOrMany, check_leeway, check_url};
-use super::settings::{InvalidSource, Locator, SourceConfig, invalid};
+use super::jwt::{check_leeway, check_url};
+use super::settings::{InvalidSource, Locator, OneOrMany, SourceConfig, invalid};
 
 /// Atlassian's key server; `{kid}` is replaced by the token's `kid`.
 pub const DEFAULT_KEY_URL: &str = "https://connect-install-keys.atlassian.com/{kid}";

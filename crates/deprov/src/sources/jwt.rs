@@ -13,11 +13,9 @@
 
 use std::time::Duration;
 
-use jsonwebtoken::Algorithm;
-use serde::Deserialize;
-
 use super::oidc::{DEFAULT_LEEWAY, JwksSource, Rules};
-use super::settings::{InvalidSource, SourceConfig, invalid};
+use super::settings::{InvalidSource, OneOrMany, SourceConfig, invalid};
+use jsonwebtoken::Algorithm;
 
 /// The `algorithms` a `jwt` source may allow (RFC 7518 §3.1 asymmetric signatures that
 /// jsonwebtoken's `rust_crypto` backend verifies).
@@ -27,40 +25,6 @@ pub const ALGORITHMS: [&str; 8] = [
 
 /// Largest `leeway`: 5 minutes.
 pub const MAX_LEEWAY: Duration = Duration::from_secs(300);
-
-/// `issuer` / `audience`: one string or a list of them.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
-pub enum OneOrMany {
-    /// `issuer = "https://accounts.google.com"`.
-    One(String),
-    /// `issuer = ["https://a", "https://b"]`.
-    Many(Vec<String>),
-}
-
-impl OneOrMany {
-    /// The values, in the order written.
-    pub fn values(&self) -> Vec<String> {
-        match self {
-            Self::One(v) => vec![v.clone()],
-            Self::Many(v) => v.clone(),
-        }
-    }
-
-    /// The value when exactly one, non-empty, is given.
-    pub fn single(&self) -> Option<&str> {
-        match self {
-            Self::One(v) if !v.is_empty() => Some(v),
-            Self::Many(v) if v.len() == 1 && !v[0].is_empty() => Some(&v[0]),
-            _ => None,
-        }
-    }
-
-    fn is_valid(&self) -> bool {
-        let values = self.values();
-        !values.is_empty() && values.iter().all(|v| !v.is_empty())
-    }
-}
 
 /// `sources.NAME.<key>`'s URL: `https://`, or — with `allow_http_loopback` — `http://` to a
 /// loopback IP address literal (127.0.0.0/8, `::1`).

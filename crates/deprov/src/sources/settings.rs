@@ -13,7 +13,6 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::DEFAULT_TOLERANCE;
-pub use super::jwt::OneOrMany;
 pub use super::scheme::{SOURCE_KEYS, Scheme};
 
 /// Whether loading the configuration reads the secrets it names (`token_env`, `secret_env`,
@@ -214,6 +213,41 @@ pub struct SourceConfig {
     pub sns: Option<Arc<super::sns_certs::SnsCerts>>,
 }
 
+/// `issuer` / `audience`: one string or a list of them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    /// `issuer = "https://accounts.google.com"`.
+    One(String),
+    /// `issuer = ["https://a", "https://b"]`.
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    /// The values, in the order written.
+    pub fn values(&self) -> Vec<String> {
+        match self {
+            Self::One(v) => vec![v.clone()],
+            Self::Many(v) => v.clone(),
+        }
+    }
+
+    /// The value when exactly one, non-empty, is given.
+    pub fn single(&self) -> Option<&str> {
+        match self {
+            Self::One(v) if !v.is_empty() => Some(v),
+            Self::Many(v) if v.len() == 1 && !v[0].is_empty() => Some(&v[0]),
+            _ => None,
+        }
+    }
+
+    /// Whether at least one value is given and none is empty.
+    pub fn is_valid(&self) -> bool {
+        let values = self.values();
+        !values.is_empty() && values.iter().all(|v| !v.is_empty())
+    }
+}
+
 /// A `[sources.NAME]` value that parsed but is not allowed (the configuration reports it as an
 /// invalid key).
 #[derive(Debug, thiserror::Error)]
@@ -234,59 +268,9 @@ pub(super) fn invalid(name: &str, key: &str, reason: impl Into<String>) -> Inval
 }
 
 impl SourceConfig {
-    /// Checks source `name`'s table — `given` is the keys written in it: each must be one its
-    /// scheme uses, and those the scheme needs must be there — and, with [`Secrets::Read`], reads
-    /// its secrets and derives their keys.
-    ///
-    /// # Errors
-    /// [`InvalidSource`] naming `sources.NAME.<key>` (never the secret's value).
-    pub fn prepare<'k>(
-        &mut self,
-        name: &str,
-        given: impl IntoIterator<Item = &'k str>,
-        secrets: Secrets,
-    ) -> Result<(), InvalidSource> {
-        let given: Vec<&str> = given.into_iter().collect();
-        self.check_keys(name, &given)?;
-        self.check_events(name)?;
-        if self.scheme.is_hmac() {
-            self.prepare_hmac(name, secrets)?;
-        }
-        if self.scheme == Scheme::VercelOidc {
-            self.check_oidc(name)?;
-        }
-        if self.scheme == Scheme::Jwt {
-            super::jwt::check(name, self)?;
-        }
-        if secrets == Secrets::Read
-            && let Some(path) = &self.jwks_file
-        {
-            super::oidc::check_jwks_file(path)
-                .map_err(|r| invalid(name, "jwks_file", format!("{path}: {r}")))?;
-        }
-        if self.scheme == Scheme::AtlassianConnect {
-            super::atlassian::prepare(name, self)?;
-        }
-        super::decode::check(&self.decode).map_err(|r| invalid(name, "decode", r))?;
-        if self.scheme == Scheme::AwsSns {
-            self.sns = Some(
-                super::sns_certs::prepare(self)
-                    .map_err(|(key, reason)| invalid(name, key, reason))?,
-            );
-        }
-        if self.scheme == Scheme::Basic {
-            self.prepare_basic(name, secrets)?;
-        }
-        self.check_values(name)?;
-        if self.dedup == Dedup::Delivery && !self.scheme.has_delivery_id() {
-            self.dedup = Dedup::Tenant;
-        }
-        Ok(())
-    }
-
     /// Refuses a key of `given` (the keys written in the table) that the scheme does not read, and
     /// `dedup = "delivery"` for a scheme that sends no delivery ID.
-    fn check_keys(&self, name: &str, given: &[&str]) -> Result<(), InvalidSource> {
+    pub(super) fn check_keys(&self, name: &str, given: &[&str]) -> Result<(), InvalidSource> {
         let scheme = self.scheme;
         for k in SOURCE_KEYS {
             if given.contains(&k) && !scheme.uses(k) {
@@ -315,7 +299,7 @@ impl SourceConfig {
     }
 
     /// Refuses an event type that both restores and deletes.
-    fn check_events(&self, name: &str) -> Result<(), InvalidSource> {
+    pub(super) fn check_events(&self, name: &str) -> Result<(), InvalidSource> {
         if let Some(e) = self
             .restore_events
             .iter()
@@ -332,7 +316,11 @@ impl SourceConfig {
 
     /// An HMAC scheme: a secret given (read, and its keys derived, with [`Secrets::Read`]), the
     /// event types that delete, and where the tenant is.
-    fn prepare_hmac(&mut self, name: &str, secrets: Secrets) -> Result<(), InvalidSource> {
+    pub(super) fn prepare_hmac(
+        &mut self,
+        name: &str,
+        secrets: Secrets,
+    ) -> Result<(), InvalidSource> {
         if self.secret_env.is_empty() && self.secret_file.is_empty() {
             return Err(invalid(
                 name,
@@ -361,7 +349,7 @@ impl SourceConfig {
     }
 
     /// `vercel-oidc`: exactly one JWKS source, an issuer and an audience.
-    fn check_oidc(&self, name: &str) -> Result<(), InvalidSource> {
+    pub(super) fn check_oidc(&self, name: &str) -> Result<(), InvalidSource> {
         if self.jwks_url.is_some() == self.jwks_file.is_some() {
             return Err(invalid(
                 name,
@@ -380,7 +368,7 @@ impl SourceConfig {
 
     /// The tolerance's range, a non-empty `tenant_lookup`, and well-formed JSON pointers and header
     /// names for the tenant, the event type and the deduplication key.
-    fn check_values(&self, name: &str) -> Result<(), InvalidSource> {
+    pub(super) fn check_values(&self, name: &str) -> Result<(), InvalidSource> {
         if let Some(t) = self.tolerance
             && (t < Duration::from_secs(1) || t > Duration::from_secs(3600))
         {
