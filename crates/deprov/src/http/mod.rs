@@ -43,6 +43,7 @@ pub mod serve;
 mod sns;
 pub mod token_sources;
 pub mod vercel;
+mod webhook_answer;
 mod webhook_body;
 pub mod webhooks;
 

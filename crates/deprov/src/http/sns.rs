@@ -15,7 +15,7 @@
 
 use super::AppState;
 use super::error::ApiError;
-use super::webhooks::{WebhookAnswer, WebhookOutcome, ignore};
+use super::webhook_answer::{WebhookAnswer, WebhookOutcome, ignore};
 use crate::sources::payload::Delivery;
 use crate::sources::sns::{self, Kind, Message, SnsReject};
 use crate::sources::sns_certs::CertError;
