@@ -289,7 +289,9 @@ impl Chunk {
 
 /// Reads the rows of `table` whose columns `by` equal one of `keys` (each a value per column, as
 /// text, cast to the column's type), returning the `tracked` columns as text. `FROM ONLY` unless the
-/// table is partitioned, as the referential triggers query (`ri_triggers.c`).
+/// table is partitioned, as the referential triggers query (`ri_triggers.c`). Rows whose column
+/// holds one of the `known` keys of that column (the caller holds them already) are left out, for
+/// columns not of an array type and at most [`KEYS_PER_SCAN`] keys.
 ///
 /// Every read is its own transaction under `limits`' lock timeout and a statement timeout of
 /// `read_timeout` (the caller bounds it like a batch), sized to take about half of that: where an index leads with the `by` columns (a primary
@@ -310,12 +312,23 @@ pub(super) async fn rows(
     plan: &Plan,
     (limits, read_timeout, sizes): (&BatchLimits, Duration, &Sizes),
     table: u32,
-    by: &[String],
-    keys: &[Vec<String>],
+    (by, keys): (&[String], &[Vec<String>]),
     tracked: &[String],
+    known: &[(&str, &[String])],
 ) -> Result<Vec<Loaded>, SimError> {
     let t = &plan.catalog.tables[&table];
     let scanned = !t.partitioned && !plan.catalog.leads_an_index(table, by);
+    // An array-typed column's keys are array literals, which `::type[]` cannot take element-wise.
+    let known: Vec<(&str, &[String])> = known
+        .iter()
+        .filter(|(c, k)| {
+            k.len() <= KEYS_PER_SCAN
+                && t.columns
+                    .get(*c)
+                    .is_some_and(|ty| !ty.as_str().ends_with(']'))
+        })
+        .copied()
+        .collect();
     let mut b = SqlBuilder::new();
     b.sql("SELECT t0.tableoid::int8, t0.ctid::text, ARRAY[");
     b.join(tracked, ", ", |b, _, c| {
@@ -341,12 +354,25 @@ pub(super) async fn rows(
             .sql("::")
             .ty(&t.columns[c]);
     });
+    b.sql(" WHERE true");
     if scanned {
-        b.sql(" WHERE t0.ctid >= ")
+        b.sql(" AND t0.ctid >= ")
             .param(by.len() + 1)
             .sql("::tid AND t0.ctid < ")
             .param(by.len() + 2)
             .sql("::tid");
+    }
+    // Rows already held are left out: a constant array is matched through a hash (PostgreSQL 14+),
+    // and `IS NOT TRUE` keeps the rows whose column is NULL.
+    let first_known = by.len() + if scanned { 3 } else { 1 };
+    for (i, (c, _)) in known.iter().enumerate() {
+        b.sql(" AND (")
+            .col(0, c)
+            .sql(" = ANY(")
+            .param(first_known + i)
+            .sql("::text[]::")
+            .ty(&t.columns[*c])
+            .sql("[])) IS NOT TRUE");
     }
     let read = Read {
         pool,
@@ -354,6 +380,7 @@ pub(super) async fn rows(
         bounded: limits.within(read_timeout),
         stmt: b.build(),
         columns: by.len(),
+        known: known.iter().map(|(_, k)| *k).collect(),
     };
     let at = (table, by.to_vec());
     let stored = sizes.0.lock().map_or(None, |m| m.get(&at).copied());
@@ -389,6 +416,8 @@ struct Read<'a> {
     stmt: crate::sql::Statement,
     /// Key columns (`$1`..`$n`); a block range's bounds follow them.
     columns: usize,
+    /// The keys of rows left out (see [`rows`]), one parameter each, after those.
+    known: Vec<&'a [String]>,
 }
 
 impl Read<'_> {
@@ -414,6 +443,9 @@ impl Read<'_> {
         }
         if let Some((from, to)) = blocks {
             q = q.bind(tid(from)).bind(tid(to));
+        }
+        for keys in &self.known {
+            q = q.bind(*keys);
         }
         let limits = if may_cut { &self.bounded } else { self.limits };
         let mut tx = begin(self.pool, limits).await?;

@@ -34,7 +34,9 @@
 //! security and ON UPDATE actions (a SET NULL / SET DEFAULT writing a column that other tables
 //! reference) are not simulated; rows written concurrently between the simulation's queries may be
 //! missed. Rows are read in bulk per foreign key and trigger generation, in reads bounded and sized
-//! like batches (`load::rows`), at most `hard_delete.max_simulated_rows` of them.
+//! like batches (`load::rows`), at most `hard_delete.max_simulated_rows` of them. A table reached
+//! by several keys (its key to the root, then to a parent on another path) is read whole once: a
+//! later read leaves out the rows an earlier one already returned (`Store::known`).
 
 mod load;
 mod preset;
@@ -291,9 +293,9 @@ impl Ctx<'_> {
                 self.plan,
                 (self.limits, self.read_timeout, &self.sizes),
                 table,
-                &cols,
-                &keys,
+                (&cols, &keys),
                 &store.tracked[&table],
+                &store.known(table, p),
             )
             .await?;
             store.add(p, keys, rows);

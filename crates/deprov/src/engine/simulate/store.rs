@@ -37,6 +37,10 @@ pub(super) struct Store {
     by_id: HashMap<(u32, (u32, u32)), usize>,
     index: HashMap<(usize, Vec<String>), Vec<usize>>,
     loaded: HashSet<(usize, Vec<String>)>,
+    /// Per single-column probe: its keys read, in the order read.
+    loaded_keys: HashMap<usize, Vec<String>>,
+    /// Per table: how many of its rows are held.
+    held: HashMap<u32, usize>,
 }
 
 fn parse_tid(text: &str) -> (u32, u32) {
@@ -71,6 +75,8 @@ impl Store {
             by_id: HashMap::new(),
             index: HashMap::new(),
             loaded: HashSet::new(),
+            loaded_keys: HashMap::new(),
+            held: HashMap::new(),
         };
         for (table, cols) in wanted {
             if store.probe_of.contains_key(&(table, cols.clone())) {
@@ -134,10 +140,36 @@ impl Store {
                 tid: id.1,
                 vals,
             });
+            *self.held.entry(table).or_default() += 1;
         }
+        let single = self.probes[probe].cols.len() == 1;
         for k in keys {
+            if single && !self.loaded.contains(&(probe, k.clone())) {
+                self.loaded_keys
+                    .entry(probe)
+                    .or_default()
+                    .extend(k.iter().cloned());
+            }
             self.loaded.insert((probe, k));
         }
+    }
+
+    /// What is known complete of `table` besides probe `except`: per single-column probe with keys
+    /// read, its column and those keys. Every row of `table` whose column holds one of them is held
+    /// already (rows are read per key, whole), so a read of `table` may leave such rows out and
+    /// find them through [`Self::indexed`] instead. Empty while no row of `table` is held.
+    pub fn known(&self, table: u32, except: usize) -> Vec<(&str, &[String])> {
+        if self.held.get(&table).is_none_or(|&n| n == 0) {
+            return Vec::new();
+        }
+        self.table_probes[&table]
+            .iter()
+            .filter(|&&p| p != except)
+            .filter_map(|p| {
+                let keys = self.loaded_keys.get(p)?;
+                Some((self.probes[*p].cols[0].as_str(), keys.as_slice()))
+            })
+            .collect()
     }
 
     pub(super) fn indexed(&self, probe: usize, key: &[String]) -> &[usize] {
