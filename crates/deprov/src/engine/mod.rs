@@ -12,6 +12,7 @@ mod blocks;
 pub mod catalog;
 pub mod cycles;
 mod durability;
+pub mod estimate;
 pub use durability::{Incarnation, flush, incarnation};
 pub mod plan;
 pub mod queries;

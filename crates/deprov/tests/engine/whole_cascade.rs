@@ -1,7 +1,7 @@
 //! `[hard_delete] whole_cascade`: a tenant whose cascade fits the trial's bound is deleted by one
 //! transaction with its soft delete (`engine::whole`); one that fails is refused with nothing
 //! deleted; one too large goes on in batches; a small one whose first try missed the bound is tried
-//! once more after the pre-checks.
+//! once more after the pre-checks; one the planner's statistics say cannot fit is not tried.
 
 use deprov::queue::JobState;
 
@@ -153,4 +153,65 @@ fn went_on_in_batches(progress: &deprov::worker::Progress, batches: i64) {
     assert!(trial.starts_with("undecided"), "{progress:?}");
     assert_eq!(progress.rows_deleted, 1021, "{progress:?}");
     assert!(progress.batches > batches, "{progress:?}");
+}
+
+/// Tenant 1 owns 90,000 events, tenant 2 ten; analyzed.
+const SKEWED: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.events (id int PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE INDEX ON app.events (account_id);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.events SELECT g, 1 FROM generate_series(1, 90000) g;
+INSERT INTO app.events SELECT g, 2 FROM generate_series(90001, 90010) g;
+ANALYZE;
+";
+
+/// A 50 ms batch: the trial's bound is 40 ms, in which no cascade deletes 80,000 rows
+/// (`engine::estimate::MAX_CASCADE_ROWS_PER_MS`).
+fn config_skewed(whole_cascade: bool) -> String {
+    config_hard(
+        &format!(
+            "batch_rows = 1000\nmax_batch_rows = 20000\nmax_batch_duration = \"50ms\"\n\
+             lock_timeout = \"20ms\"\ncascade_rows = 0\nwhole_cascade = {whole_cascade}"
+        ),
+        "id",
+        "",
+    )
+}
+
+#[tokio::test]
+async fn a_tenant_the_statistics_say_cannot_fit_is_not_tried_and_goes_on_in_batches() {
+    for whole_cascade in [true, false] {
+        let progress = delete_tenant_1(SKEWED, &config_skewed(whole_cascade)).await;
+        let trial = progress.trial.as_deref().unwrap_or("");
+        // The estimate is the most common value's frequency times reltuples: about 90,000.
+        let estimate: f64 = trial
+            .strip_prefix("not tried: the planner's statistics estimate ")
+            .and_then(|rest| rest.split(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{progress:?}"));
+        assert!((85_000.0..=95_000.0).contains(&estimate), "{progress:?}");
+        // Nothing ran and rolled back.
+        assert_eq!(
+            (progress.trial_ms, progress.longest_rolled_back_ms),
+            (0.0, 0.0),
+            "{progress:?}"
+        );
+        assert!(!progress.whole_cascade, "{progress:?}");
+        assert_eq!(progress.rows_deleted, 90_001, "{progress:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_small_tenant_beside_a_large_one_is_still_tried() {
+    let env = env_with_schema(&config_skewed(true), SKEWED).await;
+    let id = env.request("2").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(id).await;
+    assert_eq!(job.state(), JobState::Completed, "{job:?}");
+    let progress = deprov::worker::Progress::from_json(&job.progress);
+    let trial = progress.trial.as_deref().unwrap_or("");
+    assert!(!trial.starts_with("not tried"), "{progress:?}");
+    assert!(progress.trial_ms > 0.0, "{progress:?}");
 }

@@ -192,8 +192,9 @@ impl JobRun {
     /// Before any hard-delete statement of the job (before the soft delete, and again when the hard
     /// delete starts after a grace period), asks PostgreSQL whether the cascading DELETE succeeds
     /// on the data as it is: the trial cascade ([`engine::trial`]), bounded like a cascading batch
-    /// and always rolled back. `Ok(true)` when it succeeded in this run; `Err(refusal)` when the
-    /// cascade fails or deletes nothing. Records the verdict in `progress.trial`.
+    /// and always rolled back — unless the statistics say it cannot fit its bound
+    /// ([`Self::too_large_to_try`]). `Ok(true)` when it succeeded in this run; `Err(refusal)` when
+    /// the cascade fails or deletes nothing. Records the verdict in `progress.trial`.
     pub(super) async fn trial(
         &mut self,
         plan: &engine::Plan,
@@ -201,6 +202,10 @@ impl JobRun {
     ) -> Result<Result<bool, String>, Stop> {
         let hd = &self.worker.config.hard_delete;
         if !hd.trial_cascade || !self.before_hard_delete() || self.whole_tries > 0 {
+            return Ok(Ok(false));
+        }
+        if let Some(skipped) = self.too_large_to_try(plan, tenant).await? {
+            self.progress.trial = Some(skipped);
             return Ok(Ok(false));
         }
         let started = std::time::Instant::now();

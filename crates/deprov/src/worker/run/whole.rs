@@ -22,7 +22,8 @@ impl JobRun {
     ///
     /// `Ok(Some(Completed))` when it committed; `Ok(Some(Failed))` with the refusal when the
     /// cascade fails or deletes nothing (rolled back: nothing was deleted by it); `Ok(None)` when
-    /// it did not run, found no tenant, or did not finish within the bounds — the verdict is then
+    /// it did not run, was not tried because the statistics say it cannot fit
+    /// ([`Self::too_large_to_try`]), found no tenant, or did not finish within the bounds — the verdict is then
     /// in `progress.trial`, and the pre-checks do not run the trial again in this run.
     /// `progress.trial_ms` adds each try's transaction time.
     pub(super) async fn whole_cascade(
@@ -40,6 +41,14 @@ impl JobRun {
         let gate = self.may_destroy().await?;
         if let Some(refusal) = self.refuse_user_triggers(plan).await? {
             return Ok(Some(Outcome::Failed(refusal)));
+        }
+        if let Some(skipped) = self.too_large_to_try(plan, tenant).await? {
+            drop(gate);
+            self.progress.trial = Some(skipped);
+            // Counted as a try, so that the pre-checks do not run the trial either; never again.
+            self.whole_tries += 1;
+            self.whole_reached = None;
+            return Ok(None);
         }
         let statements: &[String] = if soft_delete_first {
             &w.config.soft_delete.statements
@@ -105,6 +114,34 @@ impl JobRun {
                 ))))
             }
         }
+    }
+
+    /// Why the whole cascade is not tried, when the planner's statistics say the tenant has more
+    /// rows than its bound could delete ([`engine::estimate`]): it would run until cut off by its
+    /// `statement_timeout` and roll back, a transaction of the whole bound spent for nothing. Never
+    /// for a plan with [`engine::Plan::unordered`] keys, which only the whole cascade can delete.
+    pub(super) async fn too_large_to_try(
+        &self,
+        plan: &engine::Plan,
+        tenant: &str,
+    ) -> Result<Option<String>, Stop> {
+        if !plan.unordered.is_empty() {
+            return Ok(None);
+        }
+        let budget = engine::trial::budget(&self.worker.config.hard_delete);
+        let bound_ms = budget.as_secs_f64() * 1000.0;
+        let rows =
+            engine::estimate::direct_rows(&self.worker.pools.target, plan, tenant, &self.limits)
+                .await?;
+        Ok(
+            (rows >= bound_ms * engine::estimate::MAX_CASCADE_ROWS_PER_MS).then(|| {
+                format!(
+                    "not tried: the planner's statistics estimate {rows:.0} rows of the tenant in \
+                     the tables referencing the root, more than {} ms can delete",
+                    budget.as_millis()
+                )
+            }),
+        )
     }
 
     /// Whether [`Self::whole_cascade`] runs: with `[hard_delete] trial_cascade` and
