@@ -31,44 +31,49 @@ pub async fn direct_rows(
     tenant: &str,
     limits: &BatchLimits,
 ) -> Result<f64, EngineError> {
-    let (rels, cols): (Vec<i64>, Vec<String>) = plan
-        .catalog
-        .foreign_keys
-        .iter()
-        .filter(|fk| {
-            fk.to == plan.root
-                && fk.from != plan.root
-                && fk.on_delete == OnDelete::Cascade
-                && fk.to_cols == [plan.key_column.clone()]
-                && fk.from_cols.len() == 1
-                && plan.closure.contains(&fk.from)
-                && !plan.catalog.tables[&fk.from].partitioned
-        })
-        .map(|fk| (i64::from(fk.from), fk.from_cols[0].clone()))
-        .unzip();
-    if rels.is_empty() {
+    let mut keys = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for fk in plan.catalog.foreign_keys.iter().filter(|fk| {
+        fk.to == plan.root
+            && fk.from != plan.root
+            && fk.on_delete == OnDelete::Cascade
+            && fk.to_cols == [plan.key_column.clone()]
+            && fk.from_cols.len() == 1
+            && plan.closure.contains(&fk.from)
+            && !plan.catalog.tables[&fk.from].partitioned
+    }) {
+        let name = plan.name(fk.from);
+        keys.0.push(i64::from(fk.from));
+        keys.1.push(name.schema.clone());
+        keys.2.push(name.name.clone());
+        keys.3.push(fk.from_cols[0].clone());
+    }
+    if keys.0.is_empty() {
         return Ok(0.0);
     }
+    // `pg_stats` is a view over every column's statistics: the names are also given as a
+    // constant array, which PostgreSQL applies inside the view before it builds its rows.
     let mut tx = crate::db::begin(target, limits.bounds()).await?;
     let rows: Option<f64> = crate::db::query_scalar(
         "SELECT sum(greatest(c.reltuples, 0) * CASE \
-             WHEN array_position(s.vals, $3) IS NOT NULL THEN s.freqs[array_position(s.vals, $3)] \
+             WHEN array_position(s.vals, $5) IS NOT NULL THEN s.freqs[array_position(s.vals, $5)] \
              ELSE greatest(1 - s.null_frac - coalesce((SELECT sum(f) FROM unnest(s.freqs) f), 0), 0) \
                / greatest(CASE WHEN s.n_distinct >= 0 THEN s.n_distinct \
                                ELSE -s.n_distinct * greatest(c.reltuples, 0) END \
                           - coalesce(cardinality(s.freqs), 0), 1) \
            END)::float8 \
-         FROM unnest($1::int8[], $2::text[]) AS w(rel, col) \
-           JOIN pg_class c ON c.oid = w.rel::oid \
-           JOIN pg_namespace n ON n.oid = c.relnamespace \
-           JOIN LATERAL (SELECT st.null_frac, st.n_distinct, st.most_common_vals::text::text[] AS vals, \
-                                st.most_common_freqs AS freqs \
-                         FROM pg_stats st \
-                         WHERE st.schemaname = n.nspname AND st.tablename = c.relname \
-                           AND st.attname = w.col AND NOT st.inherited) s ON true",
+         FROM (SELECT w.rel, st.null_frac, st.n_distinct, st.most_common_vals::text::text[] AS vals, \
+                      st.most_common_freqs AS freqs \
+               FROM pg_stats st \
+                 JOIN unnest($1::int8[], $2::text[], $3::text[], $4::text[]) AS w(rel, sch, tab, col) \
+                   ON (st.schemaname, st.tablename, st.attname) = (w.sch, w.tab, w.col) \
+               WHERE st.tablename = ANY($3::text[]) AND st.attname = ANY($4::text[]) \
+                 AND NOT st.inherited) s \
+           JOIN pg_class c ON c.oid = s.rel::oid",
     )
-    .bind(&rels)
-    .bind(&cols)
+    .bind(&keys.0)
+    .bind(&keys.1)
+    .bind(&keys.2)
+    .bind(&keys.3)
     .bind(tenant)
     .fetch_one(&mut *tx)
     .await?;
