@@ -192,9 +192,9 @@ impl JobRun {
     /// Before any hard-delete statement of the job (before the soft delete, and again when the hard
     /// delete starts after a grace period), asks PostgreSQL whether the cascading DELETE succeeds
     /// on the data as it is: the trial cascade ([`engine::trial`]), bounded like a cascading batch
-    /// and always rolled back — unless the statistics say it cannot fit its bound
-    /// ([`Self::too_large_to_try`]). `Ok(true)` when it succeeded in this run; `Err(refusal)` when
-    /// the cascade fails or deletes nothing. Records the verdict in `progress.trial`.
+    /// (shortened when the statistics say the tenant cannot fit: [`Self::trial_budget`]) and always
+    /// rolled back. `Ok(true)` when it succeeded in this run; `Err(refusal)` when the cascade fails
+    /// or deletes nothing. Records the verdict in `progress.trial`.
     pub(super) async fn trial(
         &mut self,
         plan: &engine::Plan,
@@ -204,23 +204,23 @@ impl JobRun {
         if !hd.trial_cascade || !self.before_hard_delete() || self.whole_tries > 0 {
             return Ok(Ok(false));
         }
-        if let Some(skipped) = self.too_large_to_try(plan, tenant).await? {
-            self.progress.trial = Some(skipped);
-            return Ok(Ok(false));
-        }
+        let (budget, shortened) = self.trial_budget(plan, tenant).await?;
         let started = std::time::Instant::now();
         let verdict = engine::trial::trial_cascade(
             &self.worker.pools.target,
             plan,
             tenant,
             hd.lock_timeout,
-            engine::trial::budget(hd),
+            budget,
         )
         .await?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         self.progress.trial_ms += ms;
         self.progress.longest_rolled_back_ms = self.progress.longest_rolled_back_ms.max(ms);
-        self.progress.trial = Some(verdict.label());
+        self.progress.trial = Some(super::whole::with_why(
+            verdict.label(),
+            shortened.as_deref(),
+        ));
         let Some(why) = verdict.refusal() else {
             return Ok(Ok(verdict == engine::trial::Trial::Succeeds));
         };

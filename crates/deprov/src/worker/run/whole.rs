@@ -22,8 +22,8 @@ impl JobRun {
     ///
     /// `Ok(Some(Completed))` when it committed; `Ok(Some(Failed))` with the refusal when the
     /// cascade fails or deletes nothing (rolled back: nothing was deleted by it); `Ok(None)` when
-    /// it did not run, was not tried because the statistics say it cannot fit
-    /// ([`Self::too_large_to_try`]), found no tenant, or did not finish within the bounds — the verdict is then
+    /// it did not run, found no tenant, or did not finish within its bound ([`Self::trial_budget`],
+    /// shortened when the statistics say the tenant cannot fit) — the verdict is then
     /// in `progress.trial`, and the pre-checks do not run the trial again in this run.
     /// `progress.trial_ms` adds each try's transaction time.
     pub(super) async fn whole_cascade(
@@ -42,14 +42,7 @@ impl JobRun {
         if let Some(refusal) = self.refuse_user_triggers(plan).await? {
             return Ok(Some(Outcome::Failed(refusal)));
         }
-        if let Some(skipped) = self.too_large_to_try(plan, tenant).await? {
-            drop(gate);
-            self.progress.trial = Some(skipped);
-            // Counted as a try, so that the pre-checks do not run the trial either; never again.
-            self.whole_tries += 1;
-            self.whole_reached = None;
-            return Ok(None);
-        }
+        let (budget, shortened) = self.trial_budget(plan, tenant).await?;
         let statements: &[String] = if soft_delete_first {
             &w.config.soft_delete.statements
         } else {
@@ -62,7 +55,7 @@ impl JobRun {
             statements,
             tenant,
             hd.lock_timeout,
-            engine::trial::budget(hd),
+            budget,
         )
         .await?;
         drop(gate);
@@ -70,8 +63,9 @@ impl JobRun {
         self.progress.trial_ms += ms;
         self.whole_tries += 1;
         self.whole_reached = match &whole {
-            Whole::RolledBack { reached, .. } => *reached,
-            Whole::Committed { .. } => None,
+            // A shortened try says nothing of how close the whole bound would come.
+            Whole::RolledBack { reached, .. } if shortened.is_none() => *reached,
+            _ => None,
         };
         match whole {
             Whole::Committed {
@@ -103,7 +97,7 @@ impl JobRun {
             }
             Whole::RolledBack { verdict, .. } => {
                 self.progress.longest_rolled_back_ms = self.progress.longest_rolled_back_ms.max(ms);
-                self.progress.trial = Some(verdict.label());
+                self.progress.trial = Some(with_why(verdict.label(), shortened.as_deref()));
                 let Some(why) = verdict.refusal() else {
                     return Ok(None);
                 };
@@ -116,32 +110,40 @@ impl JobRun {
         }
     }
 
-    /// Why the whole cascade is not tried, when the planner's statistics say the tenant has more
-    /// rows than its bound could delete ([`engine::estimate`]): it would run until cut off by its
-    /// `statement_timeout` and roll back, a transaction of the whole bound spent for nothing. Never
-    /// for a plan with [`engine::Plan::unordered`] keys, which only the whole cascade can delete.
-    pub(super) async fn too_large_to_try(
+    /// The bound of the whole cascade's try, or of the trial: [`engine::trial::budget`], or an
+    /// eighth of it (at least 5 ms) when the planner's statistics say the tenant has more rows than
+    /// the whole bound could delete ([`engine::estimate`]) — then the full try would only run until
+    /// its `statement_timeout` and roll back, while a short one still lets PostgreSQL meet a
+    /// failure at the start of the cascade (a RESTRICT key on the root, a CHECK refusing a SET
+    /// NULL). With the reason when shortened. Never shortened for a plan with
+    /// [`engine::Plan::unordered`] keys, which only the whole cascade can delete.
+    pub(super) async fn trial_budget(
         &self,
         plan: &engine::Plan,
         tenant: &str,
-    ) -> Result<Option<String>, Stop> {
-        if !plan.unordered.is_empty() {
-            return Ok(None);
-        }
+    ) -> Result<(std::time::Duration, Option<String>), Stop> {
         let budget = engine::trial::budget(&self.worker.config.hard_delete);
-        let bound_ms = budget.as_secs_f64() * 1000.0;
+        if !plan.unordered.is_empty() {
+            return Ok((budget, None));
+        }
         let rows =
             engine::estimate::direct_rows(&self.worker.pools.target, plan, tenant, &self.limits)
                 .await?;
-        Ok(
-            (rows >= bound_ms * engine::estimate::MAX_CASCADE_ROWS_PER_MS).then(|| {
-                format!(
-                    "not tried: the planner's statistics estimate {rows:.0} rows of the tenant in \
-                     the tables referencing the root, more than {} ms can delete",
-                    budget.as_millis()
-                )
-            }),
-        )
+        if rows < budget.as_secs_f64() * 1000.0 * engine::estimate::MAX_CASCADE_ROWS_PER_MS {
+            return Ok((budget, None));
+        }
+        let short = (budget / 8)
+            .max(std::time::Duration::from_millis(5))
+            .min(budget);
+        Ok((
+            short,
+            Some(format!(
+                "bounded to {} ms: the planner's statistics estimate {rows:.0} rows of the tenant \
+                 in the tables referencing the root, more than {} ms can delete",
+                short.as_millis(),
+                budget.as_millis()
+            )),
+        ))
     }
 
     /// Whether [`Self::whole_cascade`] runs: with `[hard_delete] trial_cascade` and
@@ -173,5 +175,13 @@ impl JobRun {
     pub(super) fn whole_again(&self) -> bool {
         let cascade_rows = i64::from(self.worker.config.hard_delete.cascade_rows);
         self.whole_tries == 1 && self.whole_reached.is_some_and(|rows| rows <= cascade_rows)
+    }
+}
+
+/// A trial's verdict `label`, with why its bound was shortened, if it was.
+pub(super) fn with_why(label: String, shortened: Option<&str>) -> String {
+    match shortened {
+        Some(why) => format!("{label} ({why})"),
+        None => label,
     }
 }
