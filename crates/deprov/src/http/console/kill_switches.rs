@@ -24,14 +24,11 @@ use crate::queue::search;
 /// The page's path.
 pub const PATH: &str = "/ui/kill-switches";
 
-/// What the page shows after a change (from the redirect's query).
+/// What the page shows after a change (from the redirect's query): the switch is looked up by its
+/// version, so a crafted link cannot make the page state a change that did not happen.
 #[derive(Debug, Default, Deserialize)]
 pub struct Changed {
-    /// The changed switch (`global`, `source:<name>`, `tenant:<key>`).
-    pub changed: Option<String>,
-    /// Whether it is engaged now.
-    pub engaged: Option<bool>,
-    /// Its new version.
+    /// The changed switch's new version.
     pub version: Option<i64>,
     /// Jobs moved by the change.
     pub moved: Option<u64>,
@@ -179,8 +176,8 @@ fn effect(
         @if engaged {
             br;
             @match after {
-                Some(t) => { span.muted { "a hard delete checkpointed at " (layout::time(t)) ", after the engage" } }
-                None => { span.muted { "no hard delete checkpointed since the engage" } }
+                Some(t) => { span.muted { "last hard-delete checkpoint " (layout::millis((t - changed_at).as_seconds_f64() * 1000.0)) " after the engage (a job stopping for the switch writes one too)" } }
+                None => { span.muted { "no hard-delete checkpoint since the engage" } }
             }
         }
     }
@@ -228,11 +225,12 @@ pub async fn page(
     let s = snapshot(&state).await?;
     let body = html! {
         h1 { "Kill switches" }
-        @if let (Some(name), Some(engaged)) = (&changed.changed, changed.engaged) {
+        @if let Some(sw) = changed.version.and_then(|v| s.status.scopes.iter().find(|sw| sw.switch.version == v)) {
             p.banner.ok #changed role="status" {
-                (name) (if engaged { " engaged" } else { " released" }) " at version "
-                (changed.version.unwrap_or(0)) "; " (changed.moved.unwrap_or(0)) " queued/held job(s) moved. "
-                "Watch the acknowledgements below."
+                (label(sw.switch.scope, sw.switch.key.as_deref()))
+                (if sw.switch.engaged { " engaged" } else { " released" }) " at version "
+                (sw.switch.version) " by " (sw.switch.changed_by.as_deref().unwrap_or("?")) "; "
+                (changed.moved.unwrap_or(0)) " queued/held job(s) moved. Watch the acknowledgements below."
             }
         }
         div #live data-live="/ui/kill-switches/live" { (fragment(&s)) }
@@ -281,10 +279,7 @@ pub async fn change(
         key: form.key.filter(|k| !k.trim().is_empty()),
     };
     let view = kill_switch::change(&state, &viewer.actor, &body).await?;
-    let name = label(view.scope, view.key.as_deref());
     let query = form_urlencoded::Serializer::new(String::new())
-        .append_pair("changed", &name)
-        .append_pair("engaged", if view.engaged { "true" } else { "false" })
         .append_pair("version", &view.version.to_string())
         .append_pair("moved", &view.jobs_moved.unwrap_or(0).to_string())
         .finish();
