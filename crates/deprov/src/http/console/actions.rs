@@ -103,7 +103,7 @@ pub fn job_buttons(viewer: &Viewer, id: Uuid, state: &str, hard_delete_started: 
     if state == "held" {
         offered.push(("resume", "Resume…"));
     }
-    if !hard_delete_started && matches!(state, "queued" | "held" | "failed") {
+    if !hard_delete_started && matches!(state, "queued" | "held" | "failed" | "cancelled") {
         offered.push(("undo", "Undo soft delete…"));
     }
     html! {

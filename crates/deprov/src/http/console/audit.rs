@@ -1,12 +1,12 @@
 //! The audit log: every operator action, newest first, with actor, target and reason (as `GET
 //! /v1/audit` reads it, [`crate::queue::audit::list`]).
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Html;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::error::ConsoleError;
+use super::error::{ConsoleError, PageQuery};
 use super::layout::{self, Section};
 use super::session::Viewer;
 use crate::db::{self, Bounds};
@@ -80,7 +80,7 @@ fn fragment(entries: &[Entry], now: time::OffsetDateTime) -> Markup {
 pub async fn page(
     viewer: Viewer,
     State(state): State<AppState>,
-    Query(q): Query<AuditQuery>,
+    PageQuery(q): PageQuery<AuditQuery>,
 ) -> Result<Html<String>, ConsoleError> {
     let (entries, now) = read(&state, &q).await?;
     let action = q.action.clone().unwrap_or_default();
@@ -121,7 +121,7 @@ pub async fn page(
 pub async fn live(
     _: Viewer,
     State(state): State<AppState>,
-    Query(q): Query<AuditQuery>,
+    PageQuery(q): PageQuery<AuditQuery>,
 ) -> Result<Html<String>, ConsoleError> {
     let (entries, now) = read(&state, &q).await?;
     Ok(Html(fragment(&entries, now).into_string()))

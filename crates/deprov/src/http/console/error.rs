@@ -1,13 +1,17 @@
 //! The console's errors: the HTTP edge's one error type ([`ApiError`]) rendered as an HTML page,
 //! and the redirect to the login page.
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::html;
+use serde::de::DeserializeOwned;
 
 use super::layout;
 use super::session::LOGIN;
 use crate::http::error::ApiError;
+use crate::http::extract::ApiQuery;
 
 /// Why a console request was not answered with its page.
 #[derive(Debug)]
@@ -62,5 +66,21 @@ impl IntoResponse for ConsoleError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
         }
         response
+    }
+}
+
+/// A page's query string, parsed as the JSON API parses one ([`ApiQuery`]); a malformed one is
+/// answered with the error page.
+#[derive(Debug)]
+pub struct PageQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for PageQuery<T> {
+    type Rejection = ConsoleError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ConsoleError> {
+        ApiQuery::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| Self(q.0))
+            .map_err(ConsoleError::Api)
     }
 }

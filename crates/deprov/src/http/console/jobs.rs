@@ -1,13 +1,13 @@
 //! The jobs page: counts by state, the queue's age, jobs by state / source / tenant / request or
 //! delivery ID with their live progress, and the bulk actions on the listed jobs ([`super::actions`]).
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Html;
 use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::actions;
-use super::error::ConsoleError;
+use super::error::{ConsoleError, PageQuery};
 use super::layout::{self, Section};
 use super::session::Viewer;
 use crate::db::{self, Bounds};
@@ -190,7 +190,7 @@ fn filter_form(q: &JobsQuery) -> Markup {
 pub async fn page(
     viewer: Viewer,
     State(state): State<AppState>,
-    Query(q): Query<JobsQuery>,
+    PageQuery(q): PageQuery<JobsQuery>,
 ) -> Result<Html<String>, ConsoleError> {
     let filter = q.filter()?;
     let s = snapshot(&state, &filter).await?;
@@ -213,7 +213,7 @@ pub async fn page(
 pub async fn live(
     _: Viewer,
     State(state): State<AppState>,
-    Query(q): Query<JobsQuery>,
+    PageQuery(q): PageQuery<JobsQuery>,
 ) -> Result<Html<String>, ConsoleError> {
     let filter = q.filter()?;
     Ok(Html(

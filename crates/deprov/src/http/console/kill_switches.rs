@@ -6,13 +6,13 @@
 //! ([`crate::http::kill_switch::read_status`]). Changes go through
 //! [`crate::http::kill_switch::change`], as `PUT /v1/kill-switch` does.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use super::error::ConsoleError;
+use super::error::{ConsoleError, PageQuery};
 use super::layout::{self, Section};
 use super::session::{ActionForm, Viewer};
 use crate::db::{self, Bounds};
@@ -220,7 +220,7 @@ fn forms(viewer: &Viewer) -> Markup {
 pub async fn page(
     viewer: Viewer,
     State(state): State<AppState>,
-    Query(changed): Query<Changed>,
+    PageQuery(changed): PageQuery<Changed>,
 ) -> Result<Html<String>, ConsoleError> {
     let s = snapshot(&state).await?;
     let body = html! {

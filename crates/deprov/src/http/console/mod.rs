@@ -70,7 +70,13 @@ pub fn routes() -> Router<AppState> {
         .route("/ui/audit/live", get(audit::live))
         .route(assets::SCRIPT, get(assets::script))
         .route(assets::STYLE, get(assets::style))
+        .route("/ui/{*rest}", get(not_found).post(not_found))
         .layer(middleware::from_fn(security_headers))
+}
+
+/// Any other path under `/ui`: a 404 page (with the console's headers, unlike the API's 404).
+async fn not_found() -> error::ConsoleError {
+    crate::http::error::ApiError::NotFound("no such page".into()).into()
 }
 
 /// Adds the console's security headers to every response: [`CONTENT_SECURITY_POLICY`],

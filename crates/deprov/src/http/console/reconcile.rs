@@ -3,13 +3,13 @@
 //! chosen release rate. Both steps go through [`crate::http::reconcile::run`], as `POST
 //! /v1/reconcile` does (the dry run is the same call rolled back).
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Html;
 use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::actions::before;
-use super::error::ConsoleError;
+use super::error::{ConsoleError, PageQuery};
 use super::jobs::state_class;
 use super::layout::{self, Section};
 use super::session::{ActionForm, Viewer};
@@ -168,7 +168,7 @@ fn filter_form(f: &ReconcileFilter) -> Markup {
 pub async fn page(
     viewer: Viewer,
     State(state): State<AppState>,
-    Query(f): Query<ReconcileFilter>,
+    PageQuery(f): PageQuery<ReconcileFilter>,
 ) -> Result<Html<String>, ConsoleError> {
     let report = reconcile::report(&state, &f.query().filter()?).await?;
     let body = html! {

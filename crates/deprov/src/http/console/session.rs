@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -209,8 +210,9 @@ pub async fn login_page() -> Html<String> {
 pub async fn login(
     State(state): State<AppState>,
     jar: CookieJar,
-    Form(form): Form<LoginForm>,
+    form: Result<Form<LoginForm>, FormRejection>,
 ) -> Result<Response, ConsoleError> {
+    let Form(form) = form.map_err(|r| ApiError::from_rejection(r.status(), r.body_text()))?;
     let presented = form.token.trim();
     let operator = match state
         .operators
