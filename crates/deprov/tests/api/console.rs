@@ -235,6 +235,29 @@ async fn console_sessions_roles_csrf_and_headers() {
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let response = app.console_get(&cookie, "/ui/jobs?state=exploded").await;
     assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let response = app.console_get(&cookie, "/ui/audit?before=yesterday").await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(
+        response.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let response = app
+        .client
+        .post(app.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .body("tokn=x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        response.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
 
     // With it: engaged, audited under the token's name, as `PUT /v1/kill-switch` does.
     let response = app
@@ -463,6 +486,32 @@ async fn console_in_chromium() {
         ..Default::default()
     })
     .await;
+    // A second worker beside the server's, without a LISTEN connection: it acknowledges by
+    // heartbeat only, and "every worker acknowledged" must wait for it too.
+    let config = deprov::config::Config::load(app.config_path().to_str().unwrap()).unwrap();
+    let pools = deprov::db::Pools::new(&app.db_url, &app.db_url, &config.pools).unwrap();
+    let second =
+        deprov::worker::Worker::new(pools, std::sync::Arc::new(config), "heartbeat-only".into());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let second = tokio::spawn({
+        let stop = stop.clone();
+        async move { second.run(stop).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while app
+        .operator_get("/v1/kill-switch")
+        .await
+        .json::<Value>()
+        .await
+        .unwrap()["live_workers"]
+        .as_array()
+        .unwrap()
+        .len()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "two live workers");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let operator = app
         .console_token("alice", deprov::queue::tokens::Role::Operator)
         .await;
@@ -495,6 +544,7 @@ async fn console_in_chromium() {
         .env("DEPROV_API_TOKEN", OPERATOR_TOKEN)
         .env("DEPROV_BIG_JOB", &big)
         .env("DEPROV_STUCK_JOB", &stuck)
+        .env("DEPROV_WORKERS", "2")
         .env("DEPROV_SCREENSHOTS", &shots)
         .env("DEPROV_CHROMIUM", chromium())
         .stdin(Stdio::null())
@@ -542,4 +592,214 @@ async fn console_in_chromium() {
         "the browser released the switch; nothing forged engaged it again"
     );
     let _ = Uuid::parse_str(&big).unwrap();
+    stop.cancel();
+    second.await.unwrap();
+}
+
+/// Soft delete and undo on `app.accounts.deleted_at`, and a grace period: jobs wait after their
+/// soft delete, so their undo is possible.
+const GRACE: &str = "[soft_delete]\n\
+     statements = [\"UPDATE app.accounts SET deleted_at = now() WHERE id = $1\"]\n\
+     undo_statements = [\"UPDATE app.accounts SET deleted_at = NULL WHERE id = $1\"]\n\
+     [hard_delete]\ngrace_period = \"1h\"\n";
+
+async fn job_state(app: &TestApp, id: &str) -> String {
+    sqlx::query_scalar("SELECT state FROM deprov.jobs WHERE id = $1::uuid")
+        .bind(id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap()
+}
+
+async fn last_audit(app: &TestApp) -> (String, String, Option<String>, String) {
+    sqlx::query_as(
+        "SELECT actor, action, target, reason FROM deprov.audit_log ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn console_job_actions_confirm_the_count_then_act_through_the_api_functions() {
+    let app = spawn_app_with(TestOptions {
+        target_setup: "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz; \
+                       INSERT INTO app.accounts (id) VALUES ('t1'), ('t2'), ('t3');"
+            .into(),
+        extra_config: GRACE.into(),
+        ..Default::default()
+    })
+    .await;
+    let operator = app
+        .console_token("alice", deprov::queue::tokens::Role::Operator)
+        .await;
+    let t1 = request_deletion(&app, "t1").await;
+    let t2 = request_deletion(&app, "t2").await;
+    let (cookie, _) = app.console_login(&operator).await;
+    let page = app
+        .console_get(&cookie, "/ui/jobs")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains(&t1) && page.contains(&t2) && page.contains("id=\"bulk\""));
+    let csrf = csrf_of(&page);
+
+    // The confirmation of a bulk cancel on a filter states the count; it changes nothing.
+    let before = app.audit_count().await;
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/confirm",
+            &[("action", "cancel"), ("tenant", "t1"), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let page = response.text().await.unwrap();
+    assert!(page.contains("Confirm: cancel 1 job(s)"), "{page}");
+    assert!(page.contains(&t1) && !page.contains(&t2));
+    assert_eq!(job_state(&app, &t1).await, "queued");
+    assert_eq!(app.audit_count().await, before);
+
+    // Confirmed: exactly that job, audited under the operator's name with the reason.
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/act",
+            &[
+                ("action", "cancel"),
+                ("ids", &t1),
+                ("reason", "duplicate"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response
+            .text()
+            .await
+            .unwrap()
+            .contains("Done: cancel — 1 job(s)")
+    );
+    assert_eq!(
+        (job_state(&app, &t1).await, job_state(&app, &t2).await),
+        ("cancelled".into(), "queued".into())
+    );
+    assert_eq!(
+        last_audit(&app).await,
+        (
+            "alice".into(),
+            "job.cancel".into(),
+            Some(format!("job:{t1}")),
+            "duplicate".into()
+        )
+    );
+
+    // Nothing to retry: said so, and no button to act.
+    let page = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/confirm",
+            &[("action", "retry"), ("state", "queued"), ("csrf", &csrf)],
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Confirm: retry 0 job(s)") && !page.contains("id=\"confirm\""));
+
+    // Undo of a job waiting in its grace period: the soft delete is undone on the target.
+    app.drain_worker().await;
+    let deleted: bool =
+        sqlx::query_scalar("SELECT deleted_at IS NOT NULL FROM app.accounts WHERE id = 't2'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert!(deleted, "t2 is soft-deleted and waits in its grace period");
+    let page = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/confirm",
+            &[("action", "undo"), ("ids", &t2), ("csrf", &csrf)],
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("Confirm: undo 1 job(s)") && page.contains("nothing deleted can be undone")
+    );
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/act",
+            &[
+                ("action", "undo"),
+                ("ids", &t2),
+                ("reason", "reinstalled"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(job_state(&app, &t2).await, "cancelled");
+    let deleted: bool =
+        sqlx::query_scalar("SELECT deleted_at IS NOT NULL FROM app.accounts WHERE id = 't2'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert!(!deleted, "the undo statements ran");
+    assert_eq!(
+        last_audit(&app).await,
+        (
+            "alice".into(),
+            "job.undo".into(),
+            Some(format!("job:{t2}")),
+            "reinstalled".into()
+        )
+    );
+
+    // An unknown job is the API's 404, as a page; a malformed ID is 422; nothing changes.
+    let before = app.audit_count().await;
+    let unknown = Uuid::now_v7().to_string();
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/act",
+            &[
+                ("action", "undo"),
+                ("ids", &unknown),
+                ("reason", "again"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/act",
+            &[
+                ("action", "cancel"),
+                ("ids", "nope"),
+                ("reason", "x"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(app.audit_count().await, before);
+
+    // The job page shows its requests, and an unknown console path is an HTML 404 with the headers.
+    let page = app
+        .console_get(&cookie, &format!("/ui/jobs/{t2}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("evt-t2") && page.contains("billing"));
+    let response = app.console_get(&cookie, "/ui/nothing-here").await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(response.headers()["x-frame-options"], "DENY");
 }

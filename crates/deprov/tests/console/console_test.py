@@ -25,6 +25,7 @@ BIG = os.environ["DEPROV_BIG_JOB"]
 STUCK = os.environ["DEPROV_STUCK_JOB"]
 SHOTS = os.environ["DEPROV_SCREENSHOTS"]
 CHROMIUM = os.environ.get("DEPROV_CHROMIUM", "/usr/bin/chromium")
+WORKERS = int(os.environ["DEPROV_WORKERS"])
 DEADLINE_S = 30
 
 expect.set_options(timeout=DEADLINE_S * 1000)
@@ -130,7 +131,9 @@ class Console:
         # The live part shows every worker's acknowledgement and the verdict without a reload.
         expect(page.locator("#ack-state")).to_have_attribute("data-acknowledged", "true")
         workers = page.locator("tr[data-worker]")
-        assert workers.count() >= 1
+        assert workers.count() == WORKERS, workers.count()
+        expect(page.locator("#workers")).to_contain_text("listening (NOTIFY)")
+        expect(page.locator("#workers")).to_contain_text("heartbeat only")
         for i in range(workers.count()):
             assert int(workers.nth(i).get_attribute("data-observed")) >= version
         status = api("/v1/kill-switch")
