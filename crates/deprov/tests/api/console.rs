@@ -158,6 +158,19 @@ async fn console_sessions_roles_csrf_and_headers() {
         .unwrap();
     assert_eq!(sessions, 0);
 
+    // A login posted from another site is refused (login CSRF), even with a valid token.
+    let response = app
+        .client
+        .post(app.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .header("sec-fetch-site", "cross-site")
+        .body(encode(&[("token", &operator)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert!(response.headers().get(SET_COOKIE).is_none());
+
     // The operator's session: cookie attributes, only the session's digest stored, no token shown.
     let (cookie, set) = app.console_login(&operator).await;
     for attribute in [
@@ -206,6 +219,23 @@ async fn console_sessions_roles_csrf_and_headers() {
         assert_eq!(response.status(), StatusCode::FORBIDDEN);
         assert!(response.text().await.unwrap().contains("CSRF"));
     }
+    // Posted from another site with the right token: refused too (a browser says where from).
+    let response = app
+        .client
+        .post(app.url("/ui/kill-switches"))
+        .header(COOKIE, &cookie)
+        .header(CONTENT_TYPE, FORM)
+        .header("sec-fetch-site", "cross-site")
+        .body(encode(&[
+            ("scope", "global"),
+            ("engaged", "true"),
+            ("reason", "forged"),
+            ("csrf", &csrf),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
     assert!(!app.global_engaged().await);
     assert_eq!(app.audit_count().await, before);
 
@@ -790,6 +820,15 @@ async fn console_job_actions_confirm_the_count_then_act_through_the_api_function
         .await;
     assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(app.audit_count().await, before);
+
+    // Jobs by request or delivery ID: the external ID finds its job and no other.
+    let page = app
+        .console_get(&cookie, "/ui/jobs?request=evt-t2")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains(&t2) && !page.contains(&t1), "{page}");
 
     // The job page shows its requests, and an unknown console path is an HTML 404 with the headers.
     let page = app

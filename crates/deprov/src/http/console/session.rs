@@ -114,9 +114,26 @@ impl FromRequestParts<AppState> for Viewer {
     }
 }
 
-/// The form of a state-changing console request, checked in this order before it is read: a live
-/// session (else 303 to the login page), role `operator` (else 403), the session's CSRF token in
-/// the `csrf` field (else 403), then the form itself (else 400 / 422).
+/// Refuses a request a browser says came from another site (`Sec-Fetch-Site: cross-site` or
+/// `same-site`): no form of the console is ever posted from elsewhere, so neither a login (login
+/// CSRF) nor an action is taken from one. Clients that send no such header (scripts) pass on to
+/// the session and CSRF checks.
+///
+/// # Errors
+/// 403 for a cross-site request.
+pub fn same_origin(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    match headers.get("sec-fetch-site").map(|v| v.as_bytes()) {
+        Some(b"cross-site" | b"same-site") => Err(ApiError::Forbidden(
+            "the console accepts forms only from its own pages".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The form of a state-changing console request, checked in this order before it is read: not
+/// cross-site ([`same_origin`], else 403), a live session (else 303 to the login page), role
+/// `operator` (else 403), the session's CSRF token in the `csrf` field (else 403), then the form
+/// itself (else 400 / 422).
 #[derive(Debug)]
 pub struct ActionForm<T> {
     /// Who acts.
@@ -132,6 +149,7 @@ async fn checked_form<T: DeserializeOwned>(
     operator: bool,
 ) -> Result<(Viewer, T), ConsoleError> {
     let (mut parts, body) = req.into_parts();
+    same_origin(&parts.headers)?;
     let viewer = Viewer::from_request_parts(&mut parts, state).await?;
     if operator && !viewer.can_act() {
         return Err(ApiError::Forbidden(format!(
@@ -209,9 +227,11 @@ pub async fn login_page() -> Html<String> {
 /// 503 when the state database is unavailable.
 pub async fn login(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     jar: CookieJar,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Result<Response, ConsoleError> {
+    same_origin(&headers)?;
     let Form(form) = form.map_err(|r| ApiError::from_rejection(r.status(), r.body_text()))?;
     let presented = form.token.trim();
     let operator = match state
