@@ -315,6 +315,59 @@ async fn console_sessions_roles_csrf_and_headers() {
         ("alice", "kill_switch.engage", "console test")
     );
 
+    // A tenant's switch and a source's, as the scoped form sends them; an unknown source is the
+    // API's 422 and engages nothing.
+    for (scope, key) in [("tenant", "acct_9"), ("source", "billing")] {
+        let response = app
+            .console_post(
+                &cookie,
+                "/ui/kill-switches",
+                &[
+                    ("scope", scope),
+                    ("key", key),
+                    ("engaged", "true"),
+                    ("reason", "one scope"),
+                    ("csrf", &csrf),
+                ],
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER, "{scope}");
+        let (engaged, changed_by): (bool, String) = sqlx::query_as(
+            "SELECT engaged, changed_by FROM deprov.kill_switch_scopes WHERE scope = $1 AND key = $2",
+        )
+        .bind(scope)
+        .bind(key)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        assert_eq!((engaged, changed_by.as_str()), (true, "alice"));
+        let page = app
+            .console_get(&cookie, response.headers()[LOCATION].to_str().unwrap())
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            page.contains(&format!("{scope}:{key} engaged at version")),
+            "{page}"
+        );
+    }
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/kill-switches",
+            &[
+                ("scope", "source"),
+                ("key", "nobody"),
+                ("engaged", "true"),
+                ("reason", "typo"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(response.text().await.unwrap().contains("no source"));
+
     // Read-only: every page, no action form, and its POSTs refused even with its CSRF token.
     let (ro_cookie, _) = app.console_login(&viewer).await;
     for path in [
