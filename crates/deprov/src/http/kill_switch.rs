@@ -287,10 +287,21 @@ pub async fn get_kill_switch(
     _: Operator,
     State(state): State<AppState>,
 ) -> Result<axum::Json<KillSwitchStatusView>, ApiError> {
+    Ok(axum::Json(KillSwitchStatusView::new(
+        read_status(&state).await?,
+    )))
+}
+
+/// Reads every switch and the live workers in one transaction: what `GET /v1/kill-switch` and the
+/// console's kill switch page show.
+///
+/// # Errors
+/// 503 when the state database cannot be read.
+pub async fn read_status(state: &AppState) -> Result<Status, ApiError> {
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
     let status = Status::read(&mut tx).await?;
     tx.commit().await?;
-    Ok(axum::Json(KillSwitchStatusView::new(status)))
+    Ok(status)
 }
 
 /// Checks an operator's reason: 1..=1000 characters after trimming.
@@ -339,6 +350,21 @@ pub async fn put_kill_switch(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<SetKillSwitch>,
 ) -> Result<axum::Json<KillSwitchView>, ApiError> {
+    Ok(axum::Json(change(&state, &operator.actor, &body).await?))
+}
+
+/// Engages or releases the switch `body` names, as `actor` (the operator token's name): the one
+/// implementation behind `PUT /v1/kill-switch` and the console's kill switch form. Returns the
+/// switch as changed, with the number of jobs moved.
+///
+/// # Errors
+/// 422 for an invalid reason or scope, or engaging a source that is not configured; 503 when the
+/// state database cannot be written.
+pub async fn change(
+    state: &AppState,
+    actor: &str,
+    body: &SetKillSwitch,
+) -> Result<KillSwitchView, ApiError> {
     let reason = operator_reason(&body.reason)?;
     let mut scope = Scope::new(body.scope, body.key.as_deref()).map_err(ApiError::Unprocessable)?;
     // A tenant's switch is keyed like its jobs: as the key column prints the key (`"07"` is
@@ -354,7 +380,6 @@ pub async fn put_kill_switch(
             "key: no source {name:?} is configured (`[sources.NAME]`)"
         )));
     }
-    let actor = operator.actor;
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
     let mut also = 0;
     if let (Scope::Tenant(key), Some(form), false) =
@@ -365,16 +390,16 @@ pub async fn put_kill_switch(
         for other in kill_switch::engaged_tenant_keys(&mut *tx).await? {
             if other != *key && form.canonical_or_as_sent(&other) == *key {
                 let (_, moved) =
-                    kill_switch::set_scope(&mut tx, &Scope::Tenant(other), false, reason, &actor)
+                    kill_switch::set_scope(&mut tx, &Scope::Tenant(other), false, reason, actor)
                         .await?;
                 also += moved;
             }
         }
     }
     let (switch, moved) =
-        kill_switch::set_scope(&mut tx, &scope, body.engaged, reason, &actor).await?;
+        kill_switch::set_scope(&mut tx, &scope, body.engaged, reason, actor).await?;
     let moved = moved + also;
     tx.commit().await?;
     tracing::warn!(scope = %scope.label(), engaged = switch.engaged, version = switch.version, jobs_moved = moved, %actor, %reason, "kill switch changed");
-    Ok(axum::Json(KillSwitchView::new(switch, Some(moved))))
+    Ok(KillSwitchView::new(switch, Some(moved)))
 }

@@ -13,7 +13,8 @@
 //!   /v2/service_instances/{instance_id}/last_operation` — Open Service Broker deprovisioning, HTTP
 //!   Basic ([`osb`]);
 //! - `GET /healthz`, `GET /readyz` ([`health`]); `GET /metrics` ([`metrics`]); `GET /openapi.json`
-//!   (the spec itself).
+//!   (the spec itself);
+//! - `/ui/…` — the operator console, HTML for people, not part of the spec ([`console`]).
 //!
 //! The intake routes (deletion requests and the Vercel call) are rate limited per source
 //! ([`rate_limit`], `[intake.rate_limit]`): 429 problem+json with `Retry-After`.
@@ -28,6 +29,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod console;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -395,6 +397,7 @@ pub fn router(state: AppState) -> Router {
                 }
             }),
         )
+        .merge(console::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

@@ -59,7 +59,11 @@ fn time_param(name: &str, v: Option<&str>) -> Result<Option<time::OffsetDateTime
 }
 
 impl ReconcileQuery {
-    fn filter(&self) -> Result<Filter, ApiError> {
+    /// The [`Filter`] the query names.
+    ///
+    /// # Errors
+    /// 422 for an unknown state, a malformed ID or time, or a list parameter given blank.
+    pub fn filter(&self) -> Result<Filter, ApiError> {
         for (name, v) in [("state", &self.state), ("id", &self.id)] {
             if v.as_deref().is_some_and(|v| v.trim().is_empty()) {
                 return Err(ApiError::Unprocessable(format!(
@@ -150,6 +154,15 @@ pub async fn get_reconcile(
     ApiQuery(query): ApiQuery<ReconcileQuery>,
 ) -> Result<axum::Json<Report>, ApiError> {
     let filter = query.filter()?;
+    Ok(axum::Json(report(&state, &filter).await?))
+}
+
+/// What `filter` selects (held, failed, stalled, in grace, collapsed, orphans): the listing of `GET
+/// /v1/reconcile` and of the console's reconcile page.
+///
+/// # Errors
+/// 503 when the state database cannot be read; 500 when the orphans statement fails.
+pub async fn report(state: &AppState, filter: &Filter) -> Result<Report, ApiError> {
     let limits = BatchLimits::from(&state.config.hard_delete);
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
     let report = reconcile::report(
@@ -157,11 +170,11 @@ pub async fn get_reconcile(
         &state.pools.target,
         state.config.soft_delete.orphans.as_deref(),
         &limits,
-        &filter,
+        filter,
     )
     .await?;
     tx.commit().await?;
-    Ok(axum::Json(report))
+    Ok(report)
 }
 
 /// Body of `POST /v1/reconcile`.
@@ -221,8 +234,21 @@ pub async fn post_reconcile(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<ReconcileBody>,
 ) -> Result<axum::Json<ReconcileAnswer>, ApiError> {
+    Ok(axum::Json(run(&state, &operator.actor, &body).await?))
+}
+
+/// Runs a reconcile as `actor` (the operator token's name): applied when `body.apply`, else the same
+/// actions rolled back (a dry run). The one implementation behind `POST /v1/reconcile` and the
+/// console's reconcile and bulk job actions.
+///
+/// # Errors
+/// 422 for an invalid reason, rate or action set; 503 when the state database is unavailable.
+pub async fn run(
+    state: &AppState,
+    actor: &str,
+    body: &ReconcileBody,
+) -> Result<ReconcileAnswer, ApiError> {
     let reason = operator_reason(&body.reason)?;
-    let actor = operator.actor;
     let rate = body.rate.unwrap_or(state.config.reconcile.release_rate);
     if !(rate.is_finite() && (0.001..=1000.0).contains(&rate)) {
         return Err(ApiError::Unprocessable(
@@ -231,7 +257,7 @@ pub async fn post_reconcile(
     }
     let limits = BatchLimits::from(&state.config.hard_delete);
     let acting = reconcile::Acting {
-        actor: &actor,
+        actor,
         reason,
         rate,
         max_attempts: state.max_attempts(),
@@ -252,10 +278,10 @@ pub async fn post_reconcile(
     } else {
         tx.rollback().await?;
     }
-    Ok(axum::Json(ReconcileAnswer {
+    Ok(ReconcileAnswer {
         dry_run: !body.apply,
         applied,
-    }))
+    })
 }
 
 /// Body of `POST /v1/jobs/{job_id}/undo`.
@@ -298,13 +324,29 @@ pub async fn undo_job(
     ApiPath(job_id): ApiPath<Uuid>,
     ApiJson(body): ApiJson<UndoBody>,
 ) -> Result<axum::Json<Undone>, ApiError> {
-    let reason = operator_reason(&body.reason)?;
-    let actor = operator.actor;
+    Ok(axum::Json(
+        undo(&state, &operator.actor, job_id, &body.reason).await?,
+    ))
+}
+
+/// Undoes job `job_id`'s soft delete and cancels it, as `actor` for `reason`: the one implementation
+/// behind `POST /v1/jobs/{job_id}/undo` and the console's undo button.
+///
+/// # Errors
+/// 404 no such job; 409 when the hard delete started or nothing is configured to undo; 422 for an
+/// invalid reason; 503 when a database is unavailable.
+pub async fn undo(
+    state: &AppState,
+    actor: &str,
+    job_id: Uuid,
+    reason: &str,
+) -> Result<Undone, ApiError> {
+    let reason = operator_reason(reason)?;
     let target = UndoTarget::new(&state.pools.target, &state.config);
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
-    let undone = grace::undo(&mut tx, target, job_id, &actor, reason).await?;
+    let undone = grace::undo(&mut tx, target, job_id, actor, reason).await?;
     tx.commit().await?;
-    Ok(axum::Json(undone))
+    Ok(undone)
 }
 
 /// Body of `POST /v1/reinstallations`.

@@ -10,6 +10,8 @@
 //! - [`tokens`]: named operator tokens with roles, stored as SHA-256 digests.
 //! - [`reconcile`]: what queued up during an incident, and its paced release.
 //! - [`grace`]: the grace period: undo of a soft delete, reinstalls.
+//! - [`sessions`]: sessions of the operator console.
+//! - [`search`]: the console's reads: jobs by filter, a job's requests, the queue's age.
 //!
 //! Every function takes an executor or a connection; callers own transaction boundaries.
 
@@ -23,6 +25,8 @@ pub mod kill_switch;
 pub mod operator;
 pub mod reconcile;
 pub mod record;
+pub mod search;
+pub mod sessions;
 pub mod tokens;
 pub mod workers;
 

@@ -5,6 +5,7 @@
 
 mod atlassian;
 mod authorization;
+mod console;
 mod decode;
 mod env_flags;
 mod errors;

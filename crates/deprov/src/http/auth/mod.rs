@@ -39,6 +39,16 @@ impl TokenDigest {
         Self(Sha256::digest(token.as_bytes()).into())
     }
 
+    /// A digest from its 32 bytes (as stored).
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The digest's 32 bytes (to store; never the token).
+    pub fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
     /// Constant-time equality of two digests.
     pub fn matches(&self, other: &TokenDigest) -> bool {
         self.0.ct_eq(&other.0).into()

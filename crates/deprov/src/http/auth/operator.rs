@@ -180,7 +180,22 @@ impl OperatorAuth {
         pool: &sqlx::PgPool,
         presented: Option<&str>,
     ) -> Result<Operator, ApiError> {
-        let presented = presented.map(TokenDigest::of);
+        self.authenticate_digest(pool, presented.map(TokenDigest::of))
+            .await
+    }
+
+    /// Who the token of digest `presented` belongs to, by the same rules as [`Self::authenticate`]:
+    /// how a console session, which keeps only the digest of the token that logged in, is checked
+    /// again on every request (a revoked token ends its sessions; the role is the token's current
+    /// one).
+    ///
+    /// # Errors
+    /// As [`Self::authenticate`].
+    pub async fn authenticate_digest(
+        &self,
+        pool: &sqlx::PgPool,
+        presented: Option<TokenDigest>,
+    ) -> Result<Operator, ApiError> {
         if let (Some(bootstrap), Some(p)) = (&self.bootstrap, &presented)
             && bootstrap.matches(p)
         {

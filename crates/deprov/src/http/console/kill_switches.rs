@@ -1,0 +1,287 @@
+//! The kill switch page: every switch, whether each change took effect, and engage / release.
+//!
+//! "Did it take effect?" per switch: which live workers acknowledged its version and when (each
+//! `listening` or heartbeat-only), the running jobs it blocks that have not stopped yet, and
+//! whether a hard delete checkpointed after the change — read as `GET /v1/kill-switch` reads them
+//! ([`crate::http::kill_switch::read_status`]). Changes go through
+//! [`crate::http::kill_switch::change`], as `PUT /v1/kill-switch` does.
+
+use axum::extract::State;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use maud::{Markup, html};
+use serde::Deserialize;
+use time::OffsetDateTime;
+
+use super::error::{ConsoleError, PageQuery};
+use super::layout::{self, Section};
+use super::session::{ActionForm, Viewer};
+use crate::db::{self, Bounds};
+use crate::http::AppState;
+use crate::http::kill_switch::{self, KillSwitchStatusView, SetKillSwitch};
+use crate::queue::kill_switch::ScopeKind;
+use crate::queue::search;
+
+/// The page's path.
+pub const PATH: &str = "/ui/kill-switches";
+
+/// What the page shows after a change (from the redirect's query): the switch is looked up by its
+/// version, so a crafted link cannot make the page state a change that did not happen.
+#[derive(Debug, Default, Deserialize)]
+pub struct Changed {
+    /// The changed switch's new version.
+    pub version: Option<i64>,
+    /// Jobs moved by the change.
+    pub moved: Option<u64>,
+}
+
+/// Everything the live part shows, read in two short transactions.
+struct Snapshot {
+    status: KillSwitchStatusView,
+    running_blocked: Vec<(String, i64)>,
+    age: search::QueueAge,
+}
+
+async fn snapshot(state: &AppState) -> Result<Snapshot, ConsoleError> {
+    let status = KillSwitchStatusView::new(kill_switch::read_status(state).await?);
+    let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+    let running_blocked = search::running_blocked(&mut *tx).await?;
+    let age = search::queue_age(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(Snapshot {
+        status,
+        running_blocked,
+        age,
+    })
+}
+
+fn label(scope: ScopeKind, key: Option<&str>) -> String {
+    match (scope, key) {
+        (ScopeKind::Global, _) | (_, None) => "global".to_owned(),
+        (ScopeKind::Source, Some(k)) => format!("source:{k}"),
+        (ScopeKind::Tenant, Some(k)) => format!("tenant:{k}"),
+    }
+}
+
+fn fragment(s: &Snapshot) -> Markup {
+    let status = &s.status;
+    let now = s.age.now;
+    let global = &status.scopes[0];
+    html! {
+        @if status.engaged {
+            p.banner.bad #global-state data-engaged="true" {
+                "GLOBAL KILL SWITCH ENGAGED — version " (status.version) " by "
+                (status.changed_by.as_deref().unwrap_or("?")) ": " (status.reason.as_deref().unwrap_or(""))
+            }
+        } @else {
+            p.banner.ok #global-state data-engaged="false" { "Global kill switch released — deletions may run." }
+        }
+        @if status.acknowledged {
+            p.banner.ok #ack-state data-acknowledged="true" {
+                "Every live worker (" (status.live_workers.len()) ") has acknowledged version "
+                (status.latest_version) " (the latest change of any switch)."
+            }
+        } @else {
+            p.banner.warn #ack-state data-acknowledged="false" {
+                "Waiting for " (status.pending_workers.len()) " live worker(s) to acknowledge version "
+                (status.latest_version) ": " (status.pending_workers.join(", "))
+            }
+        }
+        h2 { "Switches" }
+        table #switches {
+            thead { tr {
+                th { "Scope" } th { "State" } th { "Version" } th { "Changed" } th { "Reason" }
+                th { "Acknowledged by the live workers" } th { "Did it take effect?" }
+            } }
+            tbody {
+                @for sw in &status.scopes {
+                    @let name = label(sw.switch.scope, sw.switch.key.as_deref());
+                    @let running = s.running_blocked.iter().find(|(b, _)| *b == name).map_or(0, |(_, n)| *n);
+                    tr data-scope=(name) data-engaged=(sw.switch.engaged) data-acknowledged=(sw.acknowledged) {
+                        td.mono { (name) }
+                        td { @if sw.switch.engaged { span.pill.bad { "engaged" } } @else { span.pill.ok { "released" } } }
+                        td.num { (sw.switch.version) }
+                        td { (layout::time(sw.switch.changed_at)) br; span.muted { "by " (sw.switch.changed_by.as_deref().unwrap_or("–")) } }
+                        td { (sw.switch.reason.as_deref().unwrap_or("–")) }
+                        td { (acks(status, sw.switch.version)) }
+                        td { (effect(sw.switch.engaged, sw.acknowledged, running, sw.switch.changed_at, s.age.last_checkpoint, sw.switch.version)) }
+                    }
+                }
+            }
+        }
+        h2 { "Live workers" }
+        @if status.live_workers.is_empty() {
+            p.muted { "No live worker: nothing is deleting." }
+        } @else {
+            table #workers {
+                thead { tr { th { "Worker" } th { "Hears changes by" } th { "Acknowledged version" } th { "Acknowledged at" } th { "Last heartbeat" } } }
+                tbody {
+                    @for w in &status.live_workers {
+                        tr data-worker=(w.id) data-observed=(w.observed_version) {
+                            td.mono { (w.id) }
+                            td { @if w.listening { "listening (NOTIFY)" } @else { "heartbeat only" } }
+                            td.num { (w.observed_version) }
+                            td { (layout::maybe_time(w.observed_at)) }
+                            td { (layout::time(w.heartbeat_at)) " (" (layout::age(now, w.heartbeat_at)) " ago)" }
+                        }
+                    }
+                }
+            }
+        }
+        p.muted {
+            "Last checkpoint of a hard delete: " (layout::maybe_time(s.age.last_checkpoint))
+            ". deprov records batches at checkpoints, not each statement; global switch changed "
+            (layout::time(global.switch.changed_at)) "."
+        }
+        (layout::updated(now))
+    }
+}
+
+/// Per live worker, whether it acknowledged `version`, which version it holds and since when.
+fn acks(status: &KillSwitchStatusView, version: i64) -> Markup {
+    html! {
+        @if status.live_workers.is_empty() { span.muted { "no live worker" } }
+        ul {
+            @for w in &status.live_workers {
+                li {
+                    @if w.observed_version >= version { "✔ " } @else { "✗ " }
+                    span.mono { (w.id) } " — v" (w.observed_version) " at " (layout::maybe_time(w.observed_at))
+                    @if w.listening { " · listening" } @else { " · heartbeat only" }
+                }
+            }
+        }
+    }
+}
+
+/// The verdict for one switch.
+fn effect(
+    engaged: bool,
+    acknowledged: bool,
+    running: i64,
+    changed_at: OffsetDateTime,
+    last_checkpoint: Option<OffsetDateTime>,
+    version: i64,
+) -> Markup {
+    let after = last_checkpoint.filter(|t| *t > changed_at);
+    html! {
+        @if !engaged {
+            @if version == 0 { span.muted { "never engaged" } } @else if acknowledged { span.pill.ok { "released everywhere" } } @else { span.pill.warn { "release not yet acknowledged" } }
+        } @else if acknowledged && running == 0 {
+            span.pill.ok data-effect="in-effect" { "in effect" }
+            br; span.muted { "every live worker acknowledged; no job it blocks is running" }
+        } @else {
+            span.pill.warn data-effect="pending" { "not yet" }
+            @if !acknowledged { br; "waiting for acknowledgements" }
+            @if running > 0 { br; (running) " running job(s) it blocks stop at their next batch boundary" }
+        }
+        @if engaged {
+            br;
+            @match after {
+                Some(t) => { span.muted { "last hard-delete checkpoint " (layout::millis((t - changed_at).as_seconds_f64() * 1000.0)) " after the engage (a job stopping for the switch writes one too)" } }
+                None => { span.muted { "no hard-delete checkpoint since the engage" } }
+            }
+        }
+    }
+}
+
+fn forms(viewer: &Viewer) -> Markup {
+    html! {
+        h2 { "Change a switch" }
+        form.panel #global-form method="post" action=(PATH) {
+            (layout::csrf_field(viewer))
+            input type="hidden" name="scope" value="global";
+            strong { "Global" } " "
+            label for="global-reason" { "Reason" }
+            input #global-reason type="text" name="reason" required maxlength="1000" placeholder="why (recorded in the audit log)";
+            button.danger type="submit" name="engaged" value="true" { "Engage global" }
+            button type="submit" name="engaged" value="false" { "Release global" }
+        }
+        form.panel #scoped-form method="post" action=(PATH) {
+            (layout::csrf_field(viewer))
+            label for="scope" { "Scope" }
+            select #scope name="scope" {
+                option value="source" { "source" }
+                option value="tenant" { "tenant" }
+            }
+            label for="key" { "Source name or tenant key" }
+            input #key type="text" name="key" required maxlength="200";
+            label for="scoped-reason" { "Reason" }
+            input #scoped-reason type="text" name="reason" required maxlength="1000";
+            button.danger type="submit" name="engaged" value="true" { "Engage" }
+            button type="submit" name="engaged" value="false" { "Release" }
+        }
+        p.muted { "Engaging stops every destructive statement of the jobs in scope at their next batch boundary (they turn held); intake keeps recording requests. Releasing queues held jobs nothing else blocks; they resume from their checkpoints." }
+    }
+}
+
+/// `GET /ui/kill-switches`.
+///
+/// # Errors
+/// 303 to the login page without a session; 503 when the state database is unavailable.
+pub async fn page(
+    viewer: Viewer,
+    State(state): State<AppState>,
+    PageQuery(changed): PageQuery<Changed>,
+) -> Result<Html<String>, ConsoleError> {
+    let s = snapshot(&state).await?;
+    let body = html! {
+        h1 { "Kill switches" }
+        @if let Some(sw) = changed.version.and_then(|v| s.status.scopes.iter().find(|sw| sw.switch.version == v)) {
+            p.banner.ok #changed role="status" {
+                (label(sw.switch.scope, sw.switch.key.as_deref()))
+                (if sw.switch.engaged { " engaged" } else { " released" }) " at version "
+                (sw.switch.version) " by " (sw.switch.changed_by.as_deref().unwrap_or("?")) "; "
+                (changed.moved.unwrap_or(0)) " queued/held job(s) moved. Watch the acknowledgements below."
+            }
+        }
+        div #live data-live="/ui/kill-switches/live" { (fragment(&s)) }
+        @if viewer.can_act() { (forms(&viewer)) }
+    };
+    Ok(Html(
+        layout::page("Kill switches", &viewer, Section::KillSwitches, body).into_string(),
+    ))
+}
+
+/// `GET /ui/kill-switches/live`: the page's live part.
+///
+/// # Errors
+/// As [`page`].
+pub async fn live(_: Viewer, State(state): State<AppState>) -> Result<Html<String>, ConsoleError> {
+    Ok(Html(fragment(&snapshot(&state).await?).into_string()))
+}
+
+/// The engage / release form.
+#[derive(Debug, Deserialize)]
+pub struct SwitchForm {
+    /// `global`, `source` or `tenant`.
+    pub scope: ScopeKind,
+    /// The source name or tenant key.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// `true` engages, `false` releases.
+    pub engaged: bool,
+    /// Why.
+    pub reason: String,
+}
+
+/// `POST /ui/kill-switches`: engages or releases a switch as `PUT /v1/kill-switch` does, then
+/// shows the page with the change (303).
+///
+/// # Errors
+/// 403 for a read-only token or a missing CSRF token; 422 for an invalid reason or key; 503.
+pub async fn change(
+    State(state): State<AppState>,
+    ActionForm { viewer, form }: ActionForm<SwitchForm>,
+) -> Result<Response, ConsoleError> {
+    let body = SetKillSwitch {
+        engaged: form.engaged,
+        reason: form.reason,
+        scope: form.scope,
+        key: form.key.filter(|k| !k.trim().is_empty()),
+    };
+    let view = kill_switch::change(&state, &viewer.actor, &body).await?;
+    let query = form_urlencoded::Serializer::new(String::new())
+        .append_pair("version", &view.version.to_string())
+        .append_pair("moved", &view.jobs_moved.unwrap_or(0).to_string())
+        .finish();
+    Ok(Redirect::to(&format!("{PATH}?{query}")).into_response())
+}

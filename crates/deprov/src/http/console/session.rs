@@ -1,0 +1,287 @@
+//! Console access: log in with an operator token, the session cookie, the [`Viewer`] of every page,
+//! and [`ActionForm`], the CSRF- and role-checked form of every state-changing request.
+//!
+//! A session is a random 256-bit secret in the cookie [`COOKIE`] (`HttpOnly; Secure;
+//! SameSite=Strict; Path=/ui`, [`SESSION_TTL`]); the state database keeps only its SHA-256
+//! ([`crate::queue::sessions`]). Each request checks the stored digest of the operator token that
+//! logged in like a bearer token ([`crate::http::auth::OperatorAuth::authenticate_digest`]), so a
+//! revoked token ends its sessions and the role is always the token's current one. The CSRF token
+//! of a session is derived from its secret (SHA-256 under a fixed label): only a page served to
+//! the session's holder can show it, and it is compared in constant time.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Form, FromRequest, FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
+use base64::Engine as _;
+use maud::html;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq as _;
+
+use super::error::ConsoleError;
+use super::layout;
+use crate::db::{self, Bounds};
+use crate::http::AppState;
+use crate::http::auth::TokenDigest;
+use crate::http::error::ApiError;
+use crate::queue::sessions;
+use crate::queue::tokens::Role;
+
+/// The login page.
+pub const LOGIN: &str = "/ui/login";
+/// The logout action.
+pub const LOGOUT: &str = "/ui/logout";
+/// The session cookie's name.
+pub const COOKIE: &str = "deprov_console";
+/// How long a session lasts from its login.
+pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
+
+/// Who is looking at a console page: a live session's operator.
+#[derive(Debug, Clone)]
+pub struct Viewer {
+    /// The audit actor (the operator token's name, `env:operator` for `DEPROV_OPERATOR_TOKEN`).
+    pub actor: String,
+    /// The token's current role.
+    pub role: Role,
+    session: [u8; 32],
+    csrf: String,
+}
+
+impl Viewer {
+    /// Whether this viewer may change anything (role `operator`): action forms are shown only then.
+    pub fn can_act(&self) -> bool {
+        self.role == Role::Operator
+    }
+
+    /// The session's CSRF token, for the hidden `csrf` field of every form.
+    pub fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+fn digest(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// The CSRF token of the session whose secret is `secret`.
+fn csrf_of(secret: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"deprov console csrf\0");
+    h.update(secret.as_bytes());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(h.finalize())
+}
+
+impl FromRequestParts<AppState> for Viewer {
+    type Rejection = ConsoleError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ConsoleError> {
+        let jar = CookieJar::from_headers(&parts.headers);
+        let secret = jar
+            .get(COOKIE)
+            .ok_or(ConsoleError::Login)?
+            .value()
+            .to_owned();
+        let session = digest(&secret);
+        let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+        let found = sessions::find(&mut *tx, &session).await?;
+        tx.commit().await?;
+        let found = found.ok_or(ConsoleError::Login)?;
+        let token = <[u8; 32]>::try_from(found.operator_token_sha256.as_slice())
+            .map_err(|_| ConsoleError::Login)?;
+        let operator = match state
+            .operators
+            .authenticate_digest(&state.pools.intake, Some(TokenDigest::from_bytes(token)))
+            .await
+        {
+            Ok(operator) => operator,
+            Err(ApiError::Unauthorized(_) | ApiError::Forbidden(_)) => {
+                return Err(ConsoleError::Login);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Self {
+            actor: operator.actor,
+            role: operator.role,
+            session,
+            csrf: csrf_of(&secret),
+        })
+    }
+}
+
+/// Refuses a request a browser says came from another site (`Sec-Fetch-Site: cross-site` or
+/// `same-site`): no form of the console is ever posted from elsewhere, so neither a login (login
+/// CSRF) nor an action is taken from one. Clients that send no such header (scripts) pass on to
+/// the session and CSRF checks.
+///
+/// # Errors
+/// 403 for a cross-site request.
+pub fn same_origin(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    match headers.get("sec-fetch-site").map(|v| v.as_bytes()) {
+        Some(b"cross-site" | b"same-site") => Err(ApiError::Forbidden(
+            "the console accepts forms only from its own pages".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The form of a state-changing console request, checked in this order before it is read: not
+/// cross-site ([`same_origin`], else 403), a live session (else 303 to the login page), role
+/// `operator` (else 403), the session's CSRF token in the `csrf` field (else 403), then the form
+/// itself (else 400 / 422).
+#[derive(Debug)]
+pub struct ActionForm<T> {
+    /// Who acts.
+    pub viewer: Viewer,
+    /// The form.
+    pub form: T,
+}
+
+/// Reads the session and the body; checks the role when `operator` and then the CSRF token.
+async fn checked_form<T: DeserializeOwned>(
+    req: Request,
+    state: &AppState,
+    operator: bool,
+) -> Result<(Viewer, T), ConsoleError> {
+    let (mut parts, body) = req.into_parts();
+    same_origin(&parts.headers)?;
+    let viewer = Viewer::from_request_parts(&mut parts, state).await?;
+    if operator && !viewer.can_act() {
+        return Err(ApiError::Forbidden(format!(
+            "{} has role {}: it may look, not change anything",
+            viewer.actor,
+            viewer.role.as_str()
+        ))
+        .into());
+    }
+    // The body limit of the service applies before this (`[intake] max_body_bytes`).
+    let bytes = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .map_err(|e| ApiError::BadRequest(format!("body: {e}")))?;
+    let sent = form_urlencoded::parse(&bytes)
+        .find(|(k, _)| k == "csrf")
+        .map(|(_, v)| v.into_owned());
+    let valid = sent.is_some_and(|s| bool::from(s.as_bytes().ct_eq(viewer.csrf.as_bytes())));
+    if !valid {
+        return Err(ApiError::Forbidden(
+            "the form's CSRF token is missing or wrong: reload the page and submit it again".into(),
+        )
+        .into());
+    }
+    let req = Request::from_parts(parts, Body::from(bytes));
+    let Form(form) = Form::<T>::from_request(req, state)
+        .await
+        .map_err(|r| ApiError::from_rejection(r.status(), r.body_text()))?;
+    Ok((viewer, form))
+}
+
+impl<T: DeserializeOwned + Send> FromRequest<AppState> for ActionForm<T> {
+    type Rejection = ConsoleError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ConsoleError> {
+        let (viewer, form) = checked_form(req, state, true).await?;
+        Ok(Self { viewer, form })
+    }
+}
+
+/// The login form.
+#[derive(Debug, Deserialize)]
+pub struct LoginForm {
+    /// An operator token (never stored, logged or shown).
+    pub token: String,
+}
+
+fn login_markup(error: Option<&str>) -> String {
+    layout::bare(
+        "Log in",
+        html! {
+            h1 { "deprov console" }
+            p { "Log in with an operator token (" code { "deprov tokens create" } " or "
+                code { "DEPROV_OPERATOR_TOKEN" } "). A " code { "read-only" }
+                " token can look at everything and change nothing." }
+            @if let Some(error) = error { p.error role="alert" { (error) } }
+            form method="post" action=(LOGIN) {
+                label for="token" { "Operator token" }
+                input #token type="password" name="token" autocomplete="off" required autofocus;
+                button type="submit" { "Log in" }
+            }
+        },
+    )
+    .into_string()
+}
+
+/// `GET /ui/login`.
+pub async fn login_page() -> Html<String> {
+    Html(login_markup(None))
+}
+
+/// `POST /ui/login`: a valid operator token starts a session (303 to the kill switch page); any
+/// other answers 401 with the login page again.
+///
+/// # Errors
+/// 503 when the state database is unavailable.
+pub async fn login(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+    jar: CookieJar,
+    form: Result<Form<LoginForm>, FormRejection>,
+) -> Result<Response, ConsoleError> {
+    same_origin(&headers)?;
+    let Form(form) = form.map_err(|r| ApiError::from_rejection(r.status(), r.body_text()))?;
+    let presented = form.token.trim();
+    let operator = match state
+        .operators
+        .authenticate(&state.pools.intake, Some(presented))
+        .await
+    {
+        Ok(operator) => operator,
+        Err(ApiError::Unauthorized(_) | ApiError::Forbidden(_)) => {
+            let page = login_markup(Some("That is not a valid operator token."));
+            return Ok((axum::http::StatusCode::UNAUTHORIZED, Html(page)).into_response());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let secret = sessions::generate();
+    let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+    sessions::create(
+        &mut tx,
+        &digest(&secret),
+        TokenDigest::of(presented).bytes(),
+        &operator.actor,
+        SESSION_TTL,
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(actor = %operator.actor, "console login");
+    let ttl = time::Duration::seconds(i64::try_from(SESSION_TTL.as_secs()).unwrap_or(i64::MAX));
+    let cookie = Cookie::build((COOKIE, secret))
+        .http_only(true)
+        .secure(true)
+        .same_site(SameSite::Strict)
+        .path("/ui")
+        .max_age(ttl)
+        .expires(time::OffsetDateTime::now_utc() + ttl);
+    Ok((jar.add(cookie), Redirect::to(super::kill_switches::PATH)).into_response())
+}
+
+/// `POST /ui/logout` (any role, CSRF-checked): ends the session and removes the cookie.
+///
+/// # Errors
+/// 403 without the CSRF token; 503 when the state database is unavailable.
+pub async fn logout(
+    State(state): State<AppState>,
+    jar: CookieJar,
+    req: Request,
+) -> Result<Response, ConsoleError> {
+    let (viewer, _): (Viewer, serde::de::IgnoredAny) = checked_form(req, &state, false).await?;
+    let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
+    sessions::end(&mut *tx, &viewer.session).await?;
+    tx.commit().await?;
+    let jar = jar.remove(Cookie::build(COOKIE).path("/ui"));
+    Ok((jar, Redirect::to(LOGIN)).into_response())
+}

@@ -1,0 +1,897 @@
+//! The operator console (`/ui`): access, sessions, CSRF and headers over HTTP, then the whole
+//! console driven in Debian's chromium by playwright (`tests/console/console_test.py`) against a
+//! live deprov with a worker deleting a paced tenant.
+//!
+//! The browser test needs playwright (PyPI, pinned in `.ci/run`, in the virtualenv
+//! `/opt/deprov-pw`, or the Python named by `DEPROV_PLAYWRIGHT_PYTHON`) and `/usr/bin/chromium`
+//! (or `DEPROV_CHROMIUM`). Missing: it fails under `CI=true` and is skipped with a loud message
+//! otherwise. It writes its screenshots to a temporary directory, or to `docs/console/` with
+//! `DEPROV_WRITE_SCREENSHOTS=1`.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::{OPERATOR_TOKEN, SOURCE_TOKEN, TestApp, TestOptions, spawn_app_with};
+
+/// The playwright version `.ci/run` installs.
+const PLAYWRIGHT: &str = "1.65.2";
+
+impl TestApp {
+    /// Creates an operator token named `name` with `role` (as `deprov tokens create` does).
+    async fn console_token(&self, name: &str, role: deprov::queue::tokens::Role) -> String {
+        let mut conn = self.db.acquire().await.unwrap();
+        let (_, token) =
+            deprov::queue::tokens::create(&mut conn, name, role, "cli:test", "console")
+                .await
+                .unwrap();
+        token
+    }
+
+    /// Logs in with `token`: the session cookie (`name=value`) and the `Set-Cookie` header.
+    async fn console_login(&self, token: &str) -> (String, String) {
+        let response = self
+            .client
+            .post(self.url("/ui/login"))
+            .header(CONTENT_TYPE, FORM)
+            .body(encode(&[("token", token)]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        assert_eq!(response.headers()[LOCATION], "/ui/kill-switches");
+        let set = response.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+        let pair = set.split(';').next().unwrap().to_owned();
+        (pair, set)
+    }
+
+    async fn console_get(&self, cookie: &str, path: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .header(COOKIE, cookie)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn console_post(
+        &self,
+        cookie: &str,
+        path: &str,
+        form: &[(&str, &str)],
+    ) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .header(COOKIE, cookie)
+            .header(CONTENT_TYPE, FORM)
+            .body(encode(form))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn global_engaged(&self) -> bool {
+        sqlx::query_scalar("SELECT engaged FROM deprov.kill_switch")
+            .fetch_one(&self.db)
+            .await
+            .unwrap()
+    }
+
+    async fn audit_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM deprov.audit_log")
+            .fetch_one(&self.db)
+            .await
+            .unwrap()
+    }
+}
+
+const FORM: &str = "application/x-www-form-urlencoded";
+
+/// `pairs` as a form body.
+fn encode(pairs: &[(&str, &str)]) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
+
+/// The CSRF token a page carries (the value of its hidden `csrf` fields).
+fn csrf_of(page: &str) -> String {
+    let at = page.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+    page[at..at + page[at..].find('"').unwrap()].to_owned()
+}
+
+#[tokio::test]
+async fn console_sessions_roles_csrf_and_headers() {
+    let app = spawn_app_with(TestOptions::default()).await;
+    let operator = app
+        .console_token("alice", deprov::queue::tokens::Role::Operator)
+        .await;
+    let viewer = app
+        .console_token("viewer", deprov::queue::tokens::Role::ReadOnly)
+        .await;
+
+    // Without a session every page sends the person to the login page; it carries the headers.
+    let response = app.client.get(app.url("/ui/jobs")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(response.headers()[LOCATION], "/ui/login");
+    let response = app.client.get(app.url("/ui/login")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let h = response.headers();
+    assert!(
+        h["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("script-src 'self'")
+    );
+    assert!(
+        h["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("frame-ancestors 'none'")
+    );
+    assert_eq!(h["x-frame-options"], "DENY");
+    assert_eq!(h["cache-control"], "no-store");
+
+    // A wrong token: 401, the login page again, no session stored, the token not echoed.
+    let wrong = "dpv_not-a-token-at-all-0123456789";
+    let response = app
+        .client
+        .post(app.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[("token", wrong)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert!(response.headers().get(SET_COOKIE).is_none());
+    let page = response.text().await.unwrap();
+    assert!(page.contains("not a valid operator token") && !page.contains(wrong));
+    let sessions: i64 = sqlx::query_scalar("SELECT count(*) FROM deprov.console_sessions")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(sessions, 0);
+
+    // A login posted from another site is refused (login CSRF), even with a valid token.
+    let response = app
+        .client
+        .post(app.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .header("sec-fetch-site", "cross-site")
+        .body(encode(&[("token", &operator)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert!(response.headers().get(SET_COOKIE).is_none());
+
+    // The operator's session: cookie attributes, only the session's digest stored, no token shown.
+    let (cookie, set) = app.console_login(&operator).await;
+    for attribute in [
+        "HttpOnly",
+        "Secure",
+        "SameSite=Strict",
+        "Path=/ui",
+        "Max-Age=28800",
+    ] {
+        assert!(set.contains(attribute), "{attribute} missing: {set}");
+    }
+    let secret = cookie.split_once('=').unwrap().1;
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT session_sha256 FROM deprov.console_sessions")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(stored, deprov::queue::tokens::digest(secret).to_vec());
+    let page = app
+        .console_get(&cookie, "/ui/kill-switches")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Engage global") && page.contains(">alice<"));
+    for secret_text in [operator.as_str(), viewer.as_str(), OPERATOR_TOKEN, secret] {
+        assert!(!page.contains(secret_text), "a secret was rendered");
+    }
+    let csrf = csrf_of(&page);
+
+    // A form without the CSRF token, or with another, is refused and changes nothing.
+    let before = app.audit_count().await;
+    for form in [
+        vec![
+            ("scope", "global"),
+            ("engaged", "true"),
+            ("reason", "forged"),
+        ],
+        vec![
+            ("scope", "global"),
+            ("engaged", "true"),
+            ("reason", "forged"),
+            ("csrf", "x"),
+        ],
+    ] {
+        let response = app.console_post(&cookie, "/ui/kill-switches", &form).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        assert!(response.text().await.unwrap().contains("CSRF"));
+    }
+    // Posted from another site with the right token: refused too (a browser says where from).
+    let response = app
+        .client
+        .post(app.url("/ui/kill-switches"))
+        .header(COOKIE, &cookie)
+        .header(CONTENT_TYPE, FORM)
+        .header("sec-fetch-site", "cross-site")
+        .body(encode(&[
+            ("scope", "global"),
+            ("engaged", "true"),
+            ("reason", "forged"),
+            ("csrf", &csrf),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert!(!app.global_engaged().await);
+    assert_eq!(app.audit_count().await, before);
+
+    // Bad input: an error page, nothing changed.
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/kill-switches",
+            &[
+                ("scope", "global"),
+                ("engaged", "true"),
+                ("reason", "  "),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        response.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert!(response.text().await.unwrap().contains("reason"));
+    assert!(!app.global_engaged().await);
+    let response = app.console_get(&cookie, "/ui/jobs/not-a-uuid").await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let response = app.console_get(&cookie, "/ui/jobs?state=exploded").await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let response = app.console_get(&cookie, "/ui/audit?before=yesterday").await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(
+        response.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let response = app
+        .client
+        .post(app.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .body("tokn=x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        response.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+
+    // With it: engaged, audited under the token's name, as `PUT /v1/kill-switch` does.
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/kill-switches",
+            &[
+                ("scope", "global"),
+                ("engaged", "true"),
+                ("reason", "console test"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert!(app.global_engaged().await);
+    let (actor, action, reason): (String, String, String) = sqlx::query_as(
+        "SELECT actor, action, reason FROM deprov.audit_log ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(
+        (actor.as_str(), action.as_str(), reason.as_str()),
+        ("alice", "kill_switch.engage", "console test")
+    );
+
+    // A tenant's switch and a source's, as the scoped form sends them; an unknown source is the
+    // API's 422 and engages nothing.
+    for (scope, key) in [("tenant", "acct_9"), ("source", "billing")] {
+        let response = app
+            .console_post(
+                &cookie,
+                "/ui/kill-switches",
+                &[
+                    ("scope", scope),
+                    ("key", key),
+                    ("engaged", "true"),
+                    ("reason", "one scope"),
+                    ("csrf", &csrf),
+                ],
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER, "{scope}");
+        let (engaged, changed_by): (bool, String) = sqlx::query_as(
+            "SELECT engaged, changed_by FROM deprov.kill_switch_scopes WHERE scope = $1 AND key = $2",
+        )
+        .bind(scope)
+        .bind(key)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        assert_eq!((engaged, changed_by.as_str()), (true, "alice"));
+        let page = app
+            .console_get(&cookie, response.headers()[LOCATION].to_str().unwrap())
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            page.contains(&format!("{scope}:{key} engaged at version")),
+            "{page}"
+        );
+    }
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/kill-switches",
+            &[
+                ("scope", "source"),
+                ("key", "nobody"),
+                ("engaged", "true"),
+                ("reason", "typo"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(response.text().await.unwrap().contains("no source"));
+
+    // Read-only: every page, no action form, and its POSTs refused even with its CSRF token.
+    let (ro_cookie, _) = app.console_login(&viewer).await;
+    for path in [
+        "/ui/kill-switches",
+        "/ui/jobs",
+        "/ui/reconcile",
+        "/ui/audit",
+    ] {
+        let response = app.console_get(&ro_cookie, path).await;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let page = response.text().await.unwrap();
+        assert!(page.contains("Read-only"), "{path}");
+        for form in ["global-form", "scoped-form", "dry-run", "bulk"] {
+            assert!(
+                !page.contains(&format!("id=\"{form}\"")),
+                "{path} shows {form}"
+            );
+        }
+    }
+    let ro_csrf = csrf_of(
+        &app.console_get(&ro_cookie, "/ui/kill-switches")
+            .await
+            .text()
+            .await
+            .unwrap(),
+    );
+    let before = app.audit_count().await;
+    for (path, form) in [
+        (
+            "/ui/kill-switches",
+            vec![
+                ("scope", "global"),
+                ("engaged", "false"),
+                ("reason", "ro"),
+                ("csrf", ro_csrf.as_str()),
+            ],
+        ),
+        (
+            "/ui/reconcile/apply",
+            vec![
+                ("retry", "true"),
+                ("reason", "ro"),
+                ("csrf", ro_csrf.as_str()),
+            ],
+        ),
+        (
+            "/ui/jobs/act",
+            vec![
+                ("action", "cancel"),
+                ("ids", "0195f3a0-0000-7000-8000-000000000000"),
+                ("reason", "ro"),
+                ("csrf", ro_csrf.as_str()),
+            ],
+        ),
+    ] {
+        let response = app.console_post(&ro_cookie, path, &form).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{path}");
+    }
+    assert!(
+        app.global_engaged().await,
+        "the read-only release changed nothing"
+    );
+    assert_eq!(app.audit_count().await, before);
+
+    // Revoking the token ends its sessions (within the token cache's TTL).
+    let mut conn = app.db.acquire().await.unwrap();
+    deprov::queue::tokens::revoke(&mut conn, "viewer", "cli:test", "console test")
+        .await
+        .unwrap();
+    drop(conn);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let response = app.console_get(&ro_cookie, "/ui/jobs").await;
+        if response.status() == StatusCode::SEE_OTHER {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the revoked token's session still works"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Logout ends the session on the server, not only in the browser.
+    let response = app
+        .console_post(&cookie, "/ui/logout", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert!(
+        response.headers()[SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+    let response = app.console_get(&cookie, "/ui/kill-switches").await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let sessions: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM deprov.console_sessions WHERE actor = 'alice'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(sessions, 0);
+}
+
+/// The Python with playwright, or `None`.
+fn find_playwright() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("DEPROV_PLAYWRIGHT_PYTHON") {
+        return Some(PathBuf::from(path)).filter(|p| p.is_file());
+    }
+    Some(PathBuf::from("/opt/deprov-pw/bin/python")).filter(|p| p.is_file())
+}
+
+fn chromium() -> PathBuf {
+    std::env::var_os("DEPROV_CHROMIUM")
+        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
+}
+
+/// Rows of the tenant the browser watches being deleted, and how fast the worker may delete them.
+const BIG_ROWS: i64 = 12000;
+const ROWS_PER_SECOND: i64 = 150;
+
+/// The target: `app.items` below `app.accounts` (deleted in paced batches), tenant `big` with
+/// [`BIG_ROWS`] items; tenant `stuck`, which a RESTRICT reference keeps from being deleted (its
+/// job fails: the reconcile's retry has something to do).
+const TARGET: &str = "CREATE TABLE app.items (id bigserial PRIMARY KEY, \
+       account_id text NOT NULL REFERENCES app.accounts ON DELETE CASCADE); \
+     CREATE INDEX ON app.items (account_id); \
+     CREATE TABLE app.keep (account_id text REFERENCES app.accounts ON DELETE RESTRICT); \
+     INSERT INTO app.accounts (id) VALUES ('big'), ('stuck'); \
+     INSERT INTO app.keep VALUES ('stuck'); \
+     ANALYZE app.accounts;";
+
+async fn wait_job(app: &TestApp, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let job: Value = app
+            .operator_get(&format!("/v1/jobs/{id}"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        if pred(&job) {
+            return job;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn request_deletion(app: &TestApp, tenant: &str) -> String {
+    let response = app
+        .client
+        .post(app.url("/v1/deletion-requests"))
+        .bearer_auth(SOURCE_TOKEN)
+        .json(&json!({"tenant_id": tenant, "external_id": format!("evt-{tenant}")}))
+        .send()
+        .await
+        .unwrap();
+    let body = crate::helpers::accepted(response).await;
+    body["job_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_in_chromium() {
+    let Some(python) = find_playwright() else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "playwright is not installed (DEPROV_PLAYWRIGHT_PYTHON or /opt/deprov-pw/bin/python); \
+             .ci/run installs playwright=={PLAYWRIGHT}"
+        );
+        let _ = std::io::stderr().write_all(
+            format!(
+                "\n!!!!! SKIPPED: playwright not found. Install it with `python3 -m venv /opt/deprov-pw \
+                 && /opt/deprov-pw/bin/pip install playwright=={PLAYWRIGHT}` and `apt-get install \
+                 chromium` (or run .ci/run); the console was NOT tested in a browser. !!!!!\n\n"
+            )
+            .as_bytes(),
+        );
+        return;
+    };
+    assert!(
+        chromium().is_file(),
+        "{} is missing (apt-get install chromium)",
+        chromium().display()
+    );
+    let app = spawn_app_with(TestOptions {
+        worker: true,
+        target_setup: format!(
+            "{TARGET} INSERT INTO app.items (account_id) SELECT 'big' FROM generate_series(1, {BIG_ROWS}); \
+             ANALYZE app.items;"
+        ),
+        extra_config: format!(
+            "[hard_delete]\nbatch_rows = 25\nmax_batch_rows = 25\ncascade_rows = 0\nwhole_cascade = false\n\
+             [pacing]\nrate_limit = {ROWS_PER_SECOND}\n"
+        ),
+        ..Default::default()
+    })
+    .await;
+    // A second worker beside the server's, without a LISTEN connection: it acknowledges by
+    // heartbeat only, and "every worker acknowledged" must wait for it too.
+    let config = deprov::config::Config::load(app.config_path().to_str().unwrap()).unwrap();
+    let pools = deprov::db::Pools::new(&app.db_url, &app.db_url, &config.pools).unwrap();
+    let second =
+        deprov::worker::Worker::new(pools, std::sync::Arc::new(config), "heartbeat-only".into());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let second = tokio::spawn({
+        let stop = stop.clone();
+        async move { second.run(stop).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while app
+        .operator_get("/v1/kill-switch")
+        .await
+        .json::<Value>()
+        .await
+        .unwrap()["live_workers"]
+        .as_array()
+        .unwrap()
+        .len()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "two live workers");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let operator = app
+        .console_token("alice", deprov::queue::tokens::Role::Operator)
+        .await;
+    let viewer = app
+        .console_token("viewer", deprov::queue::tokens::Role::ReadOnly)
+        .await;
+    let stuck = request_deletion(&app, "stuck").await;
+    wait_job(&app, &stuck, "stuck failed", |j| j["state"] == "failed").await;
+    let big = request_deletion(&app, "big").await;
+    wait_job(&app, &big, "big running", |j| {
+        j["state"] == "running" && j["progress"]["rows_deleted"].as_i64().unwrap_or(0) > 0
+    })
+    .await;
+
+    let write = std::env::var("DEPROV_WRITE_SCREENSHOTS").as_deref() == Ok("1");
+    let tmp = tempfile::tempdir().unwrap();
+    let shots = if write {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/console")
+    } else {
+        tmp.path().to_path_buf()
+    };
+    std::fs::create_dir_all(&shots).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/console/console_test.py");
+    let started = Instant::now();
+    let child = tokio::process::Command::new(&python)
+        .arg(&script)
+        .env("DEPROV_URL", &app.address)
+        .env("DEPROV_CONSOLE_OPERATOR", &operator)
+        .env("DEPROV_CONSOLE_READONLY", &viewer)
+        .env("DEPROV_API_TOKEN", OPERATOR_TOKEN)
+        .env("DEPROV_BIG_JOB", &big)
+        .env("DEPROV_STUCK_JOB", &stuck)
+        .env("DEPROV_WORKERS", "2")
+        .env("DEPROV_SCREENSHOTS", &shots)
+        .env("DEPROV_CHROMIUM", chromium())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", python.display()));
+    let output = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
+        .await
+        .expect("the browser test ran longer than 300 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let _ = std::io::stderr().write_all(
+        format!(
+            "\nconsole browser test ({:.1} s):\n{stdout}\n{stderr}\n",
+            started.elapsed().as_secs_f64()
+        )
+        .as_bytes(),
+    );
+    assert!(
+        output.status.success(),
+        "the browser test failed (exit {:?})",
+        output.status.code()
+    );
+    assert!(stdout.contains("passed, 0 failed"), "no summary: {stdout}");
+
+    // What the browser did is in the database, under the operator's name.
+    let actions: Vec<String> =
+        sqlx::query_scalar("SELECT action FROM deprov.audit_log WHERE actor = 'alice' ORDER BY id")
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    for expected in ["kill_switch.engage", "kill_switch.release", "job.retry"] {
+        assert!(
+            actions.iter().any(|a| a == expected),
+            "{expected} not in {actions:?}"
+        );
+    }
+    assert!(!actions.iter().any(|a| a.contains("forged")), "{actions:?}");
+    let engaged: bool = app.global_engaged().await;
+    assert!(
+        !engaged,
+        "the browser released the switch; nothing forged engaged it again"
+    );
+    let _ = Uuid::parse_str(&big).unwrap();
+    stop.cancel();
+    second.await.unwrap();
+}
+
+/// Soft delete and undo on `app.accounts.deleted_at`, and a grace period: jobs wait after their
+/// soft delete, so their undo is possible.
+const GRACE: &str = "[soft_delete]\n\
+     statements = [\"UPDATE app.accounts SET deleted_at = now() WHERE id = $1\"]\n\
+     undo_statements = [\"UPDATE app.accounts SET deleted_at = NULL WHERE id = $1\"]\n\
+     [hard_delete]\ngrace_period = \"1h\"\n";
+
+async fn job_state(app: &TestApp, id: &str) -> String {
+    sqlx::query_scalar("SELECT state FROM deprov.jobs WHERE id = $1::uuid")
+        .bind(id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap()
+}
+
+async fn last_audit(app: &TestApp) -> (String, String, Option<String>, String) {
+    sqlx::query_as(
+        "SELECT actor, action, target, reason FROM deprov.audit_log ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn console_job_actions_confirm_the_count_then_act_through_the_api_functions() {
+    let app = spawn_app_with(TestOptions {
+        target_setup: "ALTER TABLE app.accounts ADD COLUMN deleted_at timestamptz; \
+                       INSERT INTO app.accounts (id) VALUES ('t1'), ('t2'), ('t3');"
+            .into(),
+        extra_config: GRACE.into(),
+        ..Default::default()
+    })
+    .await;
+    let operator = app
+        .console_token("alice", deprov::queue::tokens::Role::Operator)
+        .await;
+    let t1 = request_deletion(&app, "t1").await;
+    let t2 = request_deletion(&app, "t2").await;
+    let (cookie, _) = app.console_login(&operator).await;
+    let page = app
+        .console_get(&cookie, "/ui/jobs")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains(&t1) && page.contains(&t2) && page.contains("id=\"bulk\""));
+    let csrf = csrf_of(&page);
+
+    // The confirmation of a bulk cancel on a filter states the count; it changes nothing.
+    let before = app.audit_count().await;
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/confirm",
+            &[("action", "cancel"), ("tenant", "t1"), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let page = response.text().await.unwrap();
+    assert!(page.contains("Confirm: cancel 1 job(s)"), "{page}");
+    assert!(page.contains(&t1) && !page.contains(&t2));
+    assert_eq!(job_state(&app, &t1).await, "queued");
+    assert_eq!(app.audit_count().await, before);
+
+    // Confirmed: exactly that job, audited under the operator's name with the reason.
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/act",
+            &[
+                ("action", "cancel"),
+                ("ids", &t1),
+                ("reason", "duplicate"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response
+            .text()
+            .await
+            .unwrap()
+            .contains("Done: cancel — 1 job(s)")
+    );
+    assert_eq!(
+        (job_state(&app, &t1).await, job_state(&app, &t2).await),
+        ("cancelled".into(), "queued".into())
+    );
+    assert_eq!(
+        last_audit(&app).await,
+        (
+            "alice".into(),
+            "job.cancel".into(),
+            Some(format!("job:{t1}")),
+            "duplicate".into()
+        )
+    );
+
+    // Nothing to retry: said so, and no button to act.
+    let page = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/confirm",
+            &[("action", "retry"), ("state", "queued"), ("csrf", &csrf)],
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Confirm: retry 0 job(s)") && !page.contains("id=\"confirm\""));
+
+    // Undo of a job waiting in its grace period: the soft delete is undone on the target.
+    app.drain_worker().await;
+    let deleted: bool =
+        sqlx::query_scalar("SELECT deleted_at IS NOT NULL FROM app.accounts WHERE id = 't2'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert!(deleted, "t2 is soft-deleted and waits in its grace period");
+    let page = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/confirm",
+            &[("action", "undo"), ("ids", &t2), ("csrf", &csrf)],
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("Confirm: undo 1 job(s)") && page.contains("nothing deleted can be undone")
+    );
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/act",
+            &[
+                ("action", "undo"),
+                ("ids", &t2),
+                ("reason", "reinstalled"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(job_state(&app, &t2).await, "cancelled");
+    let deleted: bool =
+        sqlx::query_scalar("SELECT deleted_at IS NOT NULL FROM app.accounts WHERE id = 't2'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert!(!deleted, "the undo statements ran");
+    assert_eq!(
+        last_audit(&app).await,
+        (
+            "alice".into(),
+            "job.undo".into(),
+            Some(format!("job:{t2}")),
+            "reinstalled".into()
+        )
+    );
+
+    // An unknown job is the API's 404, as a page; a malformed ID is 422; nothing changes.
+    let before = app.audit_count().await;
+    let unknown = Uuid::now_v7().to_string();
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/act",
+            &[
+                ("action", "undo"),
+                ("ids", &unknown),
+                ("reason", "again"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/act",
+            &[
+                ("action", "cancel"),
+                ("ids", "nope"),
+                ("reason", "x"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(app.audit_count().await, before);
+
+    // Jobs by request or delivery ID: the external ID finds its job and no other.
+    let page = app
+        .console_get(&cookie, "/ui/jobs?request=evt-t2")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains(&t2) && !page.contains(&t1), "{page}");
+
+    // The job page shows its requests, and an unknown console path is an HTML 404 with the headers.
+    let page = app
+        .console_get(&cookie, &format!("/ui/jobs/{t2}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("evt-t2") && page.contains("billing"));
+    let response = app.console_get(&cookie, "/ui/nothing-here").await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(response.headers()["x-frame-options"], "DENY");
+}
