@@ -43,11 +43,17 @@ pub(super) async fn run_blocks(
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
     let below = plan.absorbed_below(plan.steps[step].table);
     let before = before_batch(&mut tx, unchanged, &below).await?;
-    let (deleted, blocks): (i64, i64) = crate::db::query_as(stmt.as_query())
+    let deleted = crate::db::query(stmt.as_query())
         .persistent(false)
         .bind(tenant)
         .bind(lo)
         .bind(hi)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    let deleted = i64::try_from(deleted).unwrap_or(i64::MAX);
+    let blocks: i64 = crate::db::query_scalar(queries::TABLE_BLOCKS)
+        .bind(i64::from(plan.steps[step].table))
         .fetch_one(&mut *tx)
         .await?;
     let cascaded = cascaded_since(&mut tx, &before).await?;
