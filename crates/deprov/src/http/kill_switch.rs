@@ -368,8 +368,18 @@ pub async fn change(
     let reason = operator_reason(&body.reason)?;
     let mut scope = Scope::new(body.scope, body.key.as_deref()).map_err(ApiError::Unprocessable)?;
     // A tenant's switch is keyed like its jobs: as the key column prints the key (`"07"` is
-    // tenant `"7"` of an integer column), else as sent.
+    // tenant `"7"` of an integer column), else as sent. Engaging one under a key the column
+    // cannot hold (a sender's ID where a lookup maps it to the tenant) would protect nothing while
+    // looking in effect; releasing one takes any key, so that such a switch can be removed.
     if let (Scope::Tenant(key), Some(form)) = (&mut scope, state.readiness.sql_check().key_form()) {
+        if body.engaged
+            && let Err(why) = crate::ids::TenantId::parse(key).and_then(|k| form.canonical(&k))
+        {
+            return Err(ApiError::Unprocessable(format!(
+                "key: {why}; a tenant's switch takes the tenant's key as the root table holds it, \
+                 not a sender's ID"
+            )));
+        }
         *key = form.canonical_or_as_sent(key);
     }
     if let Scope::Source(name) = &scope

@@ -219,3 +219,38 @@ async fn engaging_an_unconfigured_source_is_refused() {
         .await;
     assert_eq!(response.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn engaging_a_tenant_switch_under_a_key_the_root_cannot_hold_is_refused() {
+    // `app.accounts.id` is bigint: `cus_1` is a sender's ID, never a tenant's key.
+    let app = spawn_app_with(TestOptions {
+        key_type: "bigint",
+        ..TestOptions::default()
+    })
+    .await;
+    let problem = assert_problem(
+        app.put_switch(json!({"engaged": true, "reason": "x", "scope": "tenant", "key": "cus_1"}))
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("decimal integer") && detail.contains("sender's ID"),
+        "{problem}"
+    );
+    let latest: i64 = sqlx::query_scalar("SELECT latest_version FROM deprov.kill_switch")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(latest, 0, "nothing changed");
+    // A key the column holds is engaged; releasing takes any key.
+    let engaged = app
+        .put_switch(json!({"engaged": true, "reason": "x", "scope": "tenant", "key": "07"}))
+        .await;
+    assert_eq!(engaged.status(), StatusCode::OK);
+    let released = app
+        .put_switch(json!({"engaged": false, "reason": "x", "scope": "tenant", "key": "cus_1"}))
+        .await;
+    assert_eq!(released.status(), StatusCode::OK);
+}
