@@ -757,14 +757,25 @@ async fn console_job_actions_confirm_the_count_then_act_through_the_api_function
             ],
         )
         .await;
-    assert_eq!(response.status(), StatusCode::OK);
-    assert!(
-        response
-            .text()
-            .await
-            .unwrap()
-            .contains("Done: cancel — 1 job(s)")
-    );
+    // The action answers with a redirect to a page that only reads what was done: loading it
+    // again (a reload) acts on nothing.
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let done = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    assert!(done.starts_with("/ui/jobs/done?"), "{done}");
+    let after_act = app.audit_count().await;
+    assert_eq!(after_act, before + 1);
+    for _ in 0..2 {
+        let response = app.console_get(&cookie, &done).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let page = response.text().await.unwrap();
+        assert!(
+            page.contains("Done: cancel — 1 of the 1 confirmed job(s).")
+                && page.contains("queued → <strong>cancelled</strong>")
+                && page.contains(&t1),
+            "{page}"
+        );
+    }
+    assert_eq!(app.audit_count().await, after_act);
     assert_eq!(
         (job_state(&app, &t1).await, job_state(&app, &t2).await),
         ("cancelled".into(), "queued".into())
@@ -778,6 +789,76 @@ async fn console_job_actions_confirm_the_count_then_act_through_the_api_function
             "duplicate".into()
         )
     );
+
+    // A running job's confirmation and result name its state before and what happens to it; a
+    // confirmed job whose state changed since is skipped, and the result says so.
+    let t3 = request_deletion(&app, "t3").await;
+    sqlx::query(
+        "UPDATE deprov.jobs SET state = 'running', lease_owner = 'w-elsewhere', \
+         lease_expires_at = now() + interval '1 hour' WHERE id = $1::uuid",
+    )
+    .bind(&t3)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let page = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/confirm",
+            &[("action", "cancel"), ("ids", &t3), ("csrf", &csrf)],
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("running → <strong>cancelled at its next batch boundary</strong>"),
+        "{page}"
+    );
+    let both = format!("{t1},{t3}");
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/act",
+            &[
+                ("action", "cancel"),
+                ("ids", &both),
+                ("reason", "stop it"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let done = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    let page = app.console_get(&cookie, &done).await.text().await.unwrap();
+    assert!(
+        page.contains("Done: cancel — 1 of the 2 confirmed job(s). 1 skipped: their state changed since the confirmation.")
+            && page.contains("running → <strong>cancelled at its next batch boundary</strong>")
+            && !page.contains(&format!("data-job=\"{t1}\"")),
+        "{page}"
+    );
+    assert_eq!(app.audit_count().await, after_act + 1);
+
+    // None of the confirmed jobs exists: 404, no audit entry claimed or written.
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/act",
+            &[
+                ("action", "cancel"),
+                ("ids", &Uuid::now_v7().to_string()),
+                ("reason", "ghost"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let page = response.text().await.unwrap();
+    assert!(
+        page.contains("nothing was recorded") && !page.contains("Recorded in the audit log"),
+        "{page}"
+    );
+    assert_eq!(app.audit_count().await, after_act + 1);
 
     // Nothing to retry: said so, and no button to act.
     let page = app
@@ -825,7 +906,14 @@ async fn console_job_actions_confirm_the_count_then_act_through_the_api_function
             ],
         )
         .await;
-    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let done = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    let page = app.console_get(&cookie, &done).await.text().await.unwrap();
+    assert!(
+        page.contains("Done: undo — 1 of the 1 confirmed job(s).")
+            && page.contains("cancelled (soft delete undone)"),
+        "{page}"
+    );
     assert_eq!(job_state(&app, &t2).await, "cancelled");
     let deleted: bool =
         sqlx::query_scalar("SELECT deleted_at IS NOT NULL FROM app.accounts WHERE id = 't2'")
@@ -873,6 +961,45 @@ async fn console_job_actions_confirm_the_count_then_act_through_the_api_function
         .await;
     assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(app.audit_count().await, before);
+
+    // A reconcile apply redirects to a page that reads what it did: reloading it retries nothing.
+    sqlx::query("UPDATE deprov.jobs SET state = 'failed', finished_at = now() WHERE id = $1::uuid")
+        .bind(&t1)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/reconcile/apply",
+            &[
+                ("retry", "true"),
+                ("tenant", "t1"),
+                ("reason", "retry t1"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let applied = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    assert!(applied.starts_with("/ui/reconcile/applied?"), "{applied}");
+    assert_eq!(job_state(&app, &t1).await, "queued");
+    let after_apply = app.audit_count().await;
+    for _ in 0..2 {
+        let page = app
+            .console_get(&cookie, &applied)
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            page.contains("Applied: 1 action(s)")
+                && page.contains(&format!("data-job=\"{t1}\" data-action=\"retry\""))
+                && page.contains("failed → <strong>queued</strong>"),
+            "{page}"
+        );
+    }
+    assert_eq!(app.audit_count().await, after_apply);
 
     // Jobs by request or delivery ID: the external ID finds its job and no other.
     let page = app
