@@ -171,6 +171,57 @@ async fn console_sessions_roles_csrf_and_headers() {
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     assert!(response.headers().get(SET_COOKIE).is_none());
 
+    // Over plain HTTP on another host than localhost the browser would drop the Secure cookie:
+    // the login page says so and no session is created; behind an HTTPS proxy the login works.
+    let page = app
+        .client
+        .get(app.url("/ui/login"))
+        .header("host", "deprov.internal:8080")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("not reached over HTTPS"), "{page}");
+    let response = app
+        .client
+        .post(app.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .header("host", "deprov.internal:8080")
+        .body(encode(&[("token", &operator)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(response.headers().get(SET_COOKIE).is_none());
+    let page = response.text().await.unwrap();
+    assert!(
+        page.contains("will not keep the console's session cookie")
+            && page.contains("Serve the console over HTTPS"),
+        "{page}"
+    );
+    let sessions: i64 = sqlx::query_scalar("SELECT count(*) FROM deprov.console_sessions")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(sessions, 0);
+    let response = app
+        .client
+        .post(app.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .header("host", "deprov.internal")
+        .header("x-forwarded-proto", "https")
+        .body(encode(&[("token", &operator)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    sqlx::query("DELETE FROM deprov.console_sessions")
+        .execute(&app.db)
+        .await
+        .unwrap();
+
     // The operator's session: cookie attributes, only the session's digest stored, no token shown.
     let (cookie, set) = app.console_login(&operator).await;
     for attribute in [
