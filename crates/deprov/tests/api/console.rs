@@ -1073,3 +1073,135 @@ async fn console_job_actions_confirm_the_count_then_act_through_the_api_function
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     assert_eq!(response.headers()["x-frame-options"], "DENY");
 }
+
+#[tokio::test]
+async fn console_kill_switch_names_a_silent_lease_holder_and_scopes_checkpoints() {
+    let app = spawn_app_with(TestOptions {
+        target_setup: "INSERT INTO app.accounts (id) VALUES ('t1'), ('t2');".into(),
+        ..Default::default()
+    })
+    .await;
+    let operator = app
+        .console_token("alice", deprov::queue::tokens::Role::Operator)
+        .await;
+    let t1 = request_deletion(&app, "t1").await;
+    let t2 = request_deletion(&app, "t2").await;
+    // t1 runs under the lease of a worker last heard from 5 minutes ago (no longer live); another
+    // worker is live and acknowledges every version.
+    sqlx::query(
+        "UPDATE deprov.jobs SET state = 'running', step = 'hard_delete', lease_owner = 'w-silent', \
+         lease_expires_at = now() + interval '1 hour', heartbeat_at = now() - interval '5 min' \
+         WHERE id = $1::uuid",
+    )
+    .bind(&t1)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO deprov.workers (id, heartbeat_at, live_until, observed_version) VALUES \
+         ('w-silent', now() - interval '300 s', now() - interval '240 s', 0), \
+         ('w-live', now(), now() + interval '1 hour', 100)",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let (cookie, _) = app.console_login(&operator).await;
+    let csrf = csrf_of(
+        &app.console_get(&cookie, "/ui/kill-switches")
+            .await
+            .text()
+            .await
+            .unwrap(),
+    );
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/kill-switches",
+            &[
+                ("scope", "global"),
+                ("engaged", "true"),
+                ("reason", "incident"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let location = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    assert_eq!(job_state(&app, &t2).await, "held");
+    let page = app
+        .console_get(&cookie, &location)
+        .await
+        .text()
+        .await
+        .unwrap();
+    // The engage says what it did to queued and to running jobs.
+    assert!(
+        page.contains("1 queued job(s) moved to held; 1 running job(s) it blocks will stop at their next batch boundary"),
+        "{page}"
+    );
+    // The live worker acknowledged, but the banner is not the all-clear: a blocked job still runs,
+    // under the lease of a worker that is not live, and the page names it.
+    assert!(
+        page.contains("class=\"banner warn\" id=\"ack-state\" data-acknowledged=\"true\"")
+            && !page.contains("class=\"banner ok\" id=\"ack-state\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("but 1 running job(s) an engaged switch blocks have not stopped yet"),
+        "{page}"
+    );
+    let silent = "worker <span class=\"mono\">w-silent</span> holds a running job's lease but has not been heard from for ";
+    let at = page.find(silent).unwrap_or_else(|| panic!("{page}")) + silent.len();
+    let seconds: i64 = page[at..at + page[at..].find(' ').unwrap()]
+        .parse()
+        .unwrap();
+    assert!((300..400).contains(&seconds), "{seconds}");
+    assert!(
+        page.contains("data-effect=\"pending\"")
+            && !page.contains("data-effect=\"in-effect\"")
+            && page.contains(&format!("data-job=\"{t1}\""))
+            && page
+                .contains("lease held by <span class=\"mono\">w-silent</span> — not a live worker"),
+        "{page}"
+    );
+    // The checkpoint a verdict cites: of any job for the global switch; of the tenant's own jobs
+    // for a tenant switch (t1 checkpoints after the engage; tenant t2 has none).
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/kill-switches",
+            &[
+                ("scope", "tenant"),
+                ("key", "t2"),
+                ("engaged", "true"),
+                ("reason", "t2 only"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    sqlx::query("UPDATE deprov.jobs SET heartbeat_at = now() + interval '1 s' WHERE id = $1::uuid")
+        .bind(&t1)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let page = app
+        .console_get(&cookie, "/ui/kill-switches")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("last hard-delete checkpoint of any job ")
+            && page.contains("no hard-delete checkpoint of this tenant's jobs since the engage"),
+        "{page}"
+    );
+    // The held tile gives the job's age, as such.
+    let page = app
+        .console_get(&cookie, "/ui/jobs")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("oldest held job, created"), "{page}");
+}
