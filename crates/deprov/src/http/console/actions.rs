@@ -418,6 +418,16 @@ pub struct DoneEntry {
     pub run_after: Option<String>,
 }
 
+/// An audit entry of a job action (ID, action, target, details) with its job's ID and tenant.
+type AuditRow = (
+    i64,
+    String,
+    Option<String>,
+    serde_json::Value,
+    Option<Uuid>,
+    Option<String>,
+);
+
 /// The job actions `actor` recorded in the audit log in entries `after < id <= upto`, oldest first.
 ///
 /// # Errors
@@ -429,17 +439,11 @@ pub async fn done_entries(
     upto: i64,
 ) -> Result<Vec<DoneEntry>, ConsoleError> {
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
-    let rows: Vec<(
-        i64,
-        String,
-        Option<String>,
-        serde_json::Value,
-        Option<Uuid>,
-        Option<String>,
-    )> = crate::db::query_as(
+    let rows: Vec<AuditRow> = crate::db::query_as(
         "SELECT a.id, a.action, a.target, a.details, j.id, j.tenant_id \
              FROM deprov.audit_log a \
-             LEFT JOIN deprov.jobs j ON a.target = 'job:' || j.id::text \
+             LEFT JOIN deprov.jobs j ON j.id = CASE WHEN a.target ~ '^job:[0-9a-f-]{36}$' \
+               THEN substr(a.target, 5)::uuid END \
              WHERE a.id > $1 AND a.id <= $2 AND a.actor = $3 AND a.action IN \
                ('job.cancel', 'job.retry', 'job.resume', 'job.undo', 'job.create_orphan') \
              ORDER BY a.id LIMIT 1000",
