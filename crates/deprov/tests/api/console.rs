@@ -1046,7 +1046,7 @@ async fn console_job_actions_confirm_the_count_then_act_through_the_api_function
         assert!(
             page.contains("Applied: 1 action(s)")
                 && page.contains(&format!("data-job=\"{t1}\" data-action=\"retry\""))
-                && page.contains("failed → <strong>queued</strong>"),
+                && page.contains("failed → <strong>queued</strong></td><td>20"),
             "{page}"
         );
     }

@@ -414,11 +414,12 @@ pub struct DoneEntry {
     /// Its state after (`running` for a cancel a running job carries out at its next batch
     /// boundary).
     pub after: String,
-    /// When a released job becomes claimable (RFC 3339).
+    /// When a released job becomes claimable (RFC 3339): as recorded, else while it is queued.
     pub run_after: Option<String>,
 }
 
-/// An audit entry of a job action (ID, action, target, details) with its job's ID and tenant.
+/// An audit entry of a job action (ID, action, target, details) with its job's ID, tenant, and when
+/// it becomes claimable if it is queued.
 type AuditRow = (
     i64,
     String,
@@ -426,6 +427,7 @@ type AuditRow = (
     serde_json::Value,
     Option<Uuid>,
     Option<String>,
+    Option<time::OffsetDateTime>,
 );
 
 /// The job actions `actor` recorded in the audit log in entries `after < id <= upto`, oldest first.
@@ -440,7 +442,8 @@ pub async fn done_entries(
 ) -> Result<Vec<DoneEntry>, ConsoleError> {
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
     let rows: Vec<AuditRow> = crate::db::query_as(
-        "SELECT a.id, a.action, a.target, a.details, j.id, j.tenant_id \
+        "SELECT a.id, a.action, a.target, a.details, j.id, j.tenant_id, \
+               CASE WHEN j.state = 'queued' THEN j.run_after END \
              FROM deprov.audit_log a \
              LEFT JOIN deprov.jobs j ON j.id = CASE WHEN a.target ~ '^job:[0-9a-f-]{36}$' \
                THEN substr(a.target, 5)::uuid END \
@@ -456,7 +459,7 @@ pub async fn done_entries(
     tx.commit().await?;
     Ok(rows
         .into_iter()
-        .filter_map(|(id, action, target, details, job, tenant)| {
+        .filter_map(|(id, action, target, details, job, tenant, claimable)| {
             let job_id = job.or_else(|| target?.strip_prefix("job:")?.parse().ok())?;
             let text = |k: &str| details.get(k).and_then(|v| v.as_str()).map(str::to_owned);
             let (action, after) = match action.as_str() {
@@ -483,7 +486,12 @@ pub async fn done_entries(
                 tenant_id: tenant.or_else(|| text("tenant_id")),
                 before: text("previous_state"),
                 after,
-                run_after: text("run_after"),
+                run_after: text("run_after").or_else(|| {
+                    claimable.and_then(|t| {
+                        t.format(&time::format_description::well_known::Rfc3339)
+                            .ok()
+                    })
+                }),
             })
         })
         .collect())
