@@ -148,3 +148,61 @@ pub async fn running_blocked(db: impl PgExecutor<'_>) -> Result<Vec<(String, i64
     .fetch_all(db)
     .await
 }
+
+/// A running job an engaged kill switch blocks, with the worker holding its lease.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct BlockedRunning {
+    /// The job.
+    pub job_id: Uuid,
+    /// The switch that blocks it (`global`, `source:<name>`, `tenant:<key>`).
+    pub blocked_by: String,
+    /// The worker holding its lease.
+    pub lease_owner: Option<String>,
+    /// When its lease expires.
+    pub lease_expires_at: Option<OffsetDateTime>,
+    /// Whether that worker is live (heartbeat current, not stopped).
+    pub owner_live: bool,
+    /// That worker's latest heartbeat, if it ever sent one.
+    pub owner_heartbeat_at: Option<OffsetDateTime>,
+}
+
+/// Running jobs an engaged kill switch blocks (at most 100, oldest first), each with its lease
+/// holder and whether that worker is live: a job whose worker stopped heartbeating is held by a
+/// lease no live worker will give up at a batch boundary.
+///
+/// # Errors
+/// Database errors.
+pub async fn running_blocked_jobs(
+    db: impl PgExecutor<'_>,
+) -> Result<Vec<BlockedRunning>, sqlx::Error> {
+    crate::db::query_as(
+        "SELECT r.id AS job_id, r.b AS blocked_by, r.lease_owner, r.lease_expires_at, \
+           coalesce(w.stopped_at IS NULL AND w.live_until > now(), false) AS owner_live, \
+           w.heartbeat_at AS owner_heartbeat_at \
+         FROM (SELECT id, created_at, lease_owner, lease_expires_at, \
+                 deprov.job_blocked_by(id) AS b \
+               FROM deprov.jobs WHERE state = 'running') r \
+         LEFT JOIN deprov.workers w ON w.id = r.lease_owner \
+         WHERE r.b IS NOT NULL ORDER BY r.created_at, r.id LIMIT 100",
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Per engaged tenant switch (`tenant:<key>`), the latest checkpoint (or lease renewal) of a hard
+/// delete of that tenant's jobs: [`QueueAge::last_checkpoint`] scoped to the switch (read through
+/// the `tenant_id` index; a source switch has no such index and is not scoped).
+///
+/// # Errors
+/// Database errors.
+pub async fn tenant_checkpoints(
+    db: impl PgExecutor<'_>,
+) -> Result<Vec<(String, Option<OffsetDateTime>)>, sqlx::Error> {
+    crate::db::query_as(
+        "SELECT 'tenant:' || s.key, (SELECT max(j.heartbeat_at) FROM deprov.jobs j \
+           WHERE j.tenant_id = s.key AND j.step IN ('hard_delete', 'done')) \
+         FROM deprov.kill_switch_scopes s WHERE s.engaged AND s.scope = 'tenant'",
+    )
+    .fetch_all(db)
+    .await
+}

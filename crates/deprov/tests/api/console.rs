@@ -171,6 +171,57 @@ async fn console_sessions_roles_csrf_and_headers() {
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     assert!(response.headers().get(SET_COOKIE).is_none());
 
+    // Over plain HTTP on another host than localhost the browser would drop the Secure cookie:
+    // the login page says so and no session is created; behind an HTTPS proxy the login works.
+    let page = app
+        .client
+        .get(app.url("/ui/login"))
+        .header("host", "deprov.internal:8080")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("not reached over HTTPS"), "{page}");
+    let response = app
+        .client
+        .post(app.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .header("host", "deprov.internal:8080")
+        .body(encode(&[("token", &operator)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(response.headers().get(SET_COOKIE).is_none());
+    let page = response.text().await.unwrap();
+    assert!(
+        page.contains("will not keep the console's session cookie")
+            && page.contains("Serve the console over HTTPS"),
+        "{page}"
+    );
+    let sessions: i64 = sqlx::query_scalar("SELECT count(*) FROM deprov.console_sessions")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(sessions, 0);
+    let response = app
+        .client
+        .post(app.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .header("host", "deprov.internal")
+        .header("x-forwarded-proto", "https")
+        .body(encode(&[("token", &operator)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    sqlx::query("DELETE FROM deprov.console_sessions")
+        .execute(&app.db)
+        .await
+        .unwrap();
+
     // The operator's session: cookie attributes, only the session's digest stored, no token shown.
     let (cookie, set) = app.console_login(&operator).await;
     for attribute in [
@@ -757,14 +808,25 @@ async fn console_job_actions_confirm_the_count_then_act_through_the_api_function
             ],
         )
         .await;
-    assert_eq!(response.status(), StatusCode::OK);
-    assert!(
-        response
-            .text()
-            .await
-            .unwrap()
-            .contains("Done: cancel — 1 job(s)")
-    );
+    // The action answers with a redirect to a page that only reads what was done: loading it
+    // again (a reload) acts on nothing.
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let done = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    assert!(done.starts_with("/ui/jobs/done?"), "{done}");
+    let after_act = app.audit_count().await;
+    assert_eq!(after_act, before + 1);
+    for _ in 0..2 {
+        let response = app.console_get(&cookie, &done).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let page = response.text().await.unwrap();
+        assert!(
+            page.contains("Done: cancel — 1 of the 1 confirmed job(s).")
+                && page.contains("queued → <strong>cancelled</strong>")
+                && page.contains(&t1),
+            "{page}"
+        );
+    }
+    assert_eq!(app.audit_count().await, after_act);
     assert_eq!(
         (job_state(&app, &t1).await, job_state(&app, &t2).await),
         ("cancelled".into(), "queued".into())
@@ -778,6 +840,76 @@ async fn console_job_actions_confirm_the_count_then_act_through_the_api_function
             "duplicate".into()
         )
     );
+
+    // A running job's confirmation and result name its state before and what happens to it; a
+    // confirmed job whose state changed since is skipped, and the result says so.
+    let t3 = request_deletion(&app, "t3").await;
+    sqlx::query(
+        "UPDATE deprov.jobs SET state = 'running', lease_owner = 'w-elsewhere', \
+         lease_expires_at = now() + interval '1 hour' WHERE id = $1::uuid",
+    )
+    .bind(&t3)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let page = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/confirm",
+            &[("action", "cancel"), ("ids", &t3), ("csrf", &csrf)],
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("running → <strong>cancelled at its next batch boundary</strong>"),
+        "{page}"
+    );
+    let both = format!("{t1},{t3}");
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/act",
+            &[
+                ("action", "cancel"),
+                ("ids", &both),
+                ("reason", "stop it"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let done = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    let page = app.console_get(&cookie, &done).await.text().await.unwrap();
+    assert!(
+        page.contains("Done: cancel — 1 of the 2 confirmed job(s). 1 skipped: their state changed since the confirmation.")
+            && page.contains("running → <strong>cancelled at its next batch boundary</strong>")
+            && !page.contains(&format!("data-job=\"{t1}\"")),
+        "{page}"
+    );
+    assert_eq!(app.audit_count().await, after_act + 1);
+
+    // None of the confirmed jobs exists: 404, no audit entry claimed or written.
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/jobs/act",
+            &[
+                ("action", "cancel"),
+                ("ids", &Uuid::now_v7().to_string()),
+                ("reason", "ghost"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let page = response.text().await.unwrap();
+    assert!(
+        page.contains("nothing was recorded") && !page.contains("Recorded in the audit log"),
+        "{page}"
+    );
+    assert_eq!(app.audit_count().await, after_act + 1);
 
     // Nothing to retry: said so, and no button to act.
     let page = app
@@ -825,7 +957,14 @@ async fn console_job_actions_confirm_the_count_then_act_through_the_api_function
             ],
         )
         .await;
-    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let done = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    let page = app.console_get(&cookie, &done).await.text().await.unwrap();
+    assert!(
+        page.contains("Done: undo — 1 of the 1 confirmed job(s).")
+            && page.contains("cancelled (soft delete undone)"),
+        "{page}"
+    );
     assert_eq!(job_state(&app, &t2).await, "cancelled");
     let deleted: bool =
         sqlx::query_scalar("SELECT deleted_at IS NOT NULL FROM app.accounts WHERE id = 't2'")
@@ -874,6 +1013,45 @@ async fn console_job_actions_confirm_the_count_then_act_through_the_api_function
     assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(app.audit_count().await, before);
 
+    // A reconcile apply redirects to a page that reads what it did: reloading it retries nothing.
+    sqlx::query("UPDATE deprov.jobs SET state = 'failed', finished_at = now() WHERE id = $1::uuid")
+        .bind(&t1)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/reconcile/apply",
+            &[
+                ("retry", "true"),
+                ("tenant", "t1"),
+                ("reason", "retry t1"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let applied = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    assert!(applied.starts_with("/ui/reconcile/applied?"), "{applied}");
+    assert_eq!(job_state(&app, &t1).await, "queued");
+    let after_apply = app.audit_count().await;
+    for _ in 0..2 {
+        let page = app
+            .console_get(&cookie, &applied)
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            page.contains("Applied: 1 action(s)")
+                && page.contains(&format!("data-job=\"{t1}\" data-action=\"retry\""))
+                && page.contains("failed → <strong>queued</strong></td><td>20"),
+            "{page}"
+        );
+    }
+    assert_eq!(app.audit_count().await, after_apply);
+
     // Jobs by request or delivery ID: the external ID finds its job and no other.
     let page = app
         .console_get(&cookie, "/ui/jobs?request=evt-t2")
@@ -894,4 +1072,136 @@ async fn console_job_actions_confirm_the_count_then_act_through_the_api_function
     let response = app.console_get(&cookie, "/ui/nothing-here").await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     assert_eq!(response.headers()["x-frame-options"], "DENY");
+}
+
+#[tokio::test]
+async fn console_kill_switch_names_a_silent_lease_holder_and_scopes_checkpoints() {
+    let app = spawn_app_with(TestOptions {
+        target_setup: "INSERT INTO app.accounts (id) VALUES ('t1'), ('t2');".into(),
+        ..Default::default()
+    })
+    .await;
+    let operator = app
+        .console_token("alice", deprov::queue::tokens::Role::Operator)
+        .await;
+    let t1 = request_deletion(&app, "t1").await;
+    let t2 = request_deletion(&app, "t2").await;
+    // t1 runs under the lease of a worker last heard from 5 minutes ago (no longer live); another
+    // worker is live and acknowledges every version.
+    sqlx::query(
+        "UPDATE deprov.jobs SET state = 'running', step = 'hard_delete', lease_owner = 'w-silent', \
+         lease_expires_at = now() + interval '1 hour', heartbeat_at = now() - interval '5 min' \
+         WHERE id = $1::uuid",
+    )
+    .bind(&t1)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO deprov.workers (id, heartbeat_at, live_until, observed_version) VALUES \
+         ('w-silent', now() - interval '300 s', now() - interval '240 s', 0), \
+         ('w-live', now(), now() + interval '1 hour', 100)",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let (cookie, _) = app.console_login(&operator).await;
+    let csrf = csrf_of(
+        &app.console_get(&cookie, "/ui/kill-switches")
+            .await
+            .text()
+            .await
+            .unwrap(),
+    );
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/kill-switches",
+            &[
+                ("scope", "global"),
+                ("engaged", "true"),
+                ("reason", "incident"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let location = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    assert_eq!(job_state(&app, &t2).await, "held");
+    let page = app
+        .console_get(&cookie, &location)
+        .await
+        .text()
+        .await
+        .unwrap();
+    // The engage says what it did to queued and to running jobs.
+    assert!(
+        page.contains("1 queued job(s) moved to held; 1 running job(s) it blocks will stop at their next batch boundary"),
+        "{page}"
+    );
+    // The live worker acknowledged, but the banner is not the all-clear: a blocked job still runs,
+    // under the lease of a worker that is not live, and the page names it.
+    assert!(
+        page.contains("class=\"banner warn\" id=\"ack-state\" data-acknowledged=\"true\"")
+            && !page.contains("class=\"banner ok\" id=\"ack-state\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("but 1 running job(s) an engaged switch blocks have not stopped yet"),
+        "{page}"
+    );
+    let silent = "worker <span class=\"mono\">w-silent</span> holds a running job's lease but has not been heard from for ";
+    let at = page.find(silent).unwrap_or_else(|| panic!("{page}")) + silent.len();
+    let seconds: i64 = page[at..at + page[at..].find(' ').unwrap()]
+        .parse()
+        .unwrap();
+    assert!((300..400).contains(&seconds), "{seconds}");
+    assert!(
+        page.contains("data-effect=\"pending\"")
+            && !page.contains("data-effect=\"in-effect\"")
+            && page.contains(&format!("data-job=\"{t1}\""))
+            && page
+                .contains("lease held by <span class=\"mono\">w-silent</span> — not a live worker"),
+        "{page}"
+    );
+    // The checkpoint a verdict cites: of any job for the global switch; of the tenant's own jobs
+    // for a tenant switch (t1 checkpoints after the engage; tenant t2 has none).
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/kill-switches",
+            &[
+                ("scope", "tenant"),
+                ("key", "t2"),
+                ("engaged", "true"),
+                ("reason", "t2 only"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    sqlx::query("UPDATE deprov.jobs SET heartbeat_at = now() + interval '1 s' WHERE id = $1::uuid")
+        .bind(&t1)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let page = app
+        .console_get(&cookie, "/ui/kill-switches")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("last hard-delete checkpoint of any job ")
+            && page.contains("no hard-delete checkpoint of this tenant's jobs since the engage"),
+        "{page}"
+    );
+    // The held tile gives the job's age, as such.
+    let page = app
+        .console_get(&cookie, "/ui/jobs")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("oldest held job, created"), "{page}");
 }

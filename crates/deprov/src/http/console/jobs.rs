@@ -120,8 +120,9 @@ fn fragment(s: &Snapshot) -> Markup {
                 @let n = s.counts.iter().find(|(k, _)| k == st).map_or(0, |(_, n)| *n);
                 div.tile data-state=(st) { span.muted { (st) } b { (n) } }
             }
-            div.tile { span.muted { "oldest queued" } b { (s.age.oldest_queued.map_or_else(|| "–".to_owned(), |t| layout::age(now, t))) } }
-            div.tile { span.muted { "oldest held" } b { (s.age.oldest_held.map_or_else(|| "–".to_owned(), |t| layout::age(now, t))) } }
+            // deprov keeps no time a job became held: the tiles give the jobs' age since creation.
+            div.tile #oldest-queued { span.muted { "oldest queued job, created" } b { (s.age.oldest_queued.map_or_else(|| "–".to_owned(), |t| format!("{} ago", layout::age(now, t)))) } }
+            div.tile #oldest-held { span.muted { "oldest held job, created" } b { (s.age.oldest_held.map_or_else(|| "–".to_owned(), |t| format!("{} ago", layout::age(now, t)))) } }
         }
         table #jobs {
             thead { tr {

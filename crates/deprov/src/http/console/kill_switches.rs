@@ -1,8 +1,11 @@
 //! The kill switch page: every switch, whether each change took effect, and engage / release.
 //!
 //! "Did it take effect?" per switch: which live workers acknowledged its version and when (each
-//! `listening` or heartbeat-only), the running jobs it blocks that have not stopped yet, and
-//! whether a hard delete checkpointed after the change — read as `GET /v1/kill-switch` reads them
+//! `listening` or heartbeat-only), the running jobs it blocks that have not stopped yet with the
+//! worker holding each one's lease (named when it is not live: a worker that stopped heartbeating
+//! drops out of the live workers, yet its lease keeps the job running until it expires), and
+//! whether a hard delete checkpointed after the change (of the tenant's jobs for a tenant switch,
+//! of any job otherwise) — read as `GET /v1/kill-switch` reads them
 //! ([`crate::http::kill_switch::read_status`]). Changes go through
 //! [`crate::http::kill_switch::change`], as `PUT /v1/kill-switch` does.
 
@@ -30,7 +33,7 @@ pub const PATH: &str = "/ui/kill-switches";
 pub struct Changed {
     /// The changed switch's new version.
     pub version: Option<i64>,
-    /// Jobs moved by the change.
+    /// Jobs moved by the change (queued → held by an engage, held → queued by a release).
     pub moved: Option<u64>,
 }
 
@@ -38,18 +41,34 @@ pub struct Changed {
 struct Snapshot {
     status: KillSwitchStatusView,
     running_blocked: Vec<(String, i64)>,
+    blocked_jobs: Vec<search::BlockedRunning>,
+    tenant_checkpoints: Vec<(String, Option<OffsetDateTime>)>,
     age: search::QueueAge,
+}
+
+impl Snapshot {
+    /// Running jobs switch `name` blocks.
+    fn running(&self, name: &str) -> i64 {
+        self.running_blocked
+            .iter()
+            .find(|(b, _)| b == name)
+            .map_or(0, |(_, n)| *n)
+    }
 }
 
 async fn snapshot(state: &AppState) -> Result<Snapshot, ConsoleError> {
     let status = KillSwitchStatusView::new(kill_switch::read_status(state).await?);
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
     let running_blocked = search::running_blocked(&mut *tx).await?;
+    let blocked_jobs = search::running_blocked_jobs(&mut *tx).await?;
+    let tenant_checkpoints = search::tenant_checkpoints(&mut *tx).await?;
     let age = search::queue_age(&mut *tx).await?;
     tx.commit().await?;
     Ok(Snapshot {
         status,
         running_blocked,
+        blocked_jobs,
+        tenant_checkpoints,
         age,
     })
 }
@@ -66,6 +85,15 @@ fn fragment(s: &Snapshot) -> Markup {
     let status = &s.status;
     let now = s.age.now;
     let global = &status.scopes[0];
+    let running_total: i64 = s.running_blocked.iter().map(|(_, n)| *n).sum();
+    // Lease holders of blocked running jobs that are not live workers, each once.
+    let mut silent: Vec<(&str, Option<OffsetDateTime>)> = Vec::new();
+    for j in s.blocked_jobs.iter().filter(|j| !j.owner_live) {
+        let owner = j.lease_owner.as_deref().unwrap_or("?");
+        if !silent.iter().any(|(w, _)| *w == owner) {
+            silent.push((owner, j.owner_heartbeat_at));
+        }
+    }
     html! {
         @if status.engaged {
             p.banner.bad #global-state data-engaged="true" {
@@ -75,15 +103,35 @@ fn fragment(s: &Snapshot) -> Markup {
         } @else {
             p.banner.ok #global-state data-engaged="false" { "Global kill switch released — deletions may run." }
         }
-        @if status.acknowledged {
-            p.banner.ok #ack-state data-acknowledged="true" {
+        @if status.acknowledged && running_total == 0 {
+            p.banner.ok #ack-state data-acknowledged="true" data-running-blocked="0" {
                 "Every live worker (" (status.live_workers.len()) ") has acknowledged version "
                 (status.latest_version) " (the latest change of any switch)."
             }
+        } @else if status.acknowledged {
+            p.banner.warn #ack-state data-acknowledged="true" data-running-blocked=(running_total) {
+                "Every live worker (" (status.live_workers.len()) ") has acknowledged version "
+                (status.latest_version) ", but " (running_total) " running job(s) an engaged switch "
+                "blocks have not stopped yet (see below)."
+            }
         } @else {
-            p.banner.warn #ack-state data-acknowledged="false" {
+            p.banner.warn #ack-state data-acknowledged="false" data-running-blocked=(running_total) {
                 "Waiting for " (status.pending_workers.len()) " live worker(s) to acknowledge version "
                 (status.latest_version) ": " (status.pending_workers.join(", "))
+            }
+        }
+        @if !silent.is_empty() {
+            ul.banner.bad #silent-workers {
+                @for (worker, heard) in &silent {
+                    li data-worker=(worker) {
+                        "worker " span.mono { (worker) } " holds a running job's lease but has not been heard from "
+                        @match heard {
+                            Some(t) => { "for " ((now - *t).whole_seconds().max(0)) " s" }
+                            None => { "at all (no heartbeat recorded)" }
+                        }
+                        "; its job turns held once that lease expires (a live worker hands it back before its next claim)."
+                    }
+                }
             }
         }
         h2 { "Switches" }
@@ -95,7 +143,12 @@ fn fragment(s: &Snapshot) -> Markup {
             tbody {
                 @for sw in &status.scopes {
                     @let name = label(sw.switch.scope, sw.switch.key.as_deref());
-                    @let running = s.running_blocked.iter().find(|(b, _)| *b == name).map_or(0, |(_, n)| *n);
+                    @let running = s.running(&name);
+                    @let jobs: Vec<&search::BlockedRunning> = s.blocked_jobs.iter().filter(|j| j.blocked_by == name).collect();
+                    @let checkpoint = match sw.switch.scope {
+                        ScopeKind::Tenant => Checkpoint::Tenant(s.tenant_checkpoints.iter().find(|(n, _)| *n == name).and_then(|(_, t)| *t)),
+                        _ => Checkpoint::AnyJob(s.age.last_checkpoint),
+                    };
                     tr data-scope=(name) data-engaged=(sw.switch.engaged) data-acknowledged=(sw.acknowledged) {
                         td.mono { (name) }
                         td { @if sw.switch.engaged { span.pill.bad { "engaged" } } @else { span.pill.ok { "released" } } }
@@ -103,7 +156,7 @@ fn fragment(s: &Snapshot) -> Markup {
                         td { (layout::time(sw.switch.changed_at)) br; span.muted { "by " (sw.switch.changed_by.as_deref().unwrap_or("–")) } }
                         td { (sw.switch.reason.as_deref().unwrap_or("–")) }
                         td { (acks(status, sw.switch.version)) }
-                        td { (effect(sw.switch.engaged, sw.acknowledged, running, sw.switch.changed_at, s.age.last_checkpoint, sw.switch.version)) }
+                        td { (effect(&Verdict { engaged: sw.switch.engaged, acknowledged: sw.acknowledged, running, jobs: &jobs, changed_at: sw.switch.changed_at, checkpoint, version: sw.switch.version, now })) }
                     }
                 }
             }
@@ -128,7 +181,7 @@ fn fragment(s: &Snapshot) -> Markup {
             }
         }
         p.muted {
-            "Last checkpoint of a hard delete: " (layout::maybe_time(s.age.last_checkpoint))
+            "Last checkpoint of a hard delete (of any job): " (layout::maybe_time(s.age.last_checkpoint))
             ". deprov records batches at checkpoints, not each statement; global switch changed "
             (layout::time(global.switch.changed_at)) "."
         }
@@ -152,32 +205,67 @@ fn acks(status: &KillSwitchStatusView, version: i64) -> Markup {
     }
 }
 
-/// The verdict for one switch.
-fn effect(
+/// The latest hard-delete checkpoint a verdict compares with the switch's change.
+#[derive(Clone, Copy)]
+enum Checkpoint {
+    /// Of any job (global and source switches).
+    AnyJob(Option<OffsetDateTime>),
+    /// Of the switch's tenant's jobs.
+    Tenant(Option<OffsetDateTime>),
+}
+
+/// What one switch's verdict is made of.
+struct Verdict<'a> {
     engaged: bool,
     acknowledged: bool,
+    /// Running jobs it blocks.
     running: i64,
+    /// The first of them, with their lease holders.
+    jobs: &'a [&'a search::BlockedRunning],
     changed_at: OffsetDateTime,
-    last_checkpoint: Option<OffsetDateTime>,
+    checkpoint: Checkpoint,
     version: i64,
-) -> Markup {
-    let after = last_checkpoint.filter(|t| *t > changed_at);
+    now: OffsetDateTime,
+}
+
+/// The verdict for one switch.
+fn effect(v: &Verdict<'_>) -> Markup {
+    let (whose, last) = match v.checkpoint {
+        Checkpoint::AnyJob(t) => ("of any job", t),
+        Checkpoint::Tenant(t) => ("of this tenant's jobs", t),
+    };
+    let after = last.filter(|t| *t > v.changed_at);
     html! {
-        @if !engaged {
-            @if version == 0 { span.muted { "never engaged" } } @else if acknowledged { span.pill.ok { "released everywhere" } } @else { span.pill.warn { "release not yet acknowledged" } }
-        } @else if acknowledged && running == 0 {
+        @if !v.engaged {
+            @if v.version == 0 { span.muted { "never engaged" } } @else if v.acknowledged { span.pill.ok { "released everywhere" } } @else { span.pill.warn { "release not yet acknowledged" } }
+        } @else if v.acknowledged && v.running == 0 {
             span.pill.ok data-effect="in-effect" { "in effect" }
             br; span.muted { "every live worker acknowledged; no job it blocks is running" }
         } @else {
             span.pill.warn data-effect="pending" { "not yet" }
-            @if !acknowledged { br; "waiting for acknowledgements" }
-            @if running > 0 { br; (running) " running job(s) it blocks stop at their next batch boundary" }
+            @if !v.acknowledged { br; "waiting for acknowledgements" }
+            @if v.running > 0 { br; (v.running) " running job(s) it blocks stop at their next batch boundary" }
+            @if !v.jobs.is_empty() {
+                ul.blocked-jobs {
+                    @for j in v.jobs.iter().take(10) {
+                        li data-job=(j.job_id) {
+                            "job " a.mono href={ "/ui/jobs/" (j.job_id) } { (j.job_id) }
+                            ", lease held by " span.mono { (j.lease_owner.as_deref().unwrap_or("?")) }
+                            @if !j.owner_live {
+                                " — not a live worker"
+                                @if let Some(t) = j.owner_heartbeat_at { " (not heard from for " ((v.now - t).whole_seconds().max(0)) " s)" }
+                                @if let Some(t) = j.lease_expires_at { "; lease expires " (layout::time(t)) }
+                            }
+                        }
+                    }
+                }
+            }
         }
-        @if engaged {
+        @if v.engaged {
             br;
             @match after {
-                Some(t) => { span.muted { "last hard-delete checkpoint " (layout::millis((t - changed_at).as_seconds_f64() * 1000.0)) " after the engage (a job stopping for the switch writes one too)" } }
-                None => { span.muted { "no hard-delete checkpoint since the engage" } }
+                Some(t) => { span.muted { "last hard-delete checkpoint " (whose) " " (layout::millis((t - v.changed_at).as_seconds_f64() * 1000.0)) " after the engage (a job stopping for the switch writes one too)" } }
+                None => { span.muted { "no hard-delete checkpoint " (whose) " since the engage" } }
             }
         }
     }
@@ -230,7 +318,14 @@ pub async fn page(
                 (label(sw.switch.scope, sw.switch.key.as_deref()))
                 (if sw.switch.engaged { " engaged" } else { " released" }) " at version "
                 (sw.switch.version) " by " (sw.switch.changed_by.as_deref().unwrap_or("?")) "; "
-                (changed.moved.unwrap_or(0)) " queued/held job(s) moved. Watch the acknowledgements below."
+                @if sw.switch.engaged {
+                    (changed.moved.unwrap_or(0)) " queued job(s) moved to held; "
+                    (s.running(&label(sw.switch.scope, sw.switch.key.as_deref())))
+                    " running job(s) it blocks will stop at their next batch boundary (they turn held)."
+                } @else {
+                    (changed.moved.unwrap_or(0)) " held job(s) nothing else blocks queued again."
+                }
+                " Watch the acknowledgements below."
             }
         }
         div #live data-live="/ui/kill-switches/live" { (fragment(&s)) }

@@ -1,14 +1,17 @@
 //! Held requests and reconcile: what arrived while held, held, failed, stalled and in-grace jobs,
 //! orphans; then a reconcile as a dry run shown as the actions it would take, and its apply at a
-//! chosen release rate. Both steps go through [`crate::http::reconcile::run`], as `POST
+//! chosen release rate; the apply redirects (303) to [`APPLIED`], which reads what it did from the
+//! audit log, so reloading repeats nothing. Both steps go through [`crate::http::reconcile::run`], as `POST
 //! /v1/reconcile` does (the dry run is the same call rolled back).
 
+use std::collections::HashMap;
+
 use axum::extract::State;
-use axum::response::Html;
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::actions::before;
+use super::actions::{self, change};
 use super::error::{ConsoleError, PageQuery};
 use super::jobs::state_class;
 use super::layout::{self, Section};
@@ -24,6 +27,8 @@ pub const PATH: &str = "/ui/reconcile";
 pub const DRY_RUN: &str = "/ui/reconcile/dry-run";
 /// The apply.
 pub const APPLY: &str = "/ui/reconcile/apply";
+/// What an apply did (where [`APPLY`] redirects).
+pub const APPLIED: &str = "/ui/reconcile/applied";
 
 /// The filter of the listing and of a reconcile; blank fields are ignored.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -231,20 +236,19 @@ impl ReconcileForm {
     }
 }
 
-fn answer_markup(answer: &ReconcileAnswer) -> Markup {
+fn answer_markup(answer: &ReconcileAnswer, before: &HashMap<uuid::Uuid, String>) -> Markup {
     let a = &answer.applied;
     html! {
         table #diff {
-            thead { tr { th { "Action" } th { "Job" } th { "Tenant" } th { "Before" } th { "After" } th { "Claimable at" } } }
+            thead { tr { th { "Action" } th { "Job" } th { "Tenant" } th { "Change" } th { "Claimable at" } } }
             tbody {
-                @if a.actions.is_empty() { tr { td.muted colspan="6" { "No action." } } }
+                @if a.actions.is_empty() { tr { td.muted colspan="5" { "No action." } } }
                 @for x in &a.actions {
                     tr data-job=(x.job_id) data-action=(x.action) {
                         td { (x.action) }
                         td.mono { a href={ "/ui/jobs/" (x.job_id) } { (x.job_id) } }
                         td.mono { (x.tenant_id.as_deref().unwrap_or("–")) }
-                        td { "− " (before(&x.action)) }
-                        td { "+ " strong { (x.state) } }
+                        td { (change(before.get(&x.job_id).map(String::as_str), &x.action, &x.state)) }
                         td { (x.run_after.as_deref().unwrap_or("–")) }
                     }
                 }
@@ -271,13 +275,16 @@ pub async fn dry_run(
 ) -> Result<Html<String>, ConsoleError> {
     let body = form.body(false)?;
     let answer = reconcile::run(&state, &viewer.actor, &body).await?;
+    // Rolled back: the jobs are still in the states they were in before the dry run.
+    let ids: Vec<uuid::Uuid> = answer.applied.actions.iter().map(|a| a.job_id).collect();
+    let before = actions::states(&state, &ids).await?;
     let n = answer.applied.actions.len();
     let checked = |v: &Option<String>| v.as_deref() == Some("true");
     let page = html! {
         h1 { "Dry run: " (n) " action(s)" }
         p.banner.warn #dry-run-note { "Nothing has changed yet. This is what applying would do, at "
             (answer.applied.rate) " job(s) per second." }
-        (answer_markup(&answer))
+        (answer_markup(&answer, &before))
         @if n > 0 {
             form.panel #apply method="post" action=(APPLY) {
                 (layout::csrf_field(&viewer))
@@ -301,20 +308,68 @@ pub async fn dry_run(
     ))
 }
 
-/// `POST /ui/reconcile/apply`: the reconcile, applied; shows what it did.
+/// `POST /ui/reconcile/apply`: the reconcile, applied; then a redirect (303) to [`APPLIED`].
 ///
 /// # Errors
 /// As [`dry_run`].
 pub async fn apply(
     State(state): State<AppState>,
     ActionForm { viewer, form }: ActionForm<ReconcileForm>,
-) -> Result<Html<String>, ConsoleError> {
+) -> Result<Response, ConsoleError> {
     let body = form.body(true)?;
+    let after = actions::audit_mark(&state).await?;
     let answer = reconcile::run(&state, &viewer.actor, &body).await?;
+    let upto = actions::audit_upto(&state, after, &viewer.actor).await?;
+    let query = form_urlencoded::Serializer::new(String::new())
+        .append_pair("after", &after.to_string())
+        .append_pair("upto", &upto.to_string())
+        .append_pair("rate", &answer.applied.rate.to_string())
+        .append_pair("skipped", &answer.applied.skipped.len().to_string())
+        .finish();
+    Ok(Redirect::to(&format!("{APPLIED}?{query}")).into_response())
+}
+
+/// The query [`apply`] redirects with.
+#[derive(Debug, Default, Deserialize)]
+pub struct AppliedQuery {
+    /// Audit entries after this ID …
+    pub after: Option<i64>,
+    /// … up to this one.
+    pub upto: Option<i64>,
+    /// The release rate used, jobs per second.
+    pub rate: Option<f64>,
+    /// How many selected jobs were left alone.
+    pub skipped: Option<usize>,
+}
+
+/// `GET /ui/reconcile/applied`: what an apply did, as the viewer's audit entries record it
+/// (reading it again changes nothing).
+///
+/// # Errors
+/// 303 to the login page without a session; 503.
+pub async fn applied(
+    viewer: Viewer,
+    State(state): State<AppState>,
+    PageQuery(q): PageQuery<AppliedQuery>,
+) -> Result<Html<String>, ConsoleError> {
+    let after = q.after.unwrap_or(0);
+    let entries =
+        actions::done_entries(&state, &viewer.actor, after, q.upto.unwrap_or(after)).await?;
     let page = html! {
-        h1 { "Applied: " (answer.applied.actions.len()) " action(s)" }
-        p.banner.ok #applied { "Done at " (answer.applied.rate) " job(s) per second; recorded in the audit log." }
-        (answer_markup(&answer))
+        h1 { "Applied: " (entries.len()) " action(s)" }
+        @if entries.is_empty() {
+            p.banner.warn #applied { "Nothing was done; no audit entry was written." }
+        } @else {
+            p.banner.ok #applied {
+                "Done at " (q.rate.map_or_else(|| "the configured".to_owned(), |r| r.to_string()))
+                " job(s) per second; recorded in the audit log (" (entries.len()) " entr"
+                (if entries.len() == 1 { "y" } else { "ies" }) ")."
+            }
+        }
+        @if let Some(n) = q.skipped.filter(|n| *n > 0) {
+            p.muted { (n) " selected job(s) were left alone (a kill switch still blocks them, or a refusal)." }
+        }
+        (actions::done_table("diff", &entries))
         p { a href=(PATH) { "Back to reconcile" } " · " a href=(super::audit::PATH) { "Audit log" } }
     };
     Ok(Html(

@@ -215,13 +215,55 @@ fn login_markup(error: Option<&str>) -> String {
     .into_string()
 }
 
-/// `GET /ui/login`.
-pub async fn login_page() -> Html<String> {
-    Html(login_markup(None))
+/// What the login page says when a browser would drop the session cookie: it is `Secure`, and a
+/// browser keeps a `Secure` cookie only from HTTPS (or from localhost).
+pub const PLAIN_HTTP: &str = "This page was not reached over HTTPS, so your browser will not keep the \
+     console's session cookie (it is Secure) and the login would not last past this page. Serve the \
+     console over HTTPS (a TLS-terminating proxy that sets X-Forwarded-Proto: https), or open it \
+     on localhost.";
+
+/// Whether a browser keeps a `Secure` cookie set in answer to this request: the request came over
+/// HTTPS (a proxy's `X-Forwarded-Proto: https` or `Forwarded: proto=https`), or its `Host` is
+/// `localhost`, `127.0.0.1` or `[::1]` (browsers treat these as secure).
+pub fn keeps_secure_cookie(headers: &axum::http::HeaderMap) -> bool {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase()
+    };
+    let forwarded_proto = text("x-forwarded-proto");
+    if forwarded_proto.split(',').next().map(str::trim) == Some("https") {
+        return true;
+    }
+    if text("forwarded")
+        .split([';', ','])
+        .any(|part| part.trim() == "proto=https")
+    {
+        return true;
+    }
+    let host = text("host");
+    let name = if host.starts_with('[') {
+        host.split_inclusive(']').next().unwrap_or("")
+    } else {
+        host.split(':').next().unwrap_or("")
+    };
+    matches!(name, "localhost" | "127.0.0.1" | "[::1]")
+}
+
+/// `GET /ui/login`: the login form; over plain HTTP on another host than localhost it says the
+/// login cannot work ([`PLAIN_HTTP`]).
+pub async fn login_page(headers: axum::http::HeaderMap) -> Html<String> {
+    Html(login_markup(
+        (!keeps_secure_cookie(&headers)).then_some(PLAIN_HTTP),
+    ))
 }
 
 /// `POST /ui/login`: a valid operator token starts a session (303 to the kill switch page); any
-/// other answers 401 with the login page again.
+/// other answers 401 with the login page again. Over plain HTTP on another host than localhost
+/// ([`keeps_secure_cookie`]) no session is created: 400, the login page saying why
+/// ([`PLAIN_HTTP`]).
 ///
 /// # Errors
 /// 503 when the state database is unavailable.
@@ -233,6 +275,10 @@ pub async fn login(
 ) -> Result<Response, ConsoleError> {
     same_origin(&headers)?;
     let Form(form) = form.map_err(|r| ApiError::from_rejection(r.status(), r.body_text()))?;
+    if !keeps_secure_cookie(&headers) {
+        let page = login_markup(Some(PLAIN_HTTP));
+        return Ok((axum::http::StatusCode::BAD_REQUEST, Html(page)).into_response());
+    }
     let presented = form.token.trim();
     let operator = match state
         .operators
