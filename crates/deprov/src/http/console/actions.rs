@@ -30,11 +30,11 @@ use crate::queue::reconcile::{Actions, Applied, Filter};
 use crate::queue::search;
 
 /// The confirmation step.
-pub const CONFIRM: &str = "/ui/jobs/confirm";
+pub const CONFIRM: &str = super::paths::JOBS_CONFIRM;
 /// The action step.
-pub const ACT: &str = "/ui/jobs/act";
+pub const ACT: &str = super::paths::JOBS_ACT;
 /// What an action did, read from the audit log (where [`ACT`] redirects).
-pub const DONE: &str = "/ui/jobs/done";
+pub const DONE: &str = super::paths::JOBS_DONE;
 
 /// What can be done to jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -75,25 +75,6 @@ impl JobAction {
             Self::Retry => format!("Failed jobs are queued again (held while a kill switch blocks them) with their attempts reset; each redoes its checks and resumes the hard delete from its checkpoint. Released at {rate} job(s) per second."),
             Self::Resume => format!("Held jobs that no engaged kill switch blocks are queued again and resume from their checkpoints, released at {rate} job(s) per second. Jobs a switch still blocks are left held."),
             Self::Undo => "The configured undo statements run on the target (the tenant is restored from its soft delete) and the job is cancelled. Refused once the hard delete has started: nothing deleted can be undone.".to_owned(),
-        }
-    }
-}
-
-/// The bulk form under the job list: the action on every listed job, after confirmation.
-pub fn bulk_form(viewer: &Viewer, q: &JobsQuery) -> Markup {
-    let v = |x: &Option<String>| x.clone().unwrap_or_default();
-    html! {
-        form.panel #bulk method="post" action=(CONFIRM) {
-            (layout::csrf_field(viewer))
-            input type="hidden" name="state" value=(v(&q.state));
-            input type="hidden" name="source" value=(v(&q.source));
-            input type="hidden" name="tenant" value=(v(&q.tenant));
-            input type="hidden" name="request" value=(v(&q.request));
-            strong { "Every job this filter lists (at most " (LIMIT) "): " }
-            button type="submit" name="action" value="cancel" { "Cancel…" }
-            button type="submit" name="action" value="retry" { "Retry failed…" }
-            button type="submit" name="action" value="resume" { "Resume held…" }
-            span.muted { " Each asks for confirmation first." }
         }
     }
 }
@@ -292,7 +273,7 @@ pub async fn confirm(
                 button.danger type="submit" { "Yes, " (action.verb()) " " (count) " job(s)" }
             }
         }
-        p { a href=(super::jobs::PATH) { "Back to jobs (nothing changed)" } }
+        p { a href=(super::paths::JOBS) { "Back to jobs (nothing changed)" } }
     };
     Ok(Html(
         layout::page("Confirm", &viewer, Section::Jobs, body).into_string(),
@@ -564,7 +545,7 @@ pub async fn done(
             }
         }
         (done_table("actions", &entries))
-        p { a href=(super::jobs::PATH) { "Back to jobs" } " · " a href=(super::audit::PATH) { "Audit log" } }
+        p { a href=(super::paths::JOBS) { "Back to jobs" } " · " a href=(super::paths::AUDIT) { "Audit log" } }
     };
     Ok(Html(
         layout::page("Done", &viewer, Section::Jobs, body).into_string(),

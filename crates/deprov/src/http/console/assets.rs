@@ -6,9 +6,9 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 /// The script's path.
-pub const SCRIPT: &str = "/ui/static/console.js";
+pub const SCRIPT: &str = super::paths::SCRIPT;
 /// The stylesheet's path.
-pub const STYLE: &str = "/ui/static/console.css";
+pub const STYLE: &str = super::paths::STYLE;
 
 /// `GET /ui/static/console.js`.
 pub async fn script() -> impl IntoResponse {

@@ -15,7 +15,7 @@ use crate::queue::audit::{self, Entry};
 use crate::queue::search;
 
 /// The page's path.
-pub const PATH: &str = "/ui/audit";
+pub const PATH: &str = super::paths::AUDIT;
 
 /// Entries per page.
 const PAGE: i64 = 100;

@@ -8,8 +8,8 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::html;
 use serde::de::DeserializeOwned;
 
-use super::layout;
-use super::session::LOGIN;
+use super::paths::LOGIN;
+use super::shell;
 use crate::http::error::ApiError;
 use crate::http::extract::ApiQuery;
 
@@ -50,13 +50,13 @@ impl IntoResponse for ConsoleError {
             }
         }
         let problem = e.problem();
-        let body = layout::bare(
+        let body = shell::bare(
             &problem.title,
             html! {
                 h1 { (problem.title) }
                 p.error { (problem.detail) }
                 p.muted { "HTTP " (problem.status) ". Nothing was changed." }
-                p { a href=(super::kill_switches::PATH) { "Back to the console" } }
+                p { a href=(super::paths::KILL_SWITCHES) { "Back to the console" } }
             },
         );
         let mut response = (status, Html(body.into_string())).into_response();

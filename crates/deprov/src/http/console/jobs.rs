@@ -6,7 +6,6 @@ use axum::response::Html;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::actions;
 use super::error::{ConsoleError, PageQuery};
 use super::layout::{self, Section};
 use super::session::Viewer;
@@ -18,7 +17,7 @@ use crate::queue::search::{self, JobFilter};
 use crate::queue::{Job, JobState, jobs};
 
 /// The page's path.
-pub const PATH: &str = "/ui/jobs";
+pub const PATH: &str = super::paths::JOBS;
 
 /// Most jobs a page lists (and a bulk action takes).
 pub const LIMIT: i64 = 200;
@@ -200,7 +199,7 @@ pub async fn page(
         h1 { "Jobs" }
         (filter_form(&q))
         div #live data-live=(live) { (fragment(&s)) }
-        @if viewer.can_act() && !s.jobs.is_empty() { (actions::bulk_form(&viewer, &q)) }
+        @if viewer.can_act() && !s.jobs.is_empty() { (bulk_form(&viewer, &q)) }
     };
     Ok(Html(
         layout::page("Jobs", &viewer, Section::Jobs, body).into_string(),
@@ -220,4 +219,23 @@ pub async fn live(
     Ok(Html(
         fragment(&snapshot(&state, &filter).await?).into_string(),
     ))
+}
+
+/// The bulk form under the job list: the action on every listed job, after confirmation.
+pub fn bulk_form(viewer: &Viewer, q: &JobsQuery) -> Markup {
+    let v = |x: &Option<String>| x.clone().unwrap_or_default();
+    html! {
+        form.panel #bulk method="post" action=(super::paths::JOBS_CONFIRM) {
+            (layout::csrf_field(viewer))
+            input type="hidden" name="state" value=(v(&q.state));
+            input type="hidden" name="source" value=(v(&q.source));
+            input type="hidden" name="tenant" value=(v(&q.tenant));
+            input type="hidden" name="request" value=(v(&q.request));
+            strong { "Every job this filter lists (at most " (LIMIT) "): " }
+            button type="submit" name="action" value="cancel" { "Cancel…" }
+            button type="submit" name="action" value="retry" { "Retry failed…" }
+            button type="submit" name="action" value="resume" { "Resume held…" }
+            span.muted { " Each asks for confirmation first." }
+        }
+    }
 }

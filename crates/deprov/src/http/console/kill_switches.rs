@@ -25,7 +25,7 @@ use crate::queue::kill_switch::ScopeKind;
 use crate::queue::search;
 
 /// The page's path.
-pub const PATH: &str = "/ui/kill-switches";
+pub const PATH: &str = super::paths::KILL_SWITCHES;
 
 /// What the page shows after a change (from the redirect's query): the switch is looked up by its
 /// version, so a crafted link cannot make the page state a change that did not happen.

@@ -3,8 +3,9 @@
 use maud::{DOCTYPE, Markup, html};
 use time::OffsetDateTime;
 
-use super::session::{LOGOUT, Viewer};
-use super::{assets, audit, jobs, kill_switches, reconcile};
+use super::paths;
+use super::session::Viewer;
+use super::shell::head;
 
 /// The console's sections, in the navigation's order (the incident-night order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,36 +20,13 @@ pub enum Section {
     Audit,
 }
 
-fn head(title: &str) -> Markup {
-    html! {
-        head {
-            meta charset="utf-8";
-            meta name="viewport" content="width=device-width, initial-scale=1";
-            title { (title) " · deprov" }
-            link rel="stylesheet" href=(assets::STYLE);
-            script src=(assets::SCRIPT) defer {}
-        }
-    }
-}
-
-/// A page without navigation (login, errors).
-pub fn bare(title: &str, body: Markup) -> Markup {
-    html! {
-        (DOCTYPE)
-        html lang="en" {
-            (head(title))
-            body { main.narrow { (body) } }
-        }
-    }
-}
-
 /// A console page: navigation, who is logged in (with their role) and the logout button, `body`.
 pub fn page(title: &str, viewer: &Viewer, section: Section, body: Markup) -> Markup {
     let links = [
-        (Section::KillSwitches, kill_switches::PATH, "Kill switches"),
-        (Section::Jobs, jobs::PATH, "Jobs"),
-        (Section::Reconcile, reconcile::PATH, "Held & reconcile"),
-        (Section::Audit, audit::PATH, "Audit log"),
+        (Section::KillSwitches, paths::KILL_SWITCHES, "Kill switches"),
+        (Section::Jobs, paths::JOBS, "Jobs"),
+        (Section::Reconcile, paths::RECONCILE, "Held & reconcile"),
+        (Section::Audit, paths::AUDIT, "Audit log"),
     ];
     html! {
         (DOCTYPE)
@@ -66,7 +44,7 @@ pub fn page(title: &str, viewer: &Viewer, section: Section, body: Markup) -> Mar
                         span #actor { (viewer.actor) }
                         " · "
                         span #role class=(format!("role-{}", viewer.role.as_str())) { (viewer.role.as_str()) }
-                        form.inline method="post" action=(LOGOUT) {
+                        form.inline method="post" action=(paths::LOGOUT) {
                             (csrf_field(viewer))
                             button.link type="submit" { "Log out" }
                         }

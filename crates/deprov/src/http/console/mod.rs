@@ -25,8 +25,10 @@ pub mod job;
 pub mod jobs;
 pub mod kill_switches;
 pub mod layout;
+pub mod paths;
 pub mod reconcile;
 pub mod session;
+pub mod shell;
 
 use axum::Router;
 use axum::extract::Request;

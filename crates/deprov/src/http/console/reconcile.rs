@@ -22,13 +22,13 @@ use crate::http::reconcile::{self, ReconcileAnswer, ReconcileBody, ReconcileQuer
 use crate::queue::reconcile::{Actions, JobRow, Orphans, Report, RequestRow};
 
 /// The page's path.
-pub const PATH: &str = "/ui/reconcile";
+pub const PATH: &str = super::paths::RECONCILE;
 /// The dry run.
-pub const DRY_RUN: &str = "/ui/reconcile/dry-run";
+pub const DRY_RUN: &str = super::paths::RECONCILE_DRY_RUN;
 /// The apply.
-pub const APPLY: &str = "/ui/reconcile/apply";
+pub const APPLY: &str = super::paths::RECONCILE_APPLY;
 /// What an apply did (where [`APPLY`] redirects).
-pub const APPLIED: &str = "/ui/reconcile/applied";
+pub const APPLIED: &str = super::paths::RECONCILE_APPLIED;
 
 /// The filter of the listing and of a reconcile; blank fields are ignored.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -370,7 +370,7 @@ pub async fn applied(
             p.muted { (n) " selected job(s) were left alone (a kill switch still blocks them, or a refusal)." }
         }
         (actions::done_table("diff", &entries))
-        p { a href=(PATH) { "Back to reconcile" } " · " a href=(super::audit::PATH) { "Audit log" } }
+        p { a href=(PATH) { "Back to reconcile" } " · " a href=(super::paths::AUDIT) { "Audit log" } }
     };
     Ok(Html(
         layout::page("Applied", &viewer, Section::Reconcile, page).into_string(),

@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq as _;
 
 use super::error::ConsoleError;
-use super::layout;
+use super::shell;
 use crate::db::{self, Bounds};
 use crate::http::AppState;
 use crate::http::auth::TokenDigest;
@@ -34,9 +34,9 @@ use crate::queue::sessions;
 use crate::queue::tokens::Role;
 
 /// The login page.
-pub const LOGIN: &str = "/ui/login";
+pub const LOGIN: &str = super::paths::LOGIN;
 /// The logout action.
-pub const LOGOUT: &str = "/ui/logout";
+pub const LOGOUT: &str = super::paths::LOGOUT;
 /// The session cookie's name.
 pub const COOKIE: &str = "deprov_console";
 /// How long a session lasts from its login.
@@ -197,7 +197,7 @@ pub struct LoginForm {
 }
 
 fn login_markup(error: Option<&str>) -> String {
-    layout::bare(
+    shell::bare(
         "Log in",
         html! {
             h1 { "deprov console" }
@@ -312,7 +312,7 @@ pub async fn login(
         .path("/ui")
         .max_age(ttl)
         .expires(time::OffsetDateTime::now_utc() + ttl);
-    Ok((jar.add(cookie), Redirect::to(super::kill_switches::PATH)).into_response())
+    Ok((jar.add(cookie), Redirect::to(super::paths::KILL_SWITCHES)).into_response())
 }
 
 /// `POST /ui/logout` (any role, CSRF-checked): ends the session and removes the cookie.
