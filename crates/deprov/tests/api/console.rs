@@ -1136,7 +1136,7 @@ async fn console_kill_switch_names_a_silent_lease_holder_and_scopes_checkpoints(
         .unwrap();
     // The engage says what it did to queued and to running jobs.
     assert!(
-        page.contains("1 queued job(s) moved to held; 1 running job(s) it blocks will stop at their next batch boundary"),
+        page.contains("1 queued job(s) moved to held; 1 running job(s) it blocks still running now (each stops at its next batch boundary"),
         "{page}"
     );
     // The live worker acknowledged, but the banner is not the all-clear: a blocked job still runs,

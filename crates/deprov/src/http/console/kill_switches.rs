@@ -321,7 +321,7 @@ pub async fn page(
                 @if sw.switch.engaged {
                     (changed.moved.unwrap_or(0)) " queued job(s) moved to held; "
                     (s.running(&label(sw.switch.scope, sw.switch.key.as_deref())))
-                    " running job(s) it blocks will stop at their next batch boundary (they turn held)."
+                    " running job(s) it blocks still running now (each stops at its next batch boundary and turns held)."
                 } @else {
                     (changed.moved.unwrap_or(0)) " held job(s) nothing else blocks queued again."
                 }
