@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use base64::Engine as _;
 use sqlx::PgExecutor;
 
 /// A session as a request finds it.
@@ -19,10 +18,9 @@ pub struct Found {
     pub actor: String,
 }
 
-/// A new random session secret: base64url (no padding) of 32 random bytes.
+/// A new random session secret ([`super::tokens::random_secret`]).
 pub fn generate() -> String {
-    let bytes: [u8; 32] = rand::random();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    super::tokens::random_secret()
 }
 
 /// Stores a session of digest `session` for the operator token of digest `operator_token`, valid

@@ -118,13 +118,15 @@ pub fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// A new random token: [`TOKEN_PREFIX`] + base64url (no padding) of 32 random bytes, 47 characters.
+/// A new random token: [`TOKEN_PREFIX`] + [`random_secret`], 47 characters.
 pub fn generate() -> String {
+    format!("{TOKEN_PREFIX}{}", random_secret())
+}
+
+/// Base64url (no padding) of 32 random bytes: 43 characters, 256 bits.
+pub fn random_secret() -> String {
     let bytes: [u8; 32] = rand::random();
-    format!(
-        "{TOKEN_PREFIX}{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-    )
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// Checks a token name: 1..=100 characters of `A-Z a-z 0-9 . _ @ -` (no `:`, so a name never

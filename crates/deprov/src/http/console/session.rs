@@ -31,7 +31,7 @@ use crate::http::AppState;
 use crate::http::auth::TokenDigest;
 use crate::http::error::ApiError;
 use crate::queue::sessions;
-use crate::queue::tokens::Role;
+use crate::queue::tokens::{self, Role};
 
 /// The login page.
 pub const LOGIN: &str = super::paths::LOGIN;
@@ -65,10 +65,6 @@ impl Viewer {
     }
 }
 
-fn digest(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
-}
-
 /// The CSRF token of the session whose secret is `secret`.
 fn csrf_of(secret: &str) -> String {
     let mut h = Sha256::new();
@@ -87,7 +83,7 @@ impl FromRequestParts<AppState> for Viewer {
             .ok_or(ConsoleError::Login)?
             .value()
             .to_owned();
-        let session = digest(&secret);
+        let session = tokens::digest(&secret);
         let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
         let found = sessions::find(&mut *tx, &session).await?;
         tx.commit().await?;
@@ -296,7 +292,7 @@ pub async fn login(
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
     sessions::create(
         &mut tx,
-        &digest(&secret),
+        &tokens::digest(&secret),
         TokenDigest::of(presented).bytes(),
         &operator.actor,
         SESSION_TTL,
