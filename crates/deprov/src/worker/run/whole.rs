@@ -37,12 +37,13 @@ impl JobRun {
         let w = self.worker.clone();
         let hd = &w.config.hard_delete;
         let soft_delete_first = matches!(self.job.step.as_str(), "soft_delete" | "resolve");
+        // A catalog read: before the gate, which a kill switch's acknowledgement waits for.
+        let (budget, shortened) = self.trial_budget(plan, tenant).await?;
         // Read before the trigger check, so that a held or cancelled job is not failed by it.
         let gate = self.may_destroy().await?;
         if let Some(refusal) = self.refuse_user_triggers(plan).await? {
             return Ok(Some(Outcome::Failed(refusal)));
         }
-        let (budget, shortened) = self.trial_budget(plan, tenant).await?;
         let statements: &[String] = if soft_delete_first {
             &w.config.soft_delete.statements
         } else {
