@@ -199,28 +199,60 @@ const FOREIGN_KEYS: &str = "SELECT c.conname::text, c.conrelid::int8, \
                  AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] <@ c.conkey) \
              FROM pg_constraint c WHERE c.contype = 'f' AND c.conparentid = 0";
 
-/// A row of [`TABLES`].
-type TableRow = (i64, String, String, bool, Vec<String>, f64, f64);
+/// The rows of the catalog's tables and foreign keys, read apart from its columns
+/// ([`CatalogColumns`]) so that the two can be read side by side on two connections: each read is
+/// one statement, and under READ COMMITTED every statement takes its own snapshot, so one
+/// transaction around the three queries gives them no common snapshot either.
+#[derive(Debug)]
+pub struct CatalogPart {
+    tables: Vec<TableRow>,
+    fks: Vec<FkRow>,
+}
 
-impl Catalog {
-    /// Reads the catalog. Three queries; cost grows with the number of tables, not rows.
+/// The rows of [`COLUMNS`] ([`CatalogPart`]).
+#[derive(Debug)]
+pub struct CatalogColumns(Vec<(i64, String, String)>);
+
+impl CatalogPart {
+    /// The rows of [`TABLES`] and [`FOREIGN_KEYS`], two statements on `conn`; cost grows with the
+    /// number of tables, not rows.
     ///
     /// # Errors
     /// Database errors.
     pub async fn read(conn: &mut PgConnection) -> Result<Self, sqlx::Error> {
-        let tables: Vec<TableRow> = crate::db::query_as(TABLES).fetch_all(&mut *conn).await?;
-        let columns: Vec<(i64, String, String)> =
-            crate::db::query_as(COLUMNS).fetch_all(&mut *conn).await?;
-        let fks: Vec<FkRow> = crate::db::query_as(FOREIGN_KEYS)
+        let tables = crate::db::query_as(TABLES).fetch_all(&mut *conn).await?;
+        let fks = crate::db::query_as(FOREIGN_KEYS)
             .fetch_all(&mut *conn)
             .await?;
-        let mut catalog = Catalog::default();
-        catalog.add_tables(tables);
-        catalog.add_columns(columns);
-        catalog.add_foreign_keys(fks);
-        Ok(catalog)
+        Ok(Self { tables, fks })
     }
 
+    /// The catalog of these rows and `columns`.
+    pub fn with_columns(self, columns: CatalogColumns) -> Catalog {
+        let mut catalog = Catalog::default();
+        catalog.add_tables(self.tables);
+        catalog.add_columns(columns.0);
+        catalog.add_foreign_keys(self.fks);
+        catalog
+    }
+}
+
+impl CatalogColumns {
+    /// The rows of [`COLUMNS`], one statement on `conn`.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn read(conn: &mut PgConnection) -> Result<Self, sqlx::Error> {
+        Ok(Self(
+            crate::db::query_as(COLUMNS).fetch_all(&mut *conn).await?,
+        ))
+    }
+}
+
+/// A row of [`TABLES`].
+type TableRow = (i64, String, String, bool, Vec<String>, f64, f64);
+
+impl Catalog {
     /// The tables of [`TABLES`], keyed by their primary key's columns (types filled in by
     /// [`Self::add_columns`]), else by `ctid`.
     fn add_tables(&mut self, tables: Vec<TableRow>) {

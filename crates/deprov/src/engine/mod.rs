@@ -216,8 +216,10 @@ pub struct BatchResult {
     pub elapsed: Duration,
 }
 
-/// Reads the catalog (in one transaction bounded by [`crate::db::Bounds::STATE`]) and plans
-/// deletion below `root`.
+/// Reads the catalog and plans deletion below `root`. The catalog is read in two transactions
+/// bounded by [`crate::db::Bounds::STATE`], side by side on two of `target`'s connections (one
+/// after the other when the pool has one): its tables and foreign keys, and its columns
+/// ([`catalog::CatalogPart`]).
 ///
 /// # Errors
 /// Database errors, or [`PlanError`].
@@ -226,10 +228,22 @@ pub async fn load_plan(
     root: &QualifiedName,
     key_column: &str,
 ) -> Result<Plan, EngineError> {
-    let mut tx = crate::db::begin(target, crate::db::Bounds::STATE).await?;
-    let catalog = catalog::Catalog::read(&mut tx).await?;
-    tx.commit().await?;
-    Ok(Plan::new(catalog, root, key_column)?)
+    let bounds = crate::db::Bounds::STATE;
+    let (part, columns) = tokio::try_join!(
+        async {
+            let mut tx = crate::db::begin(target, bounds).await?;
+            let part = catalog::CatalogPart::read(&mut tx).await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(part)
+        },
+        async {
+            let mut tx = crate::db::begin(target, bounds).await?;
+            let columns = catalog::CatalogColumns::read(&mut tx).await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(columns)
+        }
+    )?;
+    Ok(Plan::new(part.with_columns(columns), root, key_column)?)
 }
 
 /// One found blocker: rows outside the tenant referencing tenant rows through RESTRICT / NO ACTION.
