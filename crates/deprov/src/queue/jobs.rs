@@ -451,7 +451,9 @@ pub enum Outcome {
 /// advanced, so its `stalled_attempts` is 0 (also when it was deleted in one transaction, with no
 /// checkpoint written). A job an operator asked
 /// to cancel while it ran ends `cancelled` instead of going back `queued` or `held` (e.g. when it
-/// was handed back to wait out its grace period).
+/// was handed back to wait out its grace period). A job whose `progress.hard_delete_started_at`
+/// is set (an RFC 3339 time) while its `hard_delete_started_at` is not — a tenant deleted in one
+/// transaction, whose start was never stamped apart — gets that time.
 ///
 /// # Errors
 /// Database errors.
@@ -485,6 +487,8 @@ pub async fn finish(
              OR cancel_requested_at IS NOT NULL THEN now() END, \
            attempts = attempts - $7, \
            stalled_attempts = CASE WHEN $3 = 'completed' THEN 0 ELSE greatest(stalled_attempts - $7, 0) END, \
+           hard_delete_started_at = coalesce(hard_delete_started_at, \
+             ($6->>'hard_delete_started_at')::timestamptz), \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
     )

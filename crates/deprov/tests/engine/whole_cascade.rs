@@ -57,6 +57,35 @@ async fn a_tenant_whose_cascade_fits_is_deleted_by_one_transaction() {
 }
 
 #[tokio::test]
+async fn a_tenant_deleted_by_one_transaction_has_its_hard_delete_start_stamped_on_the_job() {
+    let env = env_with_schema(&config("800ms"), SCHEMA).await;
+    let id = env.request("1").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(id).await;
+    assert_eq!(job.state(), JobState::Completed, "{job:?}");
+    let progress = deprov::worker::Progress::from_json(&job.progress);
+    assert!(progress.whole_cascade, "{progress:?}");
+    let (started, finished): (Option<time::OffsetDateTime>, time::OffsetDateTime) =
+        sqlx::query_as("SELECT hard_delete_started_at, finished_at FROM deprov.jobs WHERE id = $1")
+            .bind(id)
+            .fetch_one(&env.db)
+            .await
+            .unwrap();
+    let stamped = progress
+        .hard_delete_started_at
+        .as_deref()
+        .map(|t| {
+            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).unwrap()
+        })
+        .expect("the progress names the start");
+    // The job's column holds the progress's time (PostgreSQL keeps microseconds), so an undo or a
+    // reinstall sees that the hard delete started.
+    assert_eq!(started, Some(stamped), "{progress:?}");
+    assert!(stamped <= finished, "{stamped} after {finished}");
+    assert_eq!(progress.soft_deleted_at, progress.hard_delete_started_at);
+}
+
+#[tokio::test]
 async fn a_cascade_that_fails_is_refused_with_nothing_deleted_not_even_soft() {
     let schema = format!(
         "{SCHEMA}

@@ -162,31 +162,45 @@ impl JobRun {
         &self,
         plan: &engine::Plan,
     ) -> Result<Option<String>, Stop> {
+        let found = self.user_triggers(plan).await?;
+        Ok(self.trigger_refusal(&found))
+    }
+
+    /// The user `DELETE` triggers on the tenant's tables ([`engine::trial::delete_triggers`], one
+    /// catalog read) when [`Self::refuse_user_triggers`] applies: with `[hard_delete]
+    /// user_triggers = "refuse"`, before the hard delete starts and before a second try of the
+    /// whole cascade. Empty otherwise, without a read.
+    pub(super) async fn user_triggers(&self, plan: &engine::Plan) -> Result<Vec<String>, Stop> {
         let hd = &self.worker.config.hard_delete;
         if hd.user_triggers == crate::config::UserTriggers::Allow
             || !self.before_hard_delete()
             || self.whole_tries > 0
         {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        let found = engine::trial::delete_triggers(
+        Ok(engine::trial::delete_triggers(
             &self.worker.pools.target,
             plan,
             hd.lock_timeout,
             hd.statement_timeout,
         )
-        .await?;
+        .await?)
+    }
+
+    /// The job's refusal for the user `DELETE` triggers `found` ([`Self::user_triggers`]); `None`
+    /// when there are none.
+    pub(super) fn trigger_refusal(&self, found: &[String]) -> Option<String> {
         if found.is_empty() {
-            return Ok(None);
+            return None;
         }
-        Ok(Some(format!(
+        Some(format!(
             "refused: the tenant's tables have user triggers on DELETE ({}); deprov deletes leaves \
              first, not in the cascade's order, so a trigger that looks at other rows can act \
              differently (or fail part-way); set [hard_delete] user_triggers = \"allow\" if they \
              do not depend on that order; {}",
             found.join(", "),
             self.done_so_far()
-        )))
+        ))
     }
 
     /// Before any hard-delete statement of the job (before the soft delete, and again when the hard

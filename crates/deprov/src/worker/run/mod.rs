@@ -246,7 +246,12 @@ impl JobRun {
     async fn execute(&mut self) -> Result<Outcome, Stop> {
         let w = self.worker.clone();
         let config = &w.config;
-        self.may_destroy().await?;
+        // A first claim was of a job no kill switch blocked as stored and none could have asked
+        // to cancel (the claim's own test; a queued job is cancelled at once): when the whole
+        // cascade may delete it, its gate reads the switches before anything is destroyed.
+        if !(self.whole_applies() && self.job.attempts <= 1) {
+            self.may_destroy().await?;
+        }
         // A rest the last run was stopped in (progress.resting_until): the job waits it out queued,
         // before any statement on the target and without keeping this worker.
         if let Some(owed) = self.owed_rest() {

@@ -8,7 +8,6 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::{JobRun, Stop};
-use crate::db::{self, Bounds};
 use crate::engine::trial::Trial;
 use crate::engine::whole::Whole;
 use crate::engine::{self};
@@ -37,11 +36,13 @@ impl JobRun {
         let w = self.worker.clone();
         let hd = &w.config.hard_delete;
         let soft_delete_first = matches!(self.job.step.as_str(), "soft_delete" | "resolve");
-        // A catalog read: before the gate, which a kill switch's acknowledgement waits for.
-        let (budget, shortened) = self.trial_budget(plan, tenant).await?;
-        // Read before the trigger check, so that a held or cancelled job is not failed by it.
+        // Two catalog reads, side by side on the target pool's connections: before the gate,
+        // which a kill switch's acknowledgement waits for.
+        let ((budget, shortened), triggers) =
+            tokio::try_join!(self.trial_budget(plan, tenant), self.user_triggers(plan))?;
+        // Read before the triggers' refusal, so that a held or cancelled job is not failed by it.
         let gate = self.may_destroy().await?;
-        if let Some(refusal) = self.refuse_user_triggers(plan).await? {
+        if let Some(refusal) = self.trigger_refusal(&triggers) {
             return Ok(Some(Outcome::Failed(refusal)));
         }
         let statements: &[String] = if soft_delete_first {
@@ -50,6 +51,13 @@ impl JobRun {
             &[]
         };
         let started = std::time::Instant::now();
+        // In microseconds, as PostgreSQL keeps it on the job (`jobs::finish`).
+        let now = OffsetDateTime::now_utc();
+        let begun = now
+            .replace_nanosecond(now.nanosecond() / 1000 * 1000)
+            .unwrap_or(now)
+            .format(&Rfc3339)
+            .ok();
         let whole = engine::whole::whole_cascade(
             &w.pools.target,
             plan,
@@ -77,10 +85,9 @@ impl JobRun {
                 self.progress.whole_cascade = true;
                 self.progress.longest_batch_ms = self.progress.longest_batch_ms.max(ms);
                 self.progress.batches += 1;
-                let now = OffsetDateTime::now_utc().format(&Rfc3339).ok();
                 if soft_delete_first {
                     self.progress.soft_deleted_rows = Some(soft_deleted);
-                    self.progress.soft_deleted_at = now.clone();
+                    self.progress.soft_deleted_at = begun.clone();
                 }
                 let rows: i64 = deleted.iter().map(|(_, n)| n).sum();
                 crate::telemetry::batch_committed(started.elapsed(), rows);
@@ -89,11 +96,8 @@ impl JobRun {
                     self.progress.record_cascaded(&name, rows);
                     self.progress.table_mut(&name).done = true;
                 }
-                self.progress.hard_delete_started_at = now;
-                // Recorded for the job's history; the tenant is deleted whatever this says.
-                let mut tx = db::begin(&w.pools.queue, Bounds::STATE).await?;
-                crate::queue::grace::mark_hard_delete_started(&mut *tx, self.job.id, &w.id).await?;
-                tx.commit().await?;
+                // Stamped on the job by the hand-back that completes it (`jobs::finish`).
+                self.progress.hard_delete_started_at = begun;
                 Ok(Some(Outcome::Completed))
             }
             Whole::RolledBack { verdict, .. } => {
