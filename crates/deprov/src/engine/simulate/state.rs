@@ -1,7 +1,9 @@
 //! One simulated run of PostgreSQL's after-trigger queue ([`Run`]) over the rows read so far
 //! ([`Store`]).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use super::CascadeFailure;
 use super::load::{Facts, Kind};
@@ -26,7 +28,8 @@ pub(super) struct Run {
     deleted: HashSet<usize>,
     over: HashMap<usize, Vec<Option<String>>>,
     version: HashMap<usize, u32>,
-    over_index: HashMap<(usize, Vec<String>), Vec<usize>>,
+    /// Per probe: the rows updated to each key.
+    over_index: HashMap<usize, HashMap<Vec<String>, Vec<usize>>>,
     /// The query's event list, fired first in first out: events queued while firing are appended and
     /// fired in later passes (`AfterTriggerEndQuery` in `src/backend/commands/trigger.c`).
     pub queue: VecDeque<Event>,
@@ -66,7 +69,8 @@ impl Run {
     fn matches(&self, store: &Store, probe: usize, key: &[String]) -> Vec<usize> {
         let extra = self
             .over_index
-            .get(&(probe, key.to_vec()))
+            .get(&probe)
+            .and_then(|by| by.get(key))
             .map_or(&[][..], Vec::as_slice);
         let mut out: Vec<usize> = store
             .indexed(probe, key)
@@ -74,7 +78,7 @@ impl Run {
             .chain(extra)
             .copied()
             .filter(|r| !self.deleted.contains(r))
-            .filter(|&r| store.key(probe, self.vals(store, r)).as_deref() == Some(key))
+            .filter(|&r| store.key_is(probe, self.vals(store, r), key))
             .collect();
         out.sort_unstable_by_key(|&r| (store.rows[r].rel, store.rows[r].tid));
         out.dedup();
@@ -163,7 +167,12 @@ impl Run {
             if probe.table == table
                 && let Some(k) = store.key(p, &new)
             {
-                self.over_index.entry((p, k)).or_default().push(row);
+                self.over_index
+                    .entry(p)
+                    .or_default()
+                    .entry(k)
+                    .or_default()
+                    .push(row);
             }
         }
         let written_here = self.version.contains_key(&row);

@@ -3,7 +3,7 @@
 //! Values are compared by their text form (`::text`), the way rows are read: equal keys whose text
 //! differs (`numeric` 1.0 and 1, `citext`, a `float8` -0) are not recognized as equal.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet};
 
 use super::load::Loaded;
 use crate::engine::Plan;
@@ -31,12 +31,15 @@ pub(super) struct Store {
     /// Per table: the columns read (referencing and referenced columns of its foreign keys).
     pub tracked: HashMap<u32, Vec<String>>,
     pub probes: Vec<Probe>,
-    probe_of: HashMap<(u32, Vec<String>), usize>,
+    /// Per table, per columns: the probe.
+    probe_of: HashMap<u32, HashMap<Vec<String>, usize>>,
     table_probes: HashMap<u32, Vec<usize>>,
     pub rows: Vec<Row>,
     by_id: HashMap<(u32, (u32, u32)), usize>,
-    index: HashMap<(usize, Vec<String>), Vec<usize>>,
-    loaded: HashSet<(usize, Vec<String>)>,
+    /// Per probe: the rows held under each key.
+    index: Vec<HashMap<Vec<String>, Vec<usize>>>,
+    /// Per probe: the keys read whole.
+    loaded: Vec<HashSet<Vec<String>>>,
     /// Per single-column probe: its keys read, in the order read.
     loaded_keys: HashMap<usize, Vec<String>>,
     /// Per table: how many of its rows are held.
@@ -73,13 +76,17 @@ impl Store {
             table_probes: HashMap::new(),
             rows: Vec::new(),
             by_id: HashMap::new(),
-            index: HashMap::new(),
-            loaded: HashSet::new(),
+            index: Vec::new(),
+            loaded: Vec::new(),
             loaded_keys: HashMap::new(),
             held: HashMap::new(),
         };
         for (table, cols) in wanted {
-            if store.probe_of.contains_key(&(table, cols.clone())) {
+            if store
+                .probe_of
+                .get(&table)
+                .is_some_and(|by| by.contains_key(&cols))
+            {
                 continue;
             }
             let t = &store.tracked[&table];
@@ -89,20 +96,24 @@ impl Store {
                 .collect();
             store
                 .probe_of
-                .insert((table, cols.clone()), store.probes.len());
+                .entry(table)
+                .or_default()
+                .insert(cols.clone(), store.probes.len());
             store
                 .table_probes
                 .entry(table)
                 .or_default()
                 .push(store.probes.len());
             store.probes.push(Probe { table, cols, pos });
+            store.index.push(HashMap::new());
+            store.loaded.push(HashSet::default());
         }
         store
     }
 
     /// The probe of `cols` of `table` (every foreign key's ends exist).
     pub fn probe(&self, table: u32, cols: &[String]) -> usize {
-        self.probe_of[&(table, cols.to_vec())]
+        self.probe_of[&table][cols]
     }
 
     /// The probe's key in `vals` (values of the probe's table); `None` when a value is NULL (MATCH
@@ -115,8 +126,19 @@ impl Store {
             .collect()
     }
 
+    /// Whether the probe's key in `vals` is `key` (no NULL in it): [`Self::key`] without building
+    /// the key.
+    pub fn key_is(&self, probe: usize, vals: &[Option<String>], key: &[String]) -> bool {
+        let pos = &self.probes[probe].pos;
+        pos.len() == key.len()
+            && pos
+                .iter()
+                .zip(key)
+                .all(|(&i, k)| vals[i].as_deref() == Some(k.as_str()))
+    }
+
     pub fn is_loaded(&self, probe: usize, key: &[String]) -> bool {
-        self.loaded.contains(&(probe, key.to_vec()))
+        self.loaded[probe].contains(key)
     }
 
     /// Records rows read for `keys` of `probe`; rows already known keep their first copy.
@@ -131,7 +153,7 @@ impl Store {
             self.by_id.insert(id, n);
             for &p in &self.table_probes[&table] {
                 if let Some(k) = self.key(p, &vals) {
-                    self.index.entry((p, k)).or_default().push(n);
+                    self.index[p].entry(k).or_default().push(n);
                 }
             }
             self.rows.push(Row {
@@ -144,13 +166,13 @@ impl Store {
         }
         let single = self.probes[probe].cols.len() == 1;
         for k in keys {
-            if single && !self.loaded.contains(&(probe, k.clone())) {
+            if single && !self.loaded[probe].contains(&k) {
                 self.loaded_keys
                     .entry(probe)
                     .or_default()
                     .extend(k.iter().cloned());
             }
-            self.loaded.insert((probe, k));
+            self.loaded[probe].insert(k);
         }
     }
 
@@ -173,8 +195,6 @@ impl Store {
     }
 
     pub(super) fn indexed(&self, probe: usize, key: &[String]) -> &[usize] {
-        self.index
-            .get(&(probe, key.to_vec()))
-            .map_or(&[], Vec::as_slice)
+        self.index[probe].get(key).map_or(&[], Vec::as_slice)
     }
 }
