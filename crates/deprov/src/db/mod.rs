@@ -589,6 +589,7 @@ impl Pools {
 /// Applies deprov's migrations (`migrations/`, embedded at build time) to the state database,
 /// recording them in the history table [`migrations_table`] finds (on a fresh database, where
 /// sqlx puts it: `_sqlx_migrations` in the first schema of the `search_path` that exists).
+/// A failed run closes its connection, which ends the migrator's session advisory lock with it.
 ///
 /// # Errors
 /// Connection or migration failure.
@@ -605,7 +606,19 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     if let Some(table) = found {
         migrator.dangerous_set_table_name(table.to_string());
     }
-    migrator.run(pool).await
+    let mut conn = acquire(pool)
+        .await
+        .map_err(sqlx::migrate::MigrateError::Execute)?;
+    // `run_direct` is what `Migrator::run` calls once it holds a connection; called with ours,
+    // the future stays `Send` where `run(&mut *conn)` trips over sqlx's `Acquire` lifetimes.
+    let result = migrator.run_direct(None, &mut *conn, false).await;
+    if result.is_err() {
+        // sqlx's migrator takes a session advisory lock first and releases it only when it
+        // succeeds: back in the pool, this connection would keep the lock, and every later
+        // migration, from this process or another, would wait for it without end.
+        let _ = conn.close().await;
+    }
+    result
 }
 
 /// The table holding deprov's migration history: a `_sqlx_migrations` table, in whatever schema,

@@ -174,3 +174,35 @@ async fn a_state_role_named_deprov_migrates_again() {
     assert_eq!(rows, versions);
     assert!(rows >= 3, "{rows} migrations recorded");
 }
+
+/// A migration run that fails leaves no lock behind: sqlx's migrator holds a session advisory lock
+/// while it runs, and `deprov migrate` started afterwards answers (with the same refusal) instead
+/// of waiting for a lock that a pooled connection of the failed run still holds.
+#[tokio::test]
+async fn a_failed_migration_leaves_no_lock_behind() {
+    let pg = start_pg(None).await;
+    let db = connect(&pg).await;
+    deprov::db::migrate(&db).await.unwrap();
+    sqlx::query("UPDATE _sqlx_migrations SET checksum = decode($1, 'hex') WHERE version = 3")
+        .bind("ab".repeat(48))
+        .execute(&db)
+        .await
+        .unwrap();
+    let err = deprov::db::migrate(&db).await.unwrap_err();
+    assert!(
+        matches!(err, sqlx::migrate::MigrateError::VersionMismatch(3)),
+        "{err:?}"
+    );
+    let locks: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(locks, 0, "an advisory lock outlived the failed run");
+    let (code, text) = run_with_env_to_exit(&pg.url("postgres"), &["migrate"], "", &[]).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("migration 3 was previously applied but has been modified"),
+        "{text}"
+    );
+}
