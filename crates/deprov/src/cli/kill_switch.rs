@@ -124,7 +124,8 @@ fn print_status(status: &Status, json: bool) {
                 "heartbeat_at": rfc3339(w.heartbeat_at), "listening": w.listening})
             })
             .collect();
-        // The global switch's fields at the top level, as before scopes existed.
+        // The global switch's fields at the top level too, for scripts that read only the global
+        // switch (as `GET /v1/kill-switch` has them).
         let mut v = status
             .switches
             .first()

@@ -115,8 +115,8 @@ impl From<LiveWorker> for WorkerView {
     }
 }
 
-/// `GET /v1/kill-switch`: the global switch at the top level (as before scopes existed), every
-/// switch under `scopes`, and the live workers.
+/// `GET /v1/kill-switch`: the global switch at the top level (for clients that read only the
+/// global switch), every switch under `scopes`, and the live workers.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct KillSwitchStatusView {
     /// The global switch is engaged.

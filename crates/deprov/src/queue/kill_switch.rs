@@ -13,7 +13,7 @@
 //! One counter over all scopes (`deprov.kill_switch.latest_version`). Every change increments it
 //! under the row's lock, so changes are serialized and a worker that has read version N has read
 //! every scope as of change N; the changed row stores N as its `version`. With only global changes,
-//! the global row's `version` counts 1, 2, 3 … as before scopes existed. Each change sends
+//! the global row's `version` counts 1, 2, 3 …. Each change sends
 //! `NOTIFY deprov_kill_switch, '<N>'` (delivered at commit) for workers listening
 //! ([`crate::worker`]); workers also read it at every batch.
 
