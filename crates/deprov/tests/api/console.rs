@@ -14,7 +14,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, RETRY_AFTER, SET_COOKIE};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -683,6 +683,71 @@ async fn console_posts_from_another_origin_are_refused() {
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
     assert!(!app.global_engaged().await);
     assert_eq!(app.audit_count().await, before + 2);
+}
+
+/// Failed logins are limited per peer address (`[console.login_rate_limit]`): once an address has
+/// used up its failures, its next login is answered 429 with `Retry-After` and the console's error
+/// page, whatever the token (it is not checked), and starts no session. Successful logins count
+/// nothing, and another address keeps its own quota.
+#[tokio::test]
+async fn console_failed_logins_are_limited_per_address() {
+    let app = spawn_app_with(TestOptions {
+        extra_config: "[console.login_rate_limit]\nper_second = 0.01\nburst = 3\n".into(),
+        ..TestOptions::default()
+    })
+    .await;
+    let operator = app
+        .console_token("alice", deprov::queue::tokens::Role::Operator)
+        .await;
+    for _ in 0..5 {
+        app.console_login(&operator).await;
+    }
+    assert_eq!(app.session_count().await, 5);
+    let wrong = "dpv_not-a-token-at-all-0123456789";
+    for attempt in 1..=3 {
+        let response = app.console_login_with(wrong, &[]).await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{attempt}");
+    }
+    for token in [operator.as_str(), wrong] {
+        let response = app.console_login_with(token, &[]).await;
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(response.headers().get(SET_COOKIE).is_none());
+        let retry_after: u64 = response.headers()[RETRY_AFTER]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=100).contains(&retry_after), "{retry_after}");
+        assert!(
+            response.headers()[CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html")
+        );
+        assert!(response.headers().contains_key("content-security-policy"));
+        let page = response.text().await.unwrap();
+        assert!(
+            page.contains("Too many requests") && page.contains("[console.login_rate_limit]"),
+            "{page}"
+        );
+    }
+    assert_eq!(app.session_count().await, 5, "no session while limited");
+
+    // From another address (127.0.0.2 reaches the server's 127.0.0.1 over loopback): its own quota.
+    let other = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let response = other
+        .post(app.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[("token", &operator)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(app.session_count().await, 6);
 }
 
 /// The Python with playwright, or `None`.

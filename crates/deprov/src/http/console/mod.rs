@@ -26,6 +26,7 @@ pub mod job;
 pub mod jobs;
 pub mod kill_switches;
 pub mod layout;
+pub mod login_limit;
 pub mod paths;
 pub mod reconcile;
 pub mod session;

@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq as _;
 
 use super::error::ConsoleError;
+use super::login_limit::Peer;
 use super::shell;
 use crate::db::{self, Bounds};
 use crate::http::AppState;
@@ -328,19 +329,38 @@ pub async fn login_page(headers: axum::http::HeaderMap) -> Html<String> {
 }
 
 /// `POST /ui/login`: a valid operator token starts a session (303 to the kill switch page); any
-/// other answers 401 with the login page again. Over plain HTTP on another host than localhost
+/// other answers 401 with the login page again and counts against the peer address's failed logins
+/// (`[console.login_rate_limit]`, [`super::login_limit::LoginLimit`]). Over plain HTTP on another host than localhost
 /// ([`keeps_secure_cookie`]) no session is created: 400, the login page saying why
 /// ([`PLAIN_HTTP`]).
 ///
 /// # Errors
-/// 503 when the state database is unavailable.
+/// 403 from another site or origin ([`same_origin`]); 429 with `Retry-After`, the token unchecked,
+/// when the peer address used up its failed logins; 503 when the state database is unavailable.
 pub async fn login(
     State(state): State<AppState>,
+    Peer(peer): Peer,
     headers: axum::http::HeaderMap,
     jar: CookieJar,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Result<Response, ConsoleError> {
     same_origin(&headers)?;
+    if let Some(limit) = &state.login_limit
+        && let Err(wait) = limit.admit(peer)
+    {
+        tracing::warn!(
+            ?peer,
+            "console login refused: too many failed logins from this address"
+        );
+        return Err(ApiError::TooManyRequests {
+            detail: "too many failed logins from this address ([console.login_rate_limit]): \
+                     try again after the time Retry-After gives"
+                .into(),
+            // Whole seconds, rounded up.
+            retry_after: (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1),
+        }
+        .into());
+    }
     let Form(form) = form.map_err(|r| ApiError::from_rejection(r.status(), r.body_text()))?;
     if !keeps_secure_cookie(&headers) {
         let page = login_markup(Some(PLAIN_HTTP));
@@ -354,6 +374,9 @@ pub async fn login(
     {
         Ok(operator) => operator,
         Err(ApiError::Unauthorized(_) | ApiError::Forbidden(_)) => {
+            if let Some(limit) = &state.login_limit {
+                limit.failed(peer);
+            }
             let page = login_markup(Some("That is not a valid operator token."));
             return Ok((axum::http::StatusCode::UNAUTHORIZED, Html(page)).into_response());
         }
