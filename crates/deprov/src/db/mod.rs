@@ -591,8 +591,8 @@ impl Pools {
 /// sqlx puts it: `_sqlx_migrations` in the first schema of the `search_path` that exists).
 /// Before the migrator reads that history, the checksums recorded for the earlier text of
 /// migrations whose comments changed (versions 2 to 6; their SQL is identical) are replaced with
-/// the current files'; any other changed checksum is refused. A failed run closes its
-/// connection, which ends the migrator's session advisory lock with it.
+/// the current files'; any other changed checksum is refused. A failed run releases the
+/// migrator's session advisory lock before it returns.
 ///
 /// # Errors
 /// Connection or migration failure.
@@ -627,8 +627,16 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     if result.is_err() {
         // sqlx's migrator takes a session advisory lock first and releases it only when it
         // succeeds: back in the pool, this connection would keep the lock, and every later
-        // migration, from this process or another, would wait for it without end.
-        let _ = conn.close().await;
+        // migration, from this process or another, would wait for it without end. Released here
+        // before returning (deprov takes no other session advisory lock); a connection that cannot
+        // release it is closed, and the server releases it when that session ends.
+        if query("SELECT pg_advisory_unlock_all()")
+            .execute(&mut *conn)
+            .await
+            .is_err()
+        {
+            let _ = conn.close().await;
+        }
     }
     result
 }
