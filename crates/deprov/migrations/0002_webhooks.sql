@@ -1,4 +1,5 @@
--- Signed webhook senders (issue 6).
+-- Signed webhook senders: a subject kind resolved by a source's lookup statement, and a record of
+-- verified deliveries that start nothing.
 -- 1. A third subject kind: 'lookup' = "{source}:{value}", resolved by the worker with that source's
 --    tenant_lookup statement (as 'vercel_installation' is with [vercel] tenant_lookup).
 ALTER TABLE deprov.jobs DROP CONSTRAINT jobs_subject_kind_check;

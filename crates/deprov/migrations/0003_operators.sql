@@ -1,5 +1,5 @@
 -- Operators on incident night: scoped kill switches, their history, live workers and what each has
--- acknowledged, and the append-only audit log. (Numbered 0003: 0002 is taken by the webhooks branch.)
+-- acknowledged, and the append-only audit log.
 
 -- One change counter over every scope. Every change locks this row (UPDATE), so changes are
 -- serialized and a snapshot that shows change N shows every change before it: a worker that has

@@ -1,4 +1,4 @@
--- Reconcile, grace period and undo (issue 5). Numbered 0004: 0005 and 0006 belong to other branches.
+-- Reconcile, grace period and undo.
 
 -- When the worker was about to run the job's first hard-delete statement (set once, by the worker
 -- holding the lease, before that statement). From then on the soft delete cannot be undone: an

@@ -1,6 +1,4 @@
--- Failure and completion notifications: a transactional outbox. (Numbered 0005: 0004 is taken by the
--- reconcile branch; sqlx applies a migration whose version is missing from _sqlx_migrations whatever
--- its order, so 0004 may land after this one.)
+-- Failure and completion notifications: a transactional outbox.
 --
 -- A trigger on deprov.jobs writes one event row in the same transaction as every change of a job's
 -- state to completed, failed or cancelled, whichever code path makes it (worker hand-back, operator

@@ -1,5 +1,4 @@
--- Operator tokens with roles (issue 5, "Operator access and audit"). (Numbered 0006: 0004 and 0005
--- are taken by the reconcile and notification branches.)
+-- Operator tokens with roles, for operator access and its audit.
 --
 -- A token is 32 random bytes (256 bits) written as `dpv_` + base64url; only its SHA-256 is stored.
 -- A slow, salted password hash buys nothing for a token of that entropy: nobody can enumerate 2^256

@@ -289,6 +289,9 @@ impl Application {
         if let Some(limit) = state.rate_limit.clone() {
             http::rate_limit::spawn_retain(limit, cancel.child_token());
         }
+        if let Some(limit) = state.login_limit.clone() {
+            http::console::login_limit::spawn_retain(limit, cancel.child_token());
+        }
         let sql_check = spawn_sql_check(
             &state.pools,
             &state.config,

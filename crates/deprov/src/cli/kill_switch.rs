@@ -1,4 +1,5 @@
-//! `deprov kill-switch on|off|status`: talks to the state database directly.
+//! `deprov kill-switch on|off|status`: talks to the state database directly; a tenant's switch also
+//! reads the type of `[tenant] key_column` from the target's catalog.
 
 use std::time::Duration;
 
@@ -7,6 +8,7 @@ use serde_json::json;
 use super::jobs::cell;
 use super::{StateDb, cli_pool};
 use crate::db;
+use crate::ids::KeyForm;
 use crate::queue::kill_switch::{self, Scope, ScopeKind, ScopeSwitch, Status};
 
 /// `deprov kill-switch`.
@@ -32,10 +34,23 @@ pub struct ChangeArgs {
     /// `global`, `source` (one source's jobs) or `tenant` (one tenant's jobs).
     #[arg(long, value_enum, default_value_t = ScopeKind::Global)]
     pub scope: ScopeKind,
-    /// The source name or tenant key (with `--scope source|tenant`). The CLI reads no config, so a
-    /// source name is not checked here (`PUT /v1/kill-switch` refuses engaging an unknown one).
+    /// The source name or tenant key (with `--scope source|tenant`). A tenant key is checked and
+    /// written as `PUT /v1/kill-switch` does it, in the form the type of `[tenant] key_column`
+    /// gives it (`7` for `07` of a bigint), read from the target database with the configuration
+    /// (`--config`): engaging under a key the column cannot hold (`abc` for a bigint) is refused,
+    /// exit status 1, nothing changed. Without the configuration, or while the target cannot be
+    /// read, the key is written as typed, unchecked, and a warning says so. A source name is not
+    /// checked (`PUT /v1/kill-switch` refuses engaging an unknown one).
     #[arg(long)]
     pub key: Option<String>,
+    /// The configuration file, read with `--scope tenant` for `[tenant] root_table` and
+    /// `key_column`.
+    #[arg(long, env = "DEPROV_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    /// The application database, read with `--scope tenant` for the key column's type (default:
+    /// the state database's URL, as for `serve`).
+    #[arg(long, env = "DEPROV_TARGET_URL", hide_env_values = true)]
+    pub target_url: Option<String>,
     /// Who is acting, recorded as `cli:<actor>` (default: `cli`).
     #[arg(long, env = "DEPROV_ACTOR")]
     pub actor: Option<String>,
@@ -124,7 +139,8 @@ fn print_status(status: &Status, json: bool) {
                 "heartbeat_at": rfc3339(w.heartbeat_at), "listening": w.listening})
             })
             .collect();
-        // The global switch's fields at the top level, as before scopes existed.
+        // The global switch's fields at the top level too, for scripts that read only the global
+        // switch (as `GET /v1/kill-switch` has them).
         let mut v = status
             .switches
             .first()
@@ -237,12 +253,74 @@ async fn wait_for_ack(
     }
 }
 
+/// How `[tenant] key_column` reads tenant keys, from the configuration `config` and the target
+/// database `target_url` (a pool of one connection of its own, closed afterwards; the catalog read
+/// is bounded like `serve`'s at start). `None`, with a warning on stderr saying the key is written
+/// unchecked, when either cannot be read.
+async fn key_form(config: Option<&std::path::Path>, target_url: &str) -> Option<KeyForm> {
+    let unchecked = |why: &str| {
+        eprintln!(
+            "warning: {why}: the tenant key is written as typed, not checked against \
+             [tenant] key_column"
+        );
+    };
+    let Some(path) = config else {
+        unchecked("no configuration (--config or DEPROV_CONFIG)");
+        return None;
+    };
+    let config = match crate::config::Config::load_with(
+        &path.to_string_lossy(),
+        crate::config::Secrets::Skip,
+    ) {
+        Ok(config) => config,
+        Err(e) => {
+            unchecked(&e.to_string());
+            return None;
+        }
+    };
+    let options = match db::connect_options(target_url) {
+        Ok(options) => options,
+        Err(e) => {
+            unchecked(&format!("the target database's URL: {e}"));
+            return None;
+        }
+    };
+    let bounds = crate::config::PoolConfig {
+        max_connections: 1,
+        acquire_timeout: Duration::from_secs(5),
+    };
+    let target = db::pool(&options, db::PoolRole::Cli, &bounds);
+    let plan =
+        crate::engine::load_plan(&target, &config.root_table(), &config.tenant.key_column).await;
+    target.close().await;
+    match plan {
+        Ok(plan) => Some(KeyForm::of(plan.key_type.as_str())),
+        Err(e) => {
+            unchecked(&format!(
+                "cannot read [tenant] key_column's type from the target database: {e}"
+            ));
+            None
+        }
+    }
+}
+
 async fn change(
     pool: &sqlx::PgPool,
+    state_url: &str,
     engage: bool,
     args: &ChangeArgs,
 ) -> anyhow::Result<(ScopeSwitch, u64)> {
     let scope = Scope::new(args.scope, args.key.as_deref()).map_err(anyhow::Error::msg)?;
+    let form = match scope {
+        Scope::Tenant(_) => {
+            let target = args.target_url.as_deref().unwrap_or(state_url);
+            key_form(args.config.as_deref(), target).await
+        }
+        Scope::Global | Scope::Source(_) => None,
+    };
+    let scope = scope
+        .keyed(form, engage)
+        .map_err(|why| anyhow::anyhow!("refused, nothing changed: {why}"))?;
     let default = if engage {
         "engaged from the command line"
     } else {
@@ -251,7 +329,7 @@ async fn change(
     let reason = super::acting::cli_reason(args.reason.as_deref(), default)?;
     let actor = super::acting::cli_actor(args.actor.as_deref());
     let mut tx = db::begin(pool, db::Bounds::STATE).await?;
-    let result = kill_switch::set_scope(&mut tx, &scope, engage, reason, &actor).await?;
+    let result = kill_switch::change(&mut tx, &scope, engage, reason, &actor, form).await?;
     tx.commit().await?;
     Ok(result)
 }
@@ -265,7 +343,7 @@ async fn run_with(pool: &sqlx::PgPool, args: &KillSwitchArgs) -> anyhow::Result<
         KillSwitchAction::On(c) => (true, c),
         KillSwitchAction::Off(c) => (false, c),
     };
-    let (switch, moved) = change(pool, engage, change_args).await?;
+    let (switch, moved) = change(pool, &args.db.database_url, engage, change_args).await?;
     let waited = if change_args.wait {
         Some(wait_for_ack(pool, switch.version, change_args.timeout).await?)
     } else {

@@ -32,30 +32,41 @@ impl Default for RateLimitConfig {
 impl RateLimitConfig {
     /// The time one request of quota takes to replenish; `None` when the limit is off.
     pub fn period(&self) -> Option<Duration> {
-        (self.per_second > 0.0).then(|| Duration::from_secs_f64(1.0 / self.per_second))
+        period(self.per_second)
     }
 
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if !self.per_second.is_finite() || !(0.0..=100_000.0).contains(&self.per_second) {
-            return Err(invalid(
-                "intake.rate_limit.per_second",
-                "must be between 0 and 100000",
-            ));
-        }
-        if self.per_second > 0.0 && self.per_second < 0.001 {
-            return Err(invalid(
-                "intake.rate_limit.per_second",
-                "must be 0 (off) or at least 0.001",
-            ));
-        }
-        if !(1..=100_000).contains(&self.burst) {
-            return Err(invalid(
-                "intake.rate_limit.burst",
-                "must be between 1 and 100000",
-            ));
-        }
-        Ok(())
+        validate_rate("intake.rate_limit", self.per_second, self.burst)
     }
+}
+
+/// The time one cell of a `per_second` quota takes to replenish; `None` when it is 0 (off).
+pub(super) fn period(per_second: f64) -> Option<Duration> {
+    (per_second > 0.0).then(|| Duration::from_secs_f64(1.0 / per_second))
+}
+
+/// Checks a rate limit's `per_second` (0 = off, else 0.001..=100000) and `burst` (1..=100000);
+/// errors name `{table}.per_second` / `{table}.burst`.
+pub(super) fn validate_rate(table: &str, per_second: f64, burst: u32) -> Result<(), ConfigError> {
+    if !per_second.is_finite() || !(0.0..=100_000.0).contains(&per_second) {
+        return Err(invalid(
+            format!("{table}.per_second"),
+            "must be between 0 and 100000",
+        ));
+    }
+    if per_second > 0.0 && per_second < 0.001 {
+        return Err(invalid(
+            format!("{table}.per_second"),
+            "must be 0 (off) or at least 0.001",
+        ));
+    }
+    if !(1..=100_000).contains(&burst) {
+        return Err(invalid(
+            format!("{table}.burst"),
+            "must be between 1 and 100000",
+        ));
+    }
+    Ok(())
 }
 
 /// `[metrics]`: how `GET /metrics` reads the gauges that come from the databases

@@ -6,6 +6,7 @@
 //! each key.
 
 mod access;
+mod console;
 mod edge;
 mod hard_delete;
 mod intake;
@@ -20,6 +21,7 @@ use serde::Deserialize;
 
 use crate::sql::QualifiedName;
 pub use access::OperatorTokensConfig;
+pub use console::{ConsoleConfig, LoginRateLimitConfig};
 pub use edge::{MetricsConfig, RateLimitConfig};
 pub use hard_delete::{HardDeleteConfig, PacingConfig, UserTriggers};
 pub use intake::{IntakeConfig, VercelConfig};
@@ -105,6 +107,9 @@ pub struct Config {
     /// How servers check operator tokens (`deprov tokens`).
     #[serde(default)]
     pub operator_tokens: OperatorTokensConfig,
+    /// The operator console's bounds (`[console]`).
+    #[serde(default)]
+    pub console: ConsoleConfig,
     /// `deprov reconcile`: how fast released jobs become claimable.
     #[serde(default)]
     pub reconcile: ReconcileConfig,
@@ -219,6 +224,7 @@ impl Config {
         self.intake.validate()?;
         self.metrics.validate()?;
         self.operator_tokens.validate()?;
+        self.console.validate()?;
         if let Some(v) = &self.vercel {
             v.validate(&self.sources)?;
         }
@@ -384,6 +390,14 @@ mod tests {
                 "intake.rate_limit.per_second",
             ),
             ("[intake.rate_limit]\nburst = 0", "intake.rate_limit.burst"),
+            (
+                "[console.login_rate_limit]\nper_second = 0.0001",
+                "console.login_rate_limit.per_second",
+            ),
+            (
+                "[console.login_rate_limit]\nburst = 0",
+                "console.login_rate_limit.burst",
+            ),
             ("[metrics]\nread_timeout = \"0s\"", "metrics.read_timeout"),
         ];
         for (extra, key) in cases {

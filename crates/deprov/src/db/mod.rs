@@ -589,6 +589,10 @@ impl Pools {
 /// Applies deprov's migrations (`migrations/`, embedded at build time) to the state database,
 /// recording them in the history table [`migrations_table`] finds (on a fresh database, where
 /// sqlx puts it: `_sqlx_migrations` in the first schema of the `search_path` that exists).
+/// Before the migrator reads that history, the checksums recorded for the earlier text of
+/// migrations whose comments changed (versions 2 to 6; their SQL is identical) are replaced with
+/// the current files'; any other changed checksum is refused. A failed run releases the
+/// migrator's session advisory lock before it returns.
 ///
 /// # Errors
 /// Connection or migration failure.
@@ -597,6 +601,15 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     let found = async {
         let mut tx = begin(pool, Bounds::STATE).await?;
         let table = migrations_table(&mut tx).await?;
+        if let Some(table) = &table {
+            let versions = adopt_reworded_checksums(&mut tx, table).await?;
+            if !versions.is_empty() {
+                tracing::info!(
+                    ?versions,
+                    "recorded the checksums of migrations whose comments were reworded"
+                );
+            }
+        }
         tx.commit().await?;
         Ok::<_, sqlx::Error>(table)
     }
@@ -605,7 +618,99 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     if let Some(table) = found {
         migrator.dangerous_set_table_name(table.to_string());
     }
-    migrator.run(pool).await
+    let mut conn = acquire(pool)
+        .await
+        .map_err(sqlx::migrate::MigrateError::Execute)?;
+    // `run_direct` is what `Migrator::run` calls once it holds a connection; called with ours,
+    // the future stays `Send` where `run(&mut *conn)` trips over sqlx's `Acquire` lifetimes.
+    let result = migrator.run_direct(None, &mut *conn, false).await;
+    if result.is_err() {
+        // sqlx's migrator takes a session advisory lock first and releases it only when it
+        // succeeds: back in the pool, this connection would keep the lock, and every later
+        // migration, from this process or another, would wait for it without end. Released here
+        // before returning (deprov takes no other session advisory lock); a connection that cannot
+        // release it is closed, and the server releases it when that session ends.
+        if query("SELECT pg_advisory_unlock_all()")
+            .execute(&mut *conn)
+            .await
+            .is_err()
+        {
+            let _ = conn.close().await;
+        }
+    }
+    result
+}
+
+/// The SHA-384 checksums of the earlier text of the migrations whose comments changed, by version;
+/// their SQL is identical to the current files'. sqlx refuses (`VersionMismatch`) a database whose
+/// recorded checksum differs from the embedded file's, so [`migrate`] replaces each of these, where
+/// it is exactly the recorded one, with the checksum of the current file
+/// ([`adopt_reworded_checksums`]).
+const REWORDED_MIGRATIONS: [(i64, &str); 5] = [
+    (
+        2,
+        "e56045970f28b370f54974665eca801871d4ddbd74c0446165db68b1b3575adf0c4d630051ba628035bccd8da9691e96",
+    ),
+    (
+        3,
+        "ad39bd459fe230f61b6a26f525f21dfd3e57469a389a58c73818d638132b7e4df28328dcc33642c50b545efcf13879a7",
+    ),
+    (
+        4,
+        "f7a7574cf36187892170e85bd78e47dddfdc3fbc132674b26bb52b4c576cd7bcb2d982abd957d46a120269fe9d89f58c",
+    ),
+    (
+        5,
+        "13b4e1a2e7ff8e891fea5d9b2eb20e8bb102b9b9bdf7f0f3745cd2b5d5ee2558bd6e7a71c42c8b0f3751d151104778c8",
+    ),
+    (
+        6,
+        "0ff3d0ab9285e7deee6a43a3b13e838a3639b54aca3b2978e5dbcc32b64edf4dab3999a7db4595a7d417bcee16ce67c0",
+    ),
+];
+
+/// In the migration history `table`, replaces the checksum of each migration of
+/// [`REWORDED_MIGRATIONS`] with that of its embedded file, only where the recorded checksum is
+/// exactly the earlier one: any other mismatch is left for the migrator to refuse. One statement;
+/// run it in the caller's transaction, before the migrator reads the history. Returns the versions
+/// changed, ascending.
+///
+/// # Errors
+/// Connection and query errors.
+async fn adopt_reworded_checksums(
+    conn: &mut PgConnection,
+    table: &QualifiedName,
+) -> Result<Vec<i64>, sqlx::Error> {
+    let migrator = sqlx::migrate!("./migrations");
+    let mut versions = Vec::new();
+    let mut earlier = Vec::new();
+    let mut current = Vec::new();
+    for (version, checksum) in REWORDED_MIGRATIONS {
+        let Some(migration) = migrator
+            .iter()
+            .find(|m| m.version == version && !m.migration_type.is_down_migration())
+        else {
+            continue;
+        };
+        versions.push(version);
+        earlier.push(checksum);
+        current.push(migration.checksum.to_vec());
+    }
+    let mut b = SqlBuilder::new();
+    b.sql("UPDATE ").table(table).sql(
+        " AS h SET checksum = r.current \
+             FROM unnest($1::bigint[], $2::text[], $3::bytea[]) AS r (version, earlier, current) \
+             WHERE h.version = r.version AND h.checksum = decode(r.earlier, 'hex') \
+             RETURNING h.version",
+    );
+    let mut changed: Vec<i64> = query_scalar(b.build().as_query())
+        .bind(versions)
+        .bind(earlier)
+        .bind(current)
+        .fetch_all(&mut *conn)
+        .await?;
+    changed.sort_unstable();
+    Ok(changed)
 }
 
 /// The table holding deprov's migration history: a `_sqlx_migrations` table, in whatever schema,

@@ -9,7 +9,7 @@
 //! checked (`SET CONSTRAINTS ALL IMMEDIATE`, PostgreSQL docs *SET CONSTRAINTS*), and rolls back,
 //! whatever happened. When that finishes within the bounds, its verdict is the cascade's on the
 //! current data, exactly. A tenant too large for its cascade to finish within the bounds (or whose
-//! rows are locked) leaves the question [`Trial::Undecided`] and the simulation decides as before.
+//! rows are locked) leaves the question [`Trial::Undecided`] and the simulation decides alone.
 //!
 //! The trial holds the row locks of what it reached for at most its `statement_timeout` (the same
 //! ⅘ of `max_batch_duration` a cascading batch gets), like one batch. It fires user triggers

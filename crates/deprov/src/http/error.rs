@@ -75,7 +75,8 @@ pub enum ApiError {
     /// draft-ietf-httpapi-idempotency-key-header §2.7).
     #[error("{0}")]
     IdempotencyMismatch(String),
-    /// 429 with `Retry-After`: the source (or peer address) exceeded `[intake.rate_limit]`.
+    /// 429 with `Retry-After`: the source (or peer address) exceeded `[intake.rate_limit]`, or a
+    /// peer address used up its failed console logins (`[console.login_rate_limit]`).
     #[error("{detail}")]
     TooManyRequests {
         /// What was limited.

@@ -115,8 +115,8 @@ impl From<LiveWorker> for WorkerView {
     }
 }
 
-/// `GET /v1/kill-switch`: the global switch at the top level (as before scopes existed), every
-/// switch under `scopes`, and the live workers.
+/// `GET /v1/kill-switch`: the global switch at the top level (for clients that read only the
+/// global switch), every switch under `scopes`, and the live workers.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct KillSwitchStatusView {
     /// The global switch is engaged.
@@ -366,22 +366,12 @@ pub async fn change(
     body: &SetKillSwitch,
 ) -> Result<KillSwitchView, ApiError> {
     let reason = operator_reason(&body.reason)?;
-    let mut scope = Scope::new(body.scope, body.key.as_deref()).map_err(ApiError::Unprocessable)?;
-    // A tenant's switch is keyed like its jobs: as the key column prints the key (`"07"` is
-    // tenant `"7"` of an integer column), else as sent. Engaging one under a key the column
-    // cannot hold (a sender's ID where a lookup maps it to the tenant) would protect nothing while
-    // looking in effect; releasing one takes any key, so that such a switch can be removed.
-    if let (Scope::Tenant(key), Some(form)) = (&mut scope, state.readiness.sql_check().key_form()) {
-        if body.engaged
-            && let Err(why) = crate::ids::TenantId::parse(key).and_then(|k| form.canonical(&k))
-        {
-            return Err(ApiError::Unprocessable(format!(
-                "key: {why}; a tenant's switch takes the tenant's key as the root table holds it, \
-                 not a sender's ID"
-            )));
-        }
-        *key = form.canonical_or_as_sent(key);
-    }
+    // A tenant's switch is keyed like its jobs; engaging one under a key the key column cannot
+    // hold is refused (`Scope::keyed`).
+    let form = state.readiness.sql_check().key_form();
+    let scope = Scope::new(body.scope, body.key.as_deref())
+        .and_then(|scope| scope.keyed(form, body.engaged))
+        .map_err(ApiError::Unprocessable)?;
     if let Scope::Source(name) = &scope
         && body.engaged
         && !is_known_source(&state.config, name)
@@ -391,24 +381,8 @@ pub async fn change(
         )));
     }
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
-    let mut also = 0;
-    if let (Scope::Tenant(key), Some(form), false) =
-        (&scope, state.readiness.sql_check().key_form(), body.engaged)
-    {
-        // Releasing a tenant releases its switches engaged under other spellings of its key too
-        // (the CLI stores a key as typed, and the worker holds the tenant by any of them).
-        for other in kill_switch::engaged_tenant_keys(&mut *tx).await? {
-            if other != *key && form.canonical_or_as_sent(&other) == *key {
-                let (_, moved) =
-                    kill_switch::set_scope(&mut tx, &Scope::Tenant(other), false, reason, actor)
-                        .await?;
-                also += moved;
-            }
-        }
-    }
     let (switch, moved) =
-        kill_switch::set_scope(&mut tx, &scope, body.engaged, reason, actor).await?;
-    let moved = moved + also;
+        kill_switch::change(&mut tx, &scope, body.engaged, reason, actor, form).await?;
     tx.commit().await?;
     tracing::warn!(scope = %scope.label(), engaged = switch.engaged, version = switch.version, jobs_moved = moved, %actor, %reason, "kill switch changed");
     Ok(KillSwitchView::new(switch, Some(moved)))

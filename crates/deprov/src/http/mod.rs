@@ -103,6 +103,8 @@ pub struct AppState {
     pub metrics: Arc<Collector>,
     /// The intake rate limit (`[intake.rate_limit]`); `None` when off.
     pub rate_limit: Option<rate_limit::Limit>,
+    /// The console's limit on failed logins (`[console.login_rate_limit]`); `None` when off.
+    pub login_limit: Option<Arc<console::login_limit::LoginLimit>>,
     /// The process's start-up stage and configured-SQL check ([`crate::readiness`]): while it is
     /// starting, `/readyz` and every `/v1/` route answer 503 with `Retry-After` without touching a
     /// database; `/readyz` answers 503 until it is migrated, and while the configured SQL is refused.
@@ -141,6 +143,7 @@ impl AppState {
                 sources.clone(),
                 rate_limit::Routes::of(&config),
             ),
+            login_limit: console::login_limit::LoginLimit::new(&config.console.login_rate_limit),
             pools,
             operators: Arc::new(OperatorAuth::new(
                 operator_token,

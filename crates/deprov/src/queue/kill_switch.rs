@@ -13,7 +13,7 @@
 //! One counter over all scopes (`deprov.kill_switch.latest_version`). Every change increments it
 //! under the row's lock, so changes are serialized and a worker that has read version N has read
 //! every scope as of change N; the changed row stores N as its `version`. With only global changes,
-//! the global row's `version` counts 1, 2, 3 … as before scopes existed. Each change sends
+//! the global row's `version` counts 1, 2, 3 …. Each change sends
 //! `NOTIFY deprov_kill_switch, '<N>'` (delivered at commit) for workers listening
 //! ([`crate::worker`]); workers also read it at every batch.
 
@@ -23,6 +23,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::workers::LiveWorker;
+use crate::ids::KeyForm;
 
 /// The channel of `NOTIFY` on every change; the payload is the new version.
 pub const CHANNEL: &str = "deprov_kill_switch";
@@ -107,6 +108,31 @@ impl Scope {
             Some(k) => format!("{}:{k}", self.kind()),
         }
     }
+
+    /// This scope keyed as deprov keys jobs, for a change that engages it (`engage`) or releases
+    /// it: a tenant's key as `form` (how `[tenant] key_column` reads keys, once known from the
+    /// target's catalog) prints it (`"07"` is tenant `"7"` of an integer column), else as given.
+    /// Other scopes are returned unchanged. The check behind `PUT /v1/kill-switch`, the console's
+    /// form and `deprov kill-switch on|off`.
+    ///
+    /// # Errors
+    /// Engaging a tenant's switch under a key `form` cannot read (a sender's ID where a lookup maps
+    /// it to the tenant): such a switch would block nothing while looking in effect. Releasing takes
+    /// any key, so that such a switch can be removed.
+    pub fn keyed(self, form: Option<KeyForm>, engage: bool) -> Result<Self, String> {
+        let (Self::Tenant(key), Some(form)) = (&self, form) else {
+            return Ok(self);
+        };
+        if engage
+            && let Err(why) = crate::ids::TenantId::parse(key).and_then(|k| form.canonical(&k))
+        {
+            return Err(format!(
+                "key: {why}; a tenant's switch takes the tenant's key as the root table holds it, \
+                 not a sender's ID"
+            ));
+        }
+        Ok(Self::Tenant(form.canonical_or_as_sent(key)))
+    }
 }
 
 /// The global switch's row.
@@ -184,8 +210,9 @@ pub struct JobCheck {
     pub blocked_by: Option<String>,
     /// Whether an operator asked to cancel the job.
     pub cancel: bool,
-    /// The keys of every engaged tenant switch, as stored (the CLI stores a key as typed), for the
-    /// worker to match in the key column's form ([`crate::ids::KeyForm`]).
+    /// The keys of every engaged tenant switch, as stored (possibly as typed, see
+    /// [`Scope::keyed`]), for the worker to match in the key column's form
+    /// ([`crate::ids::KeyForm`]).
     pub tenant_keys: Vec<String>,
 }
 
@@ -249,6 +276,36 @@ pub async fn set(
 ) -> Result<(KillSwitch, u64), sqlx::Error> {
     let (_, moved) = set_scope(conn, &Scope::Global, engaged, reason, actor).await?;
     Ok((get(&mut *conn).await?, moved))
+}
+
+/// An operator's change of the switch of `scope` ([`Scope::keyed`] by `form`): [`set_scope`], and,
+/// releasing a tenant's switch while `form` is known, also releasing that tenant's switches engaged
+/// under other spellings of its key (a key stored as typed; the worker holds the tenant by any of
+/// them). Run it inside the caller's transaction. Returns the switch as changed and how many jobs
+/// moved in all.
+///
+/// # Errors
+/// Database errors.
+pub async fn change(
+    conn: &mut PgConnection,
+    scope: &Scope,
+    engaged: bool,
+    reason: &str,
+    actor: &str,
+    form: Option<KeyForm>,
+) -> Result<(ScopeSwitch, u64), sqlx::Error> {
+    let mut also = 0;
+    if let (Scope::Tenant(key), Some(form), false) = (scope, form, engaged) {
+        for other in engaged_tenant_keys(&mut *conn).await? {
+            if other != *key && form.canonical_or_as_sent(&other) == *key {
+                let (_, moved) =
+                    set_scope(conn, &Scope::Tenant(other), false, reason, actor).await?;
+                also += moved;
+            }
+        }
+    }
+    let (switch, moved) = set_scope(conn, scope, engaged, reason, actor).await?;
+    Ok((switch, moved + also))
 }
 
 /// Engages or releases the switch of `scope` and moves waiting jobs accordingly (`queued` → `held`

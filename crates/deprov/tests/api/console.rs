@@ -14,7 +14,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, RETRY_AFTER, SET_COOKIE};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -521,6 +521,233 @@ async fn console_sessions_roles_csrf_and_headers() {
             .await
             .unwrap();
     assert_eq!(sessions, 0);
+}
+
+impl TestApp {
+    /// Posts the login form with `token` and these extra headers (`Origin`, `Host`, …).
+    async fn console_login_with(&self, token: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(self.url("/ui/login"))
+            .header(CONTENT_TYPE, FORM)
+            .body(encode(&[("token", token)]));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().await.unwrap()
+    }
+
+    async fn session_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM deprov.console_sessions")
+            .fetch_one(&self.db)
+            .await
+            .unwrap()
+    }
+}
+
+/// A console POST whose `Origin` is not the console's own (another host, port or scheme, or
+/// `null`) is refused with 403 and changes nothing, the login included; the console's own origin,
+/// or no `Origin` at all, is accepted.
+#[tokio::test]
+async fn console_posts_from_another_origin_are_refused() {
+    let app = spawn_app_with(TestOptions::default()).await;
+    let operator = app
+        .console_token("alice", deprov::queue::tokens::Role::Operator)
+        .await;
+    // Browsers send a form POST's real Origin only under a referrer policy that allows it (under
+    // `no-referrer` they send `Origin: null`, refused below).
+    let response = app.client.get(app.url("/ui/login")).send().await.unwrap();
+    assert_eq!(response.headers()["referrer-policy"], "same-origin");
+    let own = app.address.clone();
+    let port = own.rsplit(':').next().unwrap().to_owned();
+    let foreign = [
+        "http://evil.example".to_owned(),
+        format!("http://evil.example:{port}"),
+        "http://127.0.0.1:1".to_owned(),
+        format!("https://127.0.0.1:{port}"),
+        format!("http://localhost:{port}"),
+        "null".to_owned(),
+        format!("{own}/ui"),
+    ];
+
+    // Login: refused from every foreign origin, no session made.
+    for origin in &foreign {
+        let response = app
+            .console_login_with(&operator, &[("origin", origin)])
+            .await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{origin}");
+        assert!(response.headers().get(SET_COOKIE).is_none(), "{origin}");
+        assert!(
+            response
+                .text()
+                .await
+                .unwrap()
+                .contains("only from its own pages"),
+            "{origin}"
+        );
+    }
+    assert_eq!(app.session_count().await, 0);
+    // From the console's own origin (any case, the default port written or not), and without one.
+    let response = app.console_login_with(&operator, &[("origin", &own)]).await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(app.session_count().await, 1);
+    let response = app
+        .console_login_with(&operator, &[("origin", &own.to_uppercase())])
+        .await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let (cookie, _) = app.console_login(&operator).await;
+    assert_eq!(app.session_count().await, 3);
+    // Behind a TLS-terminating proxy that passes the browser's Host on.
+    let behind_proxy = |origin: &'static str| {
+        [
+            ("host", "deprov.internal"),
+            ("x-forwarded-proto", "https"),
+            ("origin", origin),
+        ]
+    };
+    for origin in ["https://deprov.internal", "https://deprov.internal:443"] {
+        let response = app
+            .console_login_with(&operator, &behind_proxy(origin))
+            .await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER, "{origin}");
+    }
+    let response = app
+        .console_login_with(&operator, &behind_proxy("http://deprov.internal"))
+        .await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert_eq!(app.session_count().await, 5);
+
+    // An action with the session and its CSRF token, from a foreign origin: refused, nothing
+    // changed, nothing audited.
+    let page = app
+        .console_get(&cookie, "/ui/kill-switches")
+        .await
+        .text()
+        .await
+        .unwrap();
+    let csrf = csrf_of(&page);
+    let engage = encode(&[
+        ("scope", "global"),
+        ("engaged", "true"),
+        ("reason", "from elsewhere"),
+        ("csrf", &csrf),
+    ]);
+    let post = |origin: Option<&str>| {
+        let mut request = app
+            .client
+            .post(app.url("/ui/kill-switches"))
+            .header(COOKIE, &cookie)
+            .header(CONTENT_TYPE, FORM)
+            .body(engage.clone());
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.send()
+    };
+    let before = app.audit_count().await;
+    for origin in &foreign {
+        let response = post(Some(origin)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{origin}");
+    }
+    let response = app
+        .client
+        .post(app.url("/ui/logout"))
+        .header(COOKIE, &cookie)
+        .header(CONTENT_TYPE, FORM)
+        .header("origin", "http://evil.example")
+        .body(encode(&[("csrf", &csrf)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert!(!app.global_engaged().await);
+    assert_eq!(app.audit_count().await, before);
+    assert_eq!(app.session_count().await, 5, "the logout ended no session");
+
+    // From its own origin, and without one: engaged, then released.
+    let response = post(Some(&own)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert!(app.global_engaged().await);
+    let response = app
+        .console_post(
+            &cookie,
+            "/ui/kill-switches",
+            &[
+                ("scope", "global"),
+                ("engaged", "false"),
+                ("reason", "no origin header"),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert!(!app.global_engaged().await);
+    assert_eq!(app.audit_count().await, before + 2);
+}
+
+/// Failed logins are limited per peer address (`[console.login_rate_limit]`): once an address has
+/// used up its failures, its next login is answered 429 with `Retry-After` and the console's error
+/// page, whatever the token (it is not checked), and starts no session. Successful logins count
+/// nothing, and another address keeps its own quota.
+#[tokio::test]
+async fn console_failed_logins_are_limited_per_address() {
+    let app = spawn_app_with(TestOptions {
+        extra_config: "[console.login_rate_limit]\nper_second = 0.01\nburst = 3\n".into(),
+        ..TestOptions::default()
+    })
+    .await;
+    let operator = app
+        .console_token("alice", deprov::queue::tokens::Role::Operator)
+        .await;
+    for _ in 0..5 {
+        app.console_login(&operator).await;
+    }
+    assert_eq!(app.session_count().await, 5);
+    let wrong = "dpv_not-a-token-at-all-0123456789";
+    for attempt in 1..=3 {
+        let response = app.console_login_with(wrong, &[]).await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{attempt}");
+    }
+    for token in [operator.as_str(), wrong] {
+        let response = app.console_login_with(token, &[]).await;
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(response.headers().get(SET_COOKIE).is_none());
+        let retry_after: u64 = response.headers()[RETRY_AFTER]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=100).contains(&retry_after), "{retry_after}");
+        assert!(
+            response.headers()[CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html")
+        );
+        assert!(response.headers().contains_key("content-security-policy"));
+        let page = response.text().await.unwrap();
+        assert!(
+            page.contains("Too many requests") && page.contains("[console.login_rate_limit]"),
+            "{page}"
+        );
+    }
+    assert_eq!(app.session_count().await, 5, "no session while limited");
+
+    // From another address (127.0.0.2 reaches the server's 127.0.0.1 over loopback): its own quota.
+    let other = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let response = other
+        .post(app.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[("token", &operator)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(app.session_count().await, 6);
 }
 
 /// The Python with playwright, or `None`.

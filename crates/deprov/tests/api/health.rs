@@ -185,9 +185,9 @@ async fn started_with_its_database_down_deprov_stays_up_and_becomes_ready_when_i
 /// Started while its database is down, `deprov serve` (and `deprov worker --metrics-listen`) answers
 /// `/healthz` at once, `/readyz` and intake 503 + `Retry-After` at once. Its start-up checks wait for
 /// the database (sqlx retries a refused connection until the pool's acquire timeout: 20 s for the
-/// migrations here, then 5 s for the target's check), and the port used to open only after them:
-/// `deprov serve` answered nothing for ~10 s with the default timeouts. (The test above let its
-/// helper wait up to 30 s for `/healthz`, so it did not see that.)
+/// migrations here, then 5 s for the target's check), and the port must not wait for them: opened
+/// after them, `deprov serve` would answer nothing for ~10 s with the default timeouts. (The test
+/// above lets its helper wait up to 30 s for `/healthz`, so it cannot see that.)
 #[tokio::test]
 async fn started_with_its_database_down_deprov_answers_well_within_the_acquire_timeout() {
     use std::time::{Duration, Instant};

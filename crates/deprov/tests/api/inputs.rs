@@ -64,7 +64,7 @@ async fn nul_in_stored_text_is_422_and_stores_nothing() {
 #[tokio::test]
 async fn a_json_array_is_not_a_request_body_and_null_is_the_empty_vercel_body() {
     let app = spawn_app().await;
-    // serde reads a struct from an array: ["7", null, null, null] used to be tenant 7.
+    // serde reads a struct from an array: unchecked, ["7", null, null, null] would be tenant 7.
     let r = app
         .post_raw("application/json", r#"["7", null, null, null]"#)
         .await;

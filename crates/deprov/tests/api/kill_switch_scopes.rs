@@ -254,3 +254,104 @@ async fn engaging_a_tenant_switch_under_a_key_the_root_cannot_hold_is_refused() 
         .await;
     assert_eq!(released.status(), StatusCode::OK);
 }
+
+/// `deprov kill-switch ARGS` (the binary) on `app`'s state database, which is also its target:
+/// with the app's configuration as `DEPROV_CONFIG` unless `config` is false. Exit status and
+/// stdout + stderr.
+async fn kill_switch_cli(app: &TestApp, args: &[&str], config: bool) -> (Option<i32>, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_deprov"));
+    command
+        .arg("kill-switch")
+        .args(args)
+        .env("DEPROV_DATABASE_URL", &app.db_url)
+        .env_remove("DEPROV_CONFIG")
+        .env_remove("DEPROV_TARGET_URL")
+        .env_remove("DEPROV_POOLER_MODE")
+        .env_remove("DEPROV_ACTOR");
+    if config {
+        command.env("DEPROV_CONFIG", app.config_path());
+    }
+    let out = command.output().await.unwrap();
+    (out.status.code(), crate::process::output_text(&out))
+}
+
+/// `deprov kill-switch on --scope tenant` checks the key as `PUT /v1/kill-switch` does: under a
+/// key the root's key column cannot hold it exits 1 saying why and changes nothing; a key the
+/// column holds is written in the column's form, and released by any spelling of it. Without the
+/// configuration the key cannot be checked: it is written as typed, with a warning.
+#[tokio::test]
+async fn the_cli_refuses_a_tenant_switch_under_a_key_the_root_cannot_hold() {
+    // `app.accounts.id` is bigint: `cus_1` is a sender's ID, never a tenant's key.
+    let app = spawn_app_with(TestOptions {
+        key_type: "bigint",
+        ..TestOptions::default()
+    })
+    .await;
+    let changes = || async {
+        let row: (i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT latest_version FROM deprov.kill_switch), \
+                    (SELECT count(*) FROM deprov.kill_switch_scopes), \
+                    (SELECT count(*) FROM deprov.audit_log)",
+        )
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        row
+    };
+    for key in ["cus_1", "abc", "1.5", "99999999999999999999"] {
+        let (code, text) = kill_switch_cli(
+            &app,
+            &["on", "--scope", "tenant", "--key", key, "--reason", "x"],
+            true,
+        )
+        .await;
+        assert_eq!(code, Some(1), "{key}: {text}");
+        assert!(
+            text.contains("refused, nothing changed")
+                && text.contains("decimal integer")
+                && text.contains("sender's ID"),
+            "{key}: {text}"
+        );
+        assert_eq!(changes().await, (0, 0, 0), "{key}: nothing changed");
+    }
+
+    // A key the column holds: engaged under the column's form, as the API writes it.
+    let (code, text) = kill_switch_cli(
+        &app,
+        &["on", "--scope", "tenant", "--key", "07", "--reason", "x"],
+        true,
+    )
+    .await;
+    assert_eq!(code, Some(0), "{text}");
+    let engaged: Vec<(String, bool)> =
+        sqlx::query_as("SELECT key, engaged FROM deprov.kill_switch_scopes ORDER BY key")
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(engaged, [("7".to_owned(), true)]);
+
+    // Without the configuration nothing can be checked: written as typed, and said so.
+    let (code, text) = kill_switch_cli(
+        &app,
+        &["on", "--scope", "tenant", "--key", "007", "--reason", "x"],
+        false,
+    )
+    .await;
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("written as typed, not checked"), "{text}");
+
+    // Released by another spelling: every spelling of the tenant's key is released.
+    let (code, text) = kill_switch_cli(
+        &app,
+        &["off", "--scope", "tenant", "--key", "+7", "--reason", "x"],
+        true,
+    )
+    .await;
+    assert_eq!(code, Some(0), "{text}");
+    let still: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM deprov.kill_switch_scopes WHERE engaged")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(still, 0);
+}

@@ -174,3 +174,137 @@ async fn a_state_role_named_deprov_migrates_again() {
     assert_eq!(rows, versions);
     assert!(rows >= 3, "{rows} migrations recorded");
 }
+
+/// `sha384sum` of the earlier text of the migration files whose comments changed (their SQL is
+/// identical), as a database migrated with that text records them in `_sqlx_migrations`.
+const EARLIER_CHECKSUMS: [(i64, &str); 5] = [
+    (
+        2,
+        "e56045970f28b370f54974665eca801871d4ddbd74c0446165db68b1b3575adf0c4d630051ba628035bccd8da9691e96",
+    ),
+    (
+        3,
+        "ad39bd459fe230f61b6a26f525f21dfd3e57469a389a58c73818d638132b7e4df28328dcc33642c50b545efcf13879a7",
+    ),
+    (
+        4,
+        "f7a7574cf36187892170e85bd78e47dddfdc3fbc132674b26bb52b4c576cd7bcb2d982abd957d46a120269fe9d89f58c",
+    ),
+    (
+        5,
+        "13b4e1a2e7ff8e891fea5d9b2eb20e8bb102b9b9bdf7f0f3745cd2b5d5ee2558bd6e7a71c42c8b0f3751d151104778c8",
+    ),
+    (
+        6,
+        "0ff3d0ab9285e7deee6a43a3b13e838a3639b54aca3b2978e5dbcc32b64edf4dab3999a7db4595a7d417bcee16ce67c0",
+    ),
+];
+
+/// Every `(version, checksum as hex)` recorded in `_sqlx_migrations`, by version.
+async fn recorded_checksums(db: &sqlx::PgPool) -> Vec<(i64, String)> {
+    sqlx::query_as(
+        "SELECT version, encode(checksum, 'hex') FROM _sqlx_migrations WHERE success ORDER BY version",
+    )
+    .fetch_all(db)
+    .await
+    .unwrap()
+}
+
+/// A state database migrated with the earlier text of the migrations whose comments changed
+/// records those files' earlier checksums: `deprov migrate` accepts it, replays nothing and leaves
+/// the current files' checksums recorded, the other rows untouched.
+#[tokio::test]
+async fn a_database_migrated_with_the_earlier_comments_migrates_and_records_the_current_checksums()
+{
+    let pg = start_pg(None).await;
+    let db = connect(&pg).await;
+    deprov::db::migrate(&db).await.unwrap();
+    let current = recorded_checksums(&db).await;
+    let installed: Vec<(i64, String)> =
+        sqlx::query_as("SELECT version, installed_on::text FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    for (version, earlier) in EARLIER_CHECKSUMS {
+        let changed = sqlx::query(
+            "UPDATE _sqlx_migrations SET checksum = decode($2, 'hex') WHERE version = $1",
+        )
+        .bind(version)
+        .bind(earlier)
+        .execute(&db)
+        .await
+        .unwrap()
+        .rows_affected();
+        assert_eq!(changed, 1, "version {version}");
+    }
+    assert_ne!(recorded_checksums(&db).await, current);
+
+    let (code, text) = run_with_env_to_exit(&pg.url("postgres"), &["migrate"], "", &[]).await;
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(recorded_checksums(&db).await, current);
+    let after: Vec<(i64, String)> =
+        sqlx::query_as("SELECT version, installed_on::text FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    assert_eq!(after, installed, "no migration replayed");
+    // And again: nothing left to change.
+    deprov::db::migrate(&db).await.unwrap();
+    assert_eq!(recorded_checksums(&db).await, current);
+}
+
+/// A recorded checksum that is neither the current file's nor its earlier text's is still refused
+/// (`VersionMismatch`), and left as it was.
+#[tokio::test]
+async fn an_unknown_recorded_checksum_is_still_refused() {
+    let pg = start_pg(None).await;
+    let db = connect(&pg).await;
+    deprov::db::migrate(&db).await.unwrap();
+    let unknown = "ab".repeat(48);
+    sqlx::query("UPDATE _sqlx_migrations SET checksum = decode($1, 'hex') WHERE version = 3")
+        .bind(&unknown)
+        .execute(&db)
+        .await
+        .unwrap();
+    let before = recorded_checksums(&db).await;
+    assert!(before.contains(&(3, unknown)));
+
+    let err = deprov::db::migrate(&db).await.unwrap_err();
+    assert!(
+        matches!(err, sqlx::migrate::MigrateError::VersionMismatch(3)),
+        "{err:?}"
+    );
+    assert_eq!(recorded_checksums(&db).await, before);
+}
+
+/// A migration run that fails leaves no lock behind: sqlx's migrator holds a session advisory lock
+/// while it runs, and `deprov migrate` started afterwards answers (with the same refusal) instead
+/// of waiting for a lock that a pooled connection of the failed run still holds.
+#[tokio::test]
+async fn a_failed_migration_leaves_no_lock_behind() {
+    let pg = start_pg(None).await;
+    let db = connect(&pg).await;
+    deprov::db::migrate(&db).await.unwrap();
+    sqlx::query("UPDATE _sqlx_migrations SET checksum = decode($1, 'hex') WHERE version = 3")
+        .bind("ab".repeat(48))
+        .execute(&db)
+        .await
+        .unwrap();
+    let err = deprov::db::migrate(&db).await.unwrap_err();
+    assert!(
+        matches!(err, sqlx::migrate::MigrateError::VersionMismatch(3)),
+        "{err:?}"
+    );
+    let locks: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(locks, 0, "an advisory lock outlived the failed run");
+    let (code, text) = run_with_env_to_exit(&pg.url("postgres"), &["migrate"], "", &[]).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("migration 3 was previously applied but has been modified"),
+        "{text}"
+    );
+}

@@ -60,7 +60,9 @@ impl IntoResponse for ConsoleError {
             },
         );
         let mut response = (status, Html(body.into_string())).into_response();
-        if let ApiError::Unavailable { retry_after, .. } = &e {
+        if let ApiError::Unavailable { retry_after, .. }
+        | ApiError::TooManyRequests { retry_after, .. } = &e
+        {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));

@@ -13,7 +13,8 @@
 //! [`super::reconcile::run`], [`super::reconcile::undo`]), so it writes the same audit entries.
 //! Access ([`session`]): log in with an operator token; a session cookie (`HttpOnly; Secure;
 //! SameSite=Strict`, 8 hours); a `read-only` token sees every page without action forms, and its
-//! POSTs are refused 403; every POST carries a CSRF token checked before anything is read. Pages
+//! POSTs are refused 403; a POST from another site or origin is refused 403 (the login too), and
+//! every other carries a CSRF token checked before anything is read. Pages
 //! take no inline script or style: [`security_headers`] sends a strict Content-Security-Policy.
 //! Live parts of a page are fragments (`…/live`) that [`assets`]' small script polls.
 
@@ -25,6 +26,7 @@ pub mod job;
 pub mod jobs;
 pub mod kill_switches;
 pub mod layout;
+pub mod login_limit;
 pub mod paths;
 pub mod reconcile;
 pub mod session;
@@ -84,8 +86,11 @@ async fn not_found() -> error::ConsoleError {
 }
 
 /// Adds the console's security headers to every response: [`CONTENT_SECURITY_POLICY`],
-/// `X-Frame-Options: DENY`, `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer` and
-/// `Cache-Control: no-store` (pages show live state and must not be kept).
+/// `X-Frame-Options: DENY`, `X-Content-Type-Options: nosniff`, `Referrer-Policy: same-origin` and
+/// `Cache-Control: no-store` (pages show live state and must not be kept). `same-origin` sends no
+/// referrer to any other site, and lets a browser send the console's own origin as `Origin` on the
+/// console's form POSTs, which [`session::same_origin`] checks: under `no-referrer` a browser sends
+/// `Origin: null` on every POST (the Fetch standard, "append a request `Origin` header").
 pub async fn security_headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
@@ -100,7 +105,7 @@ pub async fn security_headers(request: Request, next: Next) -> Response {
     );
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response

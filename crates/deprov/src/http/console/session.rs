@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq as _;
 
 use super::error::ConsoleError;
+use super::login_limit::Peer;
 use super::shell;
 use crate::db::{self, Bounds};
 use crate::http::AppState;
@@ -110,24 +111,105 @@ impl FromRequestParts<AppState> for Viewer {
     }
 }
 
-/// Refuses a request a browser says came from another site (`Sec-Fetch-Site: cross-site` or
-/// `same-site`): no form of the console is ever posted from elsewhere, so neither a login (login
-/// CSRF) nor an action is taken from one. Clients that send no such header (scripts) pass on to
-/// the session and CSRF checks.
+/// Refuses a state-changing request that did not come from the console's own pages: one a browser
+/// says came from another site (`Sec-Fetch-Site: cross-site` or `same-site`), or one whose `Origin`
+/// header is present and is not the request's own origin ([`own_origin`]; `Origin: null`, sent from
+/// sandboxed and other opaque contexts, is never it). No form of the console is ever posted from
+/// elsewhere, so neither a login (login CSRF) nor an action is taken from one. Clients that send
+/// neither header (scripts) pass on to the session and CSRF checks.
 ///
 /// # Errors
-/// 403 for a cross-site request.
+/// 403 for a request from another site or origin.
 pub fn same_origin(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
-    match headers.get("sec-fetch-site").map(|v| v.as_bytes()) {
-        Some(b"cross-site" | b"same-site") => Err(ApiError::Forbidden(
-            "the console accepts forms only from its own pages".into(),
-        )),
-        _ => Ok(()),
+    let refused =
+        || ApiError::Forbidden("the console accepts forms only from its own pages".into());
+    if let Some(b"cross-site" | b"same-site") = headers.get("sec-fetch-site").map(|v| v.as_bytes())
+    {
+        return Err(refused());
+    }
+    if let Some(origin) = headers.get(axum::http::header::ORIGIN) {
+        let sent = origin.to_str().ok().and_then(Origin::parse);
+        if sent.is_none() || sent != own_origin(headers) {
+            return Err(refused());
+        }
+    }
+    Ok(())
+}
+
+/// A web origin (RFC 6454): scheme, host and port, compared as browsers serialize them (lower
+/// case, the scheme's default port when none is written).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// `http` or `https`.
+    pub scheme: &'static str,
+    /// The host, lower case; an IPv6 address in brackets.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+}
+
+impl Origin {
+    /// Parses the value of an `Origin` header: `http` or `https`, `://`, a host and an optional
+    /// port, nothing else. `None` for anything else, `null` included.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (scheme, authority) = text.split_once("://")?;
+        let scheme = match scheme.to_ascii_lowercase().as_str() {
+            "http" => "http",
+            "https" => "https",
+            _ => return None,
+        };
+        Self::at(scheme, authority)
+    }
+
+    /// The origin of `scheme` and a `host[:port]` (the form of a `Host` header); `None` when it is
+    /// not one (empty, with user information, a path or a malformed port).
+    fn at(scheme: &'static str, authority: &str) -> Option<Self> {
+        if authority.is_empty() || authority.contains(['@', '/', '?', '#']) {
+            return None;
+        }
+        let authority: axum::http::uri::Authority = authority.parse().ok()?;
+        let port = match authority.port_u16() {
+            Some(port) => port,
+            // A port written but not read (`host:`, `host:99999`).
+            None if authority.as_str().len() > authority.host().len() => return None,
+            None if scheme == "https" => 443,
+            None => 80,
+        };
+        Some(Self {
+            scheme,
+            host: authority.host().to_ascii_lowercase(),
+            port,
+        })
     }
 }
 
-/// The form of a state-changing console request, checked in this order before it is read: not
-/// cross-site ([`same_origin`], else 403), a live session (else 303 to the login page), role
+/// The origin this request was sent to: the scheme it reached the console over (`https` when a
+/// proxy says so, as for [`keeps_secure_cookie`], else `http`) with the host and port of its `Host`
+/// header. A TLS-terminating proxy must pass the browser's `Host` on (e.g. nginx's `proxy_set_header
+/// Host $host`). `None` without a readable `Host`.
+pub fn own_origin(headers: &axum::http::HeaderMap) -> Option<Origin> {
+    let host = headers.get(axum::http::header::HOST)?.to_str().ok()?;
+    Origin::at(if over_https(headers) { "https" } else { "http" }, host)
+}
+
+/// Whether a proxy says the request came over HTTPS: `X-Forwarded-Proto: https` (its first value)
+/// or `Forwarded: proto=https`.
+fn over_https(headers: &axum::http::HeaderMap) -> bool {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase()
+    };
+    text("x-forwarded-proto").split(',').next().map(str::trim) == Some("https")
+        || text("forwarded")
+            .split([';', ','])
+            .any(|part| part.trim() == "proto=https")
+}
+
+/// The form of a state-changing console request, checked in this order before it is read: from
+/// the console's own pages ([`same_origin`], else 403), a live session (else 303 to the login page), role
 /// `operator` (else 403), the session's CSRF token in the `csrf` field (else 403), then the form
 /// itself (else 400 / 422).
 #[derive(Debug)]
@@ -222,24 +304,14 @@ pub const PLAIN_HTTP: &str = "This page was not reached over HTTPS, so your brow
 /// HTTPS (a proxy's `X-Forwarded-Proto: https` or `Forwarded: proto=https`), or its `Host` is
 /// `localhost`, `127.0.0.1` or `[::1]` (browsers treat these as secure).
 pub fn keeps_secure_cookie(headers: &axum::http::HeaderMap) -> bool {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_ascii_lowercase()
-    };
-    let forwarded_proto = text("x-forwarded-proto");
-    if forwarded_proto.split(',').next().map(str::trim) == Some("https") {
+    if over_https(headers) {
         return true;
     }
-    if text("forwarded")
-        .split([';', ','])
-        .any(|part| part.trim() == "proto=https")
-    {
-        return true;
-    }
-    let host = text("host");
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
     let name = if host.starts_with('[') {
         host.split_inclusive(']').next().unwrap_or("")
     } else {
@@ -257,19 +329,38 @@ pub async fn login_page(headers: axum::http::HeaderMap) -> Html<String> {
 }
 
 /// `POST /ui/login`: a valid operator token starts a session (303 to the kill switch page); any
-/// other answers 401 with the login page again. Over plain HTTP on another host than localhost
+/// other answers 401 with the login page again and counts against the peer address's failed logins
+/// (`[console.login_rate_limit]`, [`super::login_limit::LoginLimit`]). Over plain HTTP on another host than localhost
 /// ([`keeps_secure_cookie`]) no session is created: 400, the login page saying why
 /// ([`PLAIN_HTTP`]).
 ///
 /// # Errors
-/// 503 when the state database is unavailable.
+/// 403 from another site or origin ([`same_origin`]); 429 with `Retry-After`, the token unchecked,
+/// when the peer address used up its failed logins; 503 when the state database is unavailable.
 pub async fn login(
     State(state): State<AppState>,
+    Peer(peer): Peer,
     headers: axum::http::HeaderMap,
     jar: CookieJar,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Result<Response, ConsoleError> {
     same_origin(&headers)?;
+    if let Some(limit) = &state.login_limit
+        && let Err(wait) = limit.admit(peer)
+    {
+        tracing::warn!(
+            ?peer,
+            "console login refused: too many failed logins from this address"
+        );
+        return Err(ApiError::TooManyRequests {
+            detail: "too many failed logins from this address ([console.login_rate_limit]): \
+                     try again after the time Retry-After gives"
+                .into(),
+            // Whole seconds, rounded up.
+            retry_after: (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1),
+        }
+        .into());
+    }
     let Form(form) = form.map_err(|r| ApiError::from_rejection(r.status(), r.body_text()))?;
     if !keeps_secure_cookie(&headers) {
         let page = login_markup(Some(PLAIN_HTTP));
@@ -283,6 +374,9 @@ pub async fn login(
     {
         Ok(operator) => operator,
         Err(ApiError::Unauthorized(_) | ApiError::Forbidden(_)) => {
+            if let Some(limit) = &state.login_limit {
+                limit.failed(peer);
+            }
             let page = login_markup(Some("That is not a valid operator token."));
             return Ok((axum::http::StatusCode::UNAUTHORIZED, Html(page)).into_response());
         }
@@ -326,4 +420,83 @@ pub async fn logout(
     tx.commit().await?;
     let jar = jar.remove(Cookie::build(COOKIE).path("/ui"));
     Ok((jar, Redirect::to(LOGIN)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin(scheme: &'static str, host: &str, port: u16) -> Option<Origin> {
+        Some(Origin {
+            scheme,
+            host: host.into(),
+            port,
+        })
+    }
+
+    #[test]
+    fn origins_parse_as_browsers_serialize_them() {
+        assert_eq!(
+            Origin::parse("http://a.example"),
+            origin("http", "a.example", 80)
+        );
+        assert_eq!(
+            Origin::parse("HTTPS://A.Example"),
+            origin("https", "a.example", 443)
+        );
+        assert_eq!(
+            Origin::parse("http://127.0.0.1:8080"),
+            origin("http", "127.0.0.1", 8080)
+        );
+        assert_eq!(
+            Origin::parse("http://[::1]:81"),
+            origin("http", "[::1]", 81)
+        );
+        for refused in [
+            "null",
+            "",
+            "a.example",
+            "ftp://a.example",
+            "http://",
+            "http://a.example:",
+            "http://a.example:99999",
+            "http://a.example/",
+            "http://user@a.example",
+            "http://a.example?x",
+        ] {
+            assert_eq!(Origin::parse(refused), None, "{refused}");
+        }
+    }
+
+    #[test]
+    fn the_own_origin_is_the_host_header_over_the_scheme_a_proxy_names() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = axum::http::HeaderMap::new();
+            for (name, value) in pairs {
+                h.insert(*name, axum::http::HeaderValue::from_static(value));
+            }
+            h
+        };
+        assert_eq!(
+            own_origin(&headers(&[("host", "127.0.0.1:8080")])),
+            origin("http", "127.0.0.1", 8080)
+        );
+        assert_eq!(
+            own_origin(&headers(&[
+                ("host", "Deprov.Internal"),
+                ("x-forwarded-proto", "https")
+            ])),
+            origin("https", "deprov.internal", 443)
+        );
+        assert_eq!(own_origin(&headers(&[])), None);
+        let from = |origin: &'static str| {
+            same_origin(&headers(&[("host", "127.0.0.1:8080"), ("origin", origin)])).is_ok()
+        };
+        assert!(from("http://127.0.0.1:8080"));
+        assert!(!from("http://127.0.0.1:8081"));
+        assert!(!from("https://127.0.0.1:8080"));
+        assert!(!from("null"));
+        assert!(same_origin(&headers(&[("host", "127.0.0.1:8080")])).is_ok());
+        assert!(same_origin(&headers(&[("origin", "http://127.0.0.1:8080")])).is_err());
+    }
 }

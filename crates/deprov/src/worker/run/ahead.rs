@@ -13,8 +13,8 @@
 //! - have found nothing that stops the job (no engaged switch over it, no cancel request): a stop
 //!   is always confirmed by a fresh reading;
 //! - be younger than `[hard_delete] max_batch_duration`: after a rest or a pause the next batch
-//!   reads afresh, so an engage without `--wait` stops destruction as soon as before, give or take
-//!   one batch.
+//!   reads afresh, so an engage without `--wait` stops destruction as soon as a reading before
+//!   every batch would, give or take one batch.
 
 use std::time::{Duration, Instant};
 

@@ -184,8 +184,9 @@ impl JobRun {
     }
 
     /// The engaged tenant switch among `keys` whose key is the job's tenant in the key column's
-    /// form ([`KeyForm`]): a switch engaged as `"07001"` (the CLI stores a key as typed) holds
-    /// tenant `"7001"` of an integer key column. `None` before the plan is loaded.
+    /// form ([`KeyForm`]): a switch engaged as `"07001"` (written as typed by `deprov kill-switch`
+    /// when it could not read the key column's type) holds tenant `"7001"` of an integer key
+    /// column. `None` before the plan is loaded.
     fn tenant_switch(&self, keys: &[String]) -> Option<String> {
         let (form, tenant) = (self.key_form?, self.job.tenant_id.as_deref()?);
         keys.iter()
