@@ -204,14 +204,14 @@ const FOREIGN_KEYS: &str = "SELECT c.conname::text, c.conrelid::int8, \
 /// one statement, and under READ COMMITTED every statement takes its own snapshot, so one
 /// transaction around the three queries gives them no common snapshot either.
 #[derive(Debug)]
-pub struct CatalogPart {
+pub(crate) struct CatalogPart {
     tables: Vec<TableRow>,
     fks: Vec<FkRow>,
 }
 
 /// The rows of [`COLUMNS`] ([`CatalogPart`]).
 #[derive(Debug)]
-pub struct CatalogColumns(Vec<(i64, String, String)>);
+pub(crate) struct CatalogColumns(Vec<(i64, String, String)>);
 
 impl CatalogPart {
     /// The rows of [`TABLES`] and [`FOREIGN_KEYS`], two statements on `conn`; cost grows with the

@@ -219,7 +219,7 @@ pub struct BatchResult {
 /// Reads the catalog and plans deletion below `root`. The catalog is read in two transactions
 /// bounded by [`crate::db::Bounds::STATE`], side by side on two of `target`'s connections (one
 /// after the other when the pool has one): its tables and foreign keys, and its columns
-/// ([`catalog::CatalogPart`]).
+/// (`catalog::CatalogPart`).
 ///
 /// # Errors
 /// Database errors, or [`PlanError`].
