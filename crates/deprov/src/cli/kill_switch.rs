@@ -198,17 +198,19 @@ pub fn status_tables(status: &Status) -> String {
         return out;
     }
     out.push_str(&format!(
-        "\n{} {} {} MODE\n",
+        "\n{} {} {} {} MODE\n",
         cell("WORKER", 32),
         cell("OBSERVED", 8),
-        cell("HEARTBEAT", 20)
+        cell("HEARTBEAT", 20),
+        cell("LAST DESTRUCTIVE", 27)
     ));
     for w in &status.workers {
         out.push_str(&format!(
-            "{} {} {} {}\n",
+            "{} {} {} {} {}\n",
             cell(&w.id, 32),
             cell(&w.observed_version.to_string(), 8),
             cell(&rfc3339(w.heartbeat_at), 20),
+            cell(&w.last_destroyed_at.map_or("-".into(), rfc3339), 27),
             if w.listening { "listening" } else { "polling" }
         ));
     }
@@ -418,6 +420,7 @@ mod tests {
             observed_version: observed,
             observed_at: None,
             listening: observed == 2,
+            last_destroyed_at: (observed == 1).then_some(at),
         };
         let status = Status {
             latest_version: 2,
@@ -437,6 +440,12 @@ mod tests {
         assert!(lines[2].ends_with("incident 42"), "{}", lines[2]);
         assert_eq!(lines[3], "");
         assert_eq!(col(lines[4], "MODE"), col(lines[5], "listening"));
+        assert_eq!(col(lines[4], "LAST DESTRUCTIVE"), col(lines[5], "- "));
+        // The second timestamp of the row (the first is the heartbeat).
+        assert_eq!(
+            Some(col(lines[4], "LAST DESTRUCTIVE")),
+            lines[6].rfind(&rfc3339(at))
+        );
         assert!(lines[6].starts_with("w-slow ") && lines[6].ends_with("polling"));
         let none = Status {
             workers: vec![],

@@ -101,6 +101,12 @@ pub struct WorkerView {
     pub heartbeat_at: OffsetDateTime,
     /// Whether it holds a `LISTEN` connection (else it learns of changes by heartbeat).
     pub listening: bool,
+    /// When its last destructive statement (a batch, soft delete, whole cascade, sweep) ended, on
+    /// the state database's clock, as of its latest heartbeat or acknowledgement; null when it has
+    /// run none since it started. Written with an acknowledgement, it is the end of the last
+    /// statement before it.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_destroyed_at: Option<OffsetDateTime>,
 }
 
 impl From<LiveWorker> for WorkerView {
@@ -111,6 +117,7 @@ impl From<LiveWorker> for WorkerView {
             observed_at: w.observed_at,
             heartbeat_at: w.heartbeat_at,
             listening: w.listening,
+            last_destroyed_at: w.last_destroyed_at,
         }
     }
 }

@@ -31,7 +31,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
@@ -43,8 +43,26 @@ use crate::config::{PoolConfig, WorkerConfig};
 use crate::db::{self, Bounds, PoolRole};
 use crate::queue::{jobs, kill_switch, workers};
 
-/// Held while a destructive statement started on a kill switch reading runs (see the module docs).
-pub type Gate = OwnedMutexGuard<()>;
+/// Held while a destructive statement started on a kill switch reading runs (see the module docs);
+/// dropping it lets an acknowledgement through. [`Gate::ran`] records that a destructive statement
+/// under it has just ended.
+#[derive(Debug)]
+pub struct Gate {
+    _held: OwnedMutexGuard<()>,
+    last_destroyed: Arc<std::sync::Mutex<Option<Instant>>>,
+}
+
+impl Gate {
+    /// Records now as the end of this worker's last destructive statement, written to
+    /// `deprov.workers.last_destroyed_at` with its next heartbeat or acknowledgement. Call it when
+    /// the statement returned, committed or not: a statement rolled back held its locks too.
+    pub fn ran(&self) {
+        *self
+            .last_destroyed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+    }
+}
 
 /// Shared by all clones of one [`super::Worker`].
 #[derive(Debug, Clone, Default)]
@@ -59,12 +77,26 @@ pub struct Presence {
     changed: Arc<Notify>,
     /// Notified when a job may have become claimable ([`Self::job_queued`]).
     queued: Arc<Notify>,
+    /// When the last destructive statement under a gate ended ([`Gate::ran`]).
+    last_destroyed: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 impl Presence {
     /// Takes the gate: hold it from the kill switch reading until the destructive statement ends.
     pub async fn enter(&self) -> Gate {
-        self.gate.clone().lock_owned().await
+        Gate {
+            _held: self.gate.clone().lock_owned().await,
+            last_destroyed: self.last_destroyed.clone(),
+        }
+    }
+
+    /// How long ago this process's last destructive statement ended ([`Gate::ran`]); `None` when
+    /// it has run none.
+    pub fn since_destroyed(&self) -> Option<Duration> {
+        self.last_destroyed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .map(|at| at.elapsed())
     }
 
     /// The highest version this process has recorded as acknowledged.
@@ -85,7 +117,9 @@ impl Presence {
         id: &str,
         version: i64,
     ) -> Result<Option<i64>, sqlx::Error> {
-        if version > self.acknowledged() && !workers::observe(conn, id, version).await? {
+        if version > self.acknowledged()
+            && !workers::observe(conn, id, version, self.since_destroyed()).await?
+        {
             return Ok(None);
         }
         Ok(Some(version))
@@ -162,8 +196,9 @@ impl Presence {
             let listening = self.listening.load(Ordering::Acquire);
             let beat = async {
                 let mut tx = db::begin(pool, Bounds::STATE).await?;
+                let since = self.since_destroyed();
                 let latest =
-                    workers::heartbeat(&mut *tx, id, config.stale_after, listening).await?;
+                    workers::heartbeat(&mut *tx, id, config.stale_after, listening, since).await?;
                 tx.commit().await?;
                 Ok::<_, sqlx::Error>(latest)
             };

@@ -1325,9 +1325,9 @@ async fn console_kill_switch_names_a_silent_lease_holder_and_scopes_checkpoints(
     .await
     .unwrap();
     sqlx::query(
-        "INSERT INTO deprov.workers (id, heartbeat_at, live_until, observed_version) VALUES \
-         ('w-silent', now() - interval '300 s', now() - interval '240 s', 0), \
-         ('w-live', now(), now() + interval '1 hour', 100)",
+        "INSERT INTO deprov.workers (id, heartbeat_at, live_until, observed_version, last_destroyed_at) VALUES \
+         ('w-silent', now() - interval '300 s', now() - interval '240 s', 0, NULL), \
+         ('w-live', now(), now() + interval '1 hour', 100, now() - interval '10 s')",
     )
     .execute(&app.db)
     .await
@@ -1361,6 +1361,13 @@ async fn console_kill_switch_names_a_silent_lease_holder_and_scopes_checkpoints(
         .text()
         .await
         .unwrap();
+    // The live worker's last destructive statement, in its row and against the engage.
+    assert!(
+        page.contains("Last destructive statement ended")
+            && page.contains("data-last-destructive=\"before\"")
+            && !page.contains("data-last-destructive=\"after\""),
+        "{page}"
+    );
     // The engage says what it did to queued and to running jobs.
     assert!(
         page.contains("1 queued job(s) moved to held; 1 running job(s) it blocks still running now (each stops at its next batch boundary"),
@@ -1412,6 +1419,12 @@ async fn console_kill_switch_names_a_silent_lease_holder_and_scopes_checkpoints(
         .execute(&app.db)
         .await
         .unwrap();
+    sqlx::query(
+        "UPDATE deprov.workers SET last_destroyed_at = now() + interval '1 s' WHERE id = 'w-live'",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
     let page = app
         .console_get(&cookie, "/ui/kill-switches")
         .await
@@ -1420,7 +1433,8 @@ async fn console_kill_switch_names_a_silent_lease_holder_and_scopes_checkpoints(
         .unwrap();
     assert!(
         page.contains("last hard-delete checkpoint of any job ")
-            && page.contains("no hard-delete checkpoint of this tenant's jobs since the engage"),
+            && page.contains("no hard-delete checkpoint of this tenant's jobs since the engage")
+            && page.contains("data-last-destructive=\"after\""),
         "{page}"
     );
     // The held tile gives the job's age, as such.

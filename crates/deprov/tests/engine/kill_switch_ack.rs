@@ -267,6 +267,62 @@ async fn engaged_mid_delete_the_last_destructive_statement_starts_within_a_secon
     .fetch_one(&env.db)
     .await
     .unwrap();
+    // Each worker's own account of its last destructive statement, written with its
+    // acknowledgement: it ended before that acknowledgement (within the clock's reading of one
+    // round trip), and the latest of them no earlier than the last statement the target logged
+    // (statement_timestamp(), its start).
+    let accounts: Vec<(
+        String,
+        Option<time::OffsetDateTime>,
+        Option<time::OffsetDateTime>,
+    )> = sqlx::query_as(
+        "SELECT id, last_destroyed_at, observed_at FROM deprov.workers \
+             WHERE stopped_at IS NULL ORDER BY id",
+    )
+    .fetch_all(&env.db)
+    .await
+    .unwrap();
+    assert_eq!(accounts.len(), 4, "{accounts:?}");
+    for (id, last, observed) in &accounts {
+        let (last, observed) = (
+            last.expect("every worker deleted"),
+            observed.expect("acked"),
+        );
+        assert!(
+            last <= observed + time::Duration::milliseconds(5),
+            "{id}: last destructive statement ended {last}, acknowledged at {observed}"
+        );
+    }
+    let last_logged: time::OffsetDateTime =
+        sqlx::query_scalar("SELECT max(at) FROM public.destructive_log")
+            .fetch_one(&env.db)
+            .await
+            .unwrap();
+    let latest = accounts.iter().filter_map(|(_, l, _)| *l).max().unwrap();
+    assert!(
+        latest >= last_logged,
+        "the workers' latest {latest} is before the last logged statement start {last_logged}"
+    );
+    let shown: Value = reqwest::Client::new()
+        .get(format!("{base}/v1/kill-switch"))
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let shown: Vec<&str> = shown["live_workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["last_destroyed_at"].as_str())
+        .collect();
+    assert_eq!(
+        shown.len(),
+        4,
+        "GET /v1/kill-switch shows each worker's: {shown:?}"
+    );
     let statements: i64 =
         sqlx::query_scalar("SELECT count(DISTINCT (at, pid)) FROM public.destructive_log")
             .fetch_one(&env.db)

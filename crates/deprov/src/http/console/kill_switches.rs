@@ -5,7 +5,8 @@
 //! worker holding each one's lease (named when it is not live: a worker that stopped heartbeating
 //! drops out of the live workers, yet its lease keeps the job running until it expires), and
 //! whether a hard delete checkpointed after the change (of the tenant's jobs for a tenant switch,
-//! of any job otherwise) — read as `GET /v1/kill-switch` reads them
+//! of any job otherwise), and when the live workers' last destructive statement ended
+//! (`last_destroyed_at`, of any job) against the change — read as `GET /v1/kill-switch` reads them
 //! ([`crate::http::kill_switch::read_status`]). Changes go through
 //! [`crate::http::kill_switch::change`], as `PUT /v1/kill-switch` does.
 
@@ -86,6 +87,11 @@ fn fragment(s: &Snapshot) -> Markup {
     let now = s.age.now;
     let global = &status.scopes[0];
     let running_total: i64 = s.running_blocked.iter().map(|(_, n)| *n).sum();
+    let last_destroyed = status
+        .live_workers
+        .iter()
+        .filter_map(|w| w.last_destroyed_at)
+        .max();
     // Lease holders of blocked running jobs that are not live workers, each once.
     let mut silent: Vec<(&str, Option<OffsetDateTime>)> = Vec::new();
     for j in s.blocked_jobs.iter().filter(|j| !j.owner_live) {
@@ -156,7 +162,7 @@ fn fragment(s: &Snapshot) -> Markup {
                         td { (layout::time(sw.switch.changed_at)) br; span.muted { "by " (sw.switch.changed_by.as_deref().unwrap_or("–")) } }
                         td { (sw.switch.reason.as_deref().unwrap_or("–")) }
                         td { (acks(status, sw.switch.version)) }
-                        td { (effect(&Verdict { engaged: sw.switch.engaged, acknowledged: sw.acknowledged, running, jobs: &jobs, changed_at: sw.switch.changed_at, checkpoint, version: sw.switch.version, now })) }
+                        td { (effect(&Verdict { engaged: sw.switch.engaged, acknowledged: sw.acknowledged, running, jobs: &jobs, changed_at: sw.switch.changed_at, checkpoint, last_destroyed, version: sw.switch.version, now })) }
                     }
                 }
             }
@@ -166,7 +172,7 @@ fn fragment(s: &Snapshot) -> Markup {
             p.muted { "No live worker: nothing is deleting." }
         } @else {
             table #workers {
-                thead { tr { th { "Worker" } th { "Hears changes by" } th { "Acknowledged version" } th { "Acknowledged at" } th { "Last heartbeat" } } }
+                thead { tr { th { "Worker" } th { "Hears changes by" } th { "Acknowledged version" } th { "Acknowledged at" } th { "Last destructive statement ended" } th { "Last heartbeat" } } }
                 tbody {
                     @for w in &status.live_workers {
                         tr data-worker=(w.id) data-observed=(w.observed_version) {
@@ -174,6 +180,7 @@ fn fragment(s: &Snapshot) -> Markup {
                             td { @if w.listening { "listening (NOTIFY)" } @else { "heartbeat only" } }
                             td.num { (w.observed_version) }
                             td { (layout::maybe_time(w.observed_at)) }
+                            td.last-destroyed { (layout::maybe_time(w.last_destroyed_at)) }
                             td { (layout::time(w.heartbeat_at)) " (" (layout::age(now, w.heartbeat_at)) " ago)" }
                         }
                     }
@@ -182,7 +189,8 @@ fn fragment(s: &Snapshot) -> Markup {
         }
         p.muted {
             "Last checkpoint of a hard delete (of any job): " (layout::maybe_time(s.age.last_checkpoint))
-            ". deprov records batches at checkpoints, not each statement; global switch changed "
+            ". Each worker writes when its last destructive statement ended with its heartbeat and "
+            "with each acknowledgement; global switch changed "
             (layout::time(global.switch.changed_at)) "."
         }
         (layout::updated(now))
@@ -224,6 +232,8 @@ struct Verdict<'a> {
     jobs: &'a [&'a search::BlockedRunning],
     changed_at: OffsetDateTime,
     checkpoint: Checkpoint,
+    /// The latest end of a live worker's destructive statement (of any job).
+    last_destroyed: Option<OffsetDateTime>,
     version: i64,
     now: OffsetDateTime,
 }
@@ -266,6 +276,16 @@ fn effect(v: &Verdict<'_>) -> Markup {
             @match after {
                 Some(t) => { span.muted { "last hard-delete checkpoint " (whose) " " (layout::millis((t - v.changed_at).as_seconds_f64() * 1000.0)) " after the engage (a job stopping for the switch writes one too)" } }
                 None => { span.muted { "no hard-delete checkpoint " (whose) " since the engage" } }
+            }
+            br;
+            @match v.last_destroyed {
+                Some(t) if t > v.changed_at => {
+                    span.muted data-last-destructive="after" { "last destructive statement of a live worker (of any job) ended " (layout::millis((t - v.changed_at).as_seconds_f64() * 1000.0)) " after the engage" }
+                }
+                Some(t) => {
+                    span.muted data-last-destructive="before" { "last destructive statement of a live worker (of any job) ended " (layout::millis((v.changed_at - t).as_seconds_f64() * 1000.0)) " before the engage" }
+                }
+                None => { span.muted data-last-destructive="none" { "no live worker has run a destructive statement since it started" } }
             }
         }
     }

@@ -387,7 +387,9 @@ impl JobRun {
             tenant,
             &self.limits,
         )
-        .await?;
+        .await;
+        gate.ran();
+        let rows = rows?;
         drop(gate);
         self.progress.soft_delete_ms = started.elapsed().as_secs_f64() * 1e3;
         self.progress.soft_deleted_rows = Some(rows);

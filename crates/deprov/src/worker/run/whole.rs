@@ -66,7 +66,9 @@ impl JobRun {
             hd.lock_timeout,
             budget,
         )
-        .await?;
+        .await;
+        gate.ran();
+        let whole = whole?;
         drop(gate);
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         self.progress.trial_ms += ms;

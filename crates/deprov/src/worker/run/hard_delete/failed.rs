@@ -86,8 +86,9 @@ impl JobRun {
             // NO ACTION check the cascade passes, deleting them all in one statement
             // (engine::cycles). So does deprov, still under the gate.
             self.note_rollback(began);
-            self.sweep_cycle(&b.plan, &mut b.cp, tenant, deferred)
-                .await?;
+            let swept = self.sweep_cycle(&b.plan, &mut b.cp, tenant, deferred).await;
+            gate.ran();
+            swept?;
             drop(gate);
             return Ok(());
         }

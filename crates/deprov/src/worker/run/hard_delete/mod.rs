@@ -122,6 +122,7 @@ impl JobRun {
                 ),
                 self.read_ahead()
             );
+            gate.ran();
             ahead = read;
             // A jump serves one attempt: one cut short too is retried without it.
             b.jump = false;
@@ -146,7 +147,10 @@ impl JobRun {
             };
             let rows = self
                 .on_committed(&mut b, &batch, limits.deferred, tenant, deferred)
-                .await?;
+                .await;
+            // A sweep after the batch (on_committed) is a destructive statement too.
+            gate.ran();
+            let rows = rows?;
             drop(gate);
             deferred.position = Some(b.cp.clone());
             if !deferred.pending || b.checkpointed.elapsed() >= b.every {

@@ -140,7 +140,9 @@ impl JobRun {
             .map_err(EngineError::from)?;
             let updated =
                 simulate::apply_presets(&w.pools.target, leaves_first, &presets, &self.limits)
-                    .await?;
+                    .await;
+            gate.ran();
+            let updated = updated?;
             drop(gate);
             self.progress.presets = updated;
         }
