@@ -7,7 +7,10 @@
 //! kill-switch reading before a destructive statement until that statement has ended
 //! ([`Presence::enter`]); the acknowledger takes the same lock to read the version and record it.
 //! An acknowledgement therefore waits for a batch in flight (bounded by `[hard_delete]
-//! statement_timeout`), never for a pause between batches.
+//! statement_timeout`), never for a pause between batches. With each acknowledgement and each
+//! heartbeat the worker also writes when its last destructive statement ended ([`Gate::ran`],
+//! `deprov.workers.last_destroyed_at`): written with an acknowledgement, the end of its last
+//! statement before it.
 //!
 //! ## How a worker learns of a change
 //! - `LISTEN deprov_kill_switch` on a connection of its own (`deprov-listener`), when a URL is given
