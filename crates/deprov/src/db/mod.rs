@@ -602,7 +602,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
         let mut tx = begin(pool, Bounds::STATE).await?;
         let table = migrations_table(&mut tx).await?;
         if let Some(table) = &table {
-            let versions = adopt_reworded_checksums(&mut tx, table).await?;
+            let versions = adopt_reworded_checksums(&mut tx, table, &migrator).await?;
             if !versions.is_empty() {
                 tracing::info!(
                     ?versions,
@@ -670,7 +670,7 @@ const REWORDED_MIGRATIONS: [(i64, &str); 5] = [
 ];
 
 /// In the migration history `table`, replaces the checksum of each migration of
-/// [`REWORDED_MIGRATIONS`] with that of its embedded file, only where the recorded checksum is
+/// [`REWORDED_MIGRATIONS`] with that of its file embedded in `migrator`, only where the recorded checksum is
 /// exactly the earlier one: any other mismatch is left for the migrator to refuse. One statement;
 /// run it in the caller's transaction, before the migrator reads the history. Returns the versions
 /// changed, ascending.
@@ -680,8 +680,8 @@ const REWORDED_MIGRATIONS: [(i64, &str); 5] = [
 async fn adopt_reworded_checksums(
     conn: &mut PgConnection,
     table: &QualifiedName,
+    migrator: &sqlx::migrate::Migrator,
 ) -> Result<Vec<i64>, sqlx::Error> {
-    let migrator = sqlx::migrate!("./migrations");
     let mut versions = Vec::new();
     let mut earlier = Vec::new();
     let mut current = Vec::new();
