@@ -8,7 +8,7 @@
 //! ([`Presence::enter`]); the acknowledger takes the same lock to read the version and record it.
 //! An acknowledgement therefore waits for a batch in flight (bounded by `[hard_delete]
 //! statement_timeout`), never for a pause between batches. With each acknowledgement and each
-//! heartbeat the worker also writes when its last destructive statement ended ([`Gate::ran`],
+//! heartbeat the worker also writes when its last destructive statement ended ([`Gate::during`],
 //! `deprov.workers.last_destroyed_at`): written with an acknowledgement, the end of its last
 //! statement before it.
 //!
@@ -47,8 +47,8 @@ use crate::db::{self, Bounds, PoolRole};
 use crate::queue::{jobs, kill_switch, workers};
 
 /// Held while a destructive statement started on a kill switch reading runs (see the module docs);
-/// dropping it lets an acknowledgement through. [`Gate::ran`] records that a destructive statement
-/// under it has just ended.
+/// dropping it lets an acknowledgement through. Destructive statements under it run through
+/// [`Gate::during`], which records when each ended.
 #[derive(Debug)]
 pub struct Gate {
     _held: OwnedMutexGuard<()>,
@@ -56,14 +56,16 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// Records now as the end of this worker's last destructive statement, written to
-    /// `deprov.workers.last_destroyed_at` with its next heartbeat or acknowledgement. Call it when
-    /// the statement returned, committed or not: a statement rolled back held its locks too.
-    pub fn ran(&self) {
+    /// Awaits `statement` (destructive work under this gate) and records its end as this worker's
+    /// last destructive statement, whatever its outcome (one rolled back held its locks too):
+    /// written to `deprov.workers.last_destroyed_at` with the next heartbeat or acknowledgement.
+    pub async fn during<T>(&self, statement: impl std::future::Future<Output = T>) -> T {
+        let out = statement.await;
         *self
             .last_destroyed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+        out
     }
 }
 
@@ -80,7 +82,7 @@ pub struct Presence {
     changed: Arc<Notify>,
     /// Notified when a job may have become claimable ([`Self::job_queued`]).
     queued: Arc<Notify>,
-    /// When the last destructive statement under a gate ended ([`Gate::ran`]).
+    /// When the last destructive statement under a gate ended ([`Gate::during`]).
     last_destroyed: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
@@ -93,7 +95,7 @@ impl Presence {
         }
     }
 
-    /// How long ago this process's last destructive statement ended ([`Gate::ran`]); `None` when
+    /// How long ago this process's last destructive statement ended ([`Gate::during`]); `None` when
     /// it has run none.
     pub fn since_destroyed(&self) -> Option<Duration> {
         self.last_destroyed

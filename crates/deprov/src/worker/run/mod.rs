@@ -381,15 +381,14 @@ impl JobRun {
         let w = self.worker.clone();
         let gate = self.may_destroy().await?;
         let started = std::time::Instant::now();
-        let rows = engine::soft_delete(
-            &w.pools.target,
-            &w.config.soft_delete.statements,
-            tenant,
-            &self.limits,
-        )
-        .await;
-        gate.ran();
-        let rows = rows?;
+        let rows = gate
+            .during(engine::soft_delete(
+                &w.pools.target,
+                &w.config.soft_delete.statements,
+                tenant,
+                &self.limits,
+            ))
+            .await?;
         drop(gate);
         self.progress.soft_delete_ms = started.elapsed().as_secs_f64() * 1e3;
         self.progress.soft_deleted_rows = Some(rows);

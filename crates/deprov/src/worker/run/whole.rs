@@ -58,17 +58,16 @@ impl JobRun {
             .unwrap_or(now)
             .format(&Rfc3339)
             .ok();
-        let whole = engine::whole::whole_cascade(
-            &w.pools.target,
-            plan,
-            statements,
-            tenant,
-            hd.lock_timeout,
-            budget,
-        )
-        .await;
-        gate.ran();
-        let whole = whole?;
+        let whole = gate
+            .during(engine::whole::whole_cascade(
+                &w.pools.target,
+                plan,
+                statements,
+                tenant,
+                hd.lock_timeout,
+                budget,
+            ))
+            .await?;
         drop(gate);
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         self.progress.trial_ms += ms;

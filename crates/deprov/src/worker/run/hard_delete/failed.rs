@@ -86,9 +86,8 @@ impl JobRun {
             // NO ACTION check the cascade passes, deleting them all in one statement
             // (engine::cycles). So does deprov, still under the gate.
             self.note_rollback(began);
-            let swept = self.sweep_cycle(&b.plan, &mut b.cp, tenant, deferred).await;
-            gate.ran();
-            swept?;
+            gate.during(self.sweep_cycle(&b.plan, &mut b.cp, tenant, deferred))
+                .await?;
             drop(gate);
             return Ok(());
         }

@@ -105,7 +105,7 @@ impl JobRun {
             // The switches for the next batch are read on the state database while this one runs
             // on the target (super::ahead).
             let (result, read) = tokio::join!(
-                engine::run_batch(
+                gate.during(engine::run_batch(
                     &w.pools.target,
                     &b.plan,
                     engine::BatchStart {
@@ -119,10 +119,9 @@ impl JobRun {
                     },
                     tenant,
                     &limits,
-                ),
+                )),
                 self.read_ahead()
             );
-            gate.ran();
             ahead = read;
             // A jump serves one attempt: one cut short too is retried without it.
             b.jump = false;
@@ -145,12 +144,10 @@ impl JobRun {
                     continue;
                 }
             };
-            let rows = self
-                .on_committed(&mut b, &batch, limits.deferred, tenant, deferred)
-                .await;
             // A sweep after the batch (on_committed) is a destructive statement too.
-            gate.ran();
-            let rows = rows?;
+            let rows = gate
+                .during(self.on_committed(&mut b, &batch, limits.deferred, tenant, deferred))
+                .await?;
             drop(gate);
             deferred.position = Some(b.cp.clone());
             if !deferred.pending || b.checkpointed.elapsed() >= b.every {

@@ -138,11 +138,14 @@ impl JobRun {
             )
             .await
             .map_err(EngineError::from)?;
-            let updated =
-                simulate::apply_presets(&w.pools.target, leaves_first, &presets, &self.limits)
-                    .await;
-            gate.ran();
-            let updated = updated?;
+            let updated = gate
+                .during(simulate::apply_presets(
+                    &w.pools.target,
+                    leaves_first,
+                    &presets,
+                    &self.limits,
+                ))
+                .await?;
             drop(gate);
             self.progress.presets = updated;
         }
