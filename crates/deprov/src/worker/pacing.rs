@@ -168,19 +168,19 @@ impl Pacer {
     /// How long to pause before the next batch, given the last batch's duration: zero unless the
     /// target is in distress (read at most once per `check_interval`; a failed read counts as no
     /// distress — the batch's own timeouts still bound it). Returns the reason with the pause.
+    ///
+    /// A batch longer than `max_batch` is distress only when it ran `bounded`, under the batch
+    /// bound: a batch of a step whose single row cannot be deleted within the bound runs under the
+    /// full `statement_timeout` (`progress.unbounded_steps`), and its length says how long that
+    /// row takes, not that the target struggles — else every batch of such a step would double
+    /// the pause before the next.
     pub async fn pause(
         &mut self,
         target: &PgPool,
         last_batch: Duration,
+        bounded: bool,
     ) -> Option<(Duration, String)> {
-        let mut reason = None;
-        if last_batch > self.max_batch {
-            reason = Some(format!(
-                "last batch took {} ms (max_batch_duration {} ms)",
-                last_batch.as_millis(),
-                self.max_batch.as_millis()
-            ));
-        }
+        let mut reason = slow_batch(last_batch, self.max_batch, bounded);
         let due = self
             .last_check
             .is_none_or(|t| t.elapsed() >= self.config.check_interval);
@@ -209,6 +209,7 @@ impl Pacer {
         }
     }
 
+    /// Whether the target's load shows distress, and why.
     fn distress(&self, load: TargetLoad) -> Option<String> {
         let c = &self.config;
         if c.max_lock_waiters > 0 && load.lock_waiters > i64::from(c.max_lock_waiters) {
@@ -228,9 +229,37 @@ impl Pacer {
     }
 }
 
+/// Why a batch that took `took` is distress: longer than `max_batch` while it ran `bounded` (see
+/// [`Pacer::pause`]); `None` otherwise.
+fn slow_batch(took: Duration, max_batch: Duration, bounded: bool) -> Option<String> {
+    (bounded && took > max_batch).then(|| {
+        format!(
+            "last batch took {} ms (max_batch_duration {} ms)",
+            took.as_millis(),
+            max_batch.as_millis()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_batch_is_distress_only_under_the_batch_bound() {
+        let ms = Duration::from_millis;
+        assert!(
+            slow_batch(ms(150), ms(100), true)
+                .unwrap()
+                .contains("150 ms")
+        );
+        assert_eq!(slow_batch(ms(100), ms(100), true), None);
+        assert_eq!(
+            slow_batch(ms(400), ms(100), false),
+            None,
+            "an unbounded step's batch takes as long as its row does"
+        );
+    }
 
     fn pacer() -> Pacer {
         Pacer::new(

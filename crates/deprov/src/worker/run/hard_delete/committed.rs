@@ -159,11 +159,11 @@ impl JobRun {
         Ok(())
     }
 
-    /// Between two batches, after one that took `elapsed` and deleted `rows` in all: the duty
-    /// cycle's rest and the rate limit's wait, with
+    /// Between two batches, after one that took `elapsed` (under the batch bound when `bounded`)
+    /// and deleted `rows` in all: the duty cycle's rest and the rate limit's wait, with
     /// the lease renewed through them every third of the lease (a live worker never looks gone)
     /// and a kill switch engaged meanwhile holding the job at once; then a pause when the target
-    /// is under pressure (`[pacing]`).
+    /// is under pressure (`[pacing]`, [`crate::worker::pacing::Pacer::pause`]).
     ///
     /// # Errors
     /// [`Stop`] when a kill switch, cancel request or lost lease ends the run during the wait.
@@ -172,6 +172,7 @@ impl JobRun {
         b: &mut Batches,
         rows: i64,
         elapsed: Duration,
+        bounded: bool,
         deferred: &mut Deferred,
     ) -> Result<(), Stop> {
         let w = self.worker.clone();
@@ -192,7 +193,7 @@ impl JobRun {
         }
         self.progress.duty_cycle_ms += waited.duty_cycle.as_secs_f64() * 1000.0;
         self.progress.rate_limited_ms += waited.rate_limit.as_secs_f64() * 1000.0;
-        if let Some((pause, reason)) = b.pacer.pause(&w.pools.target, elapsed).await {
+        if let Some((pause, reason)) = b.pacer.pause(&w.pools.target, elapsed, bounded).await {
             self.settle(deferred, &b.cp).await;
             self.pause(pause, reason).await?;
             b.pacer.rested();

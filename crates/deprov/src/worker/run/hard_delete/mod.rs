@@ -101,6 +101,8 @@ impl JobRun {
             };
             self.progress.bookkeeping_ms += checked.elapsed().as_secs_f64() * 1000.0;
             let limits = b.limits(&self.limits, hd);
+            // Under the batch bound, not the full statement_timeout of an unbounded step.
+            let bounded = limits.statement_timeout < self.limits.statement_timeout;
             let began = std::sync::OnceLock::new();
             // The switches for the next batch are read on the state database while this one runs
             // on the target (super::ahead).
@@ -158,7 +160,7 @@ impl JobRun {
                 // The last batch: no rest after it (the duty cycle is the job's; the job is done).
                 break;
             }
-            self.between_batches(&mut b, rows, batch.elapsed, deferred)
+            self.between_batches(&mut b, rows, batch.elapsed, bounded, deferred)
                 .await?;
         }
         if deferred.pending {
