@@ -9,7 +9,9 @@
 //! `BEGIN` and `COMMIT`), not cost per row: `target / elapsed` then underestimates the rows that fit,
 //! so a small batch that took a sixteenth of the target grows into one that takes less than the
 //! target. A row that costs far more than the ones before it (a parent with a large subtree) is
-//! met by the batch bound, which cuts the batch and shrinks the next.
+//! met by the batch bound, which cuts the batch and shrinks the next; the rest of that step's
+//! batches are no larger than fits the target at the cost the cut implies ([`Costliest`]), so
+//! growing back does not run into the same costly rows at the same size.
 
 use std::time::Duration;
 
@@ -54,6 +56,19 @@ impl Sizing {
         (rows / 4).clamp(1, self.max_rows)
     }
 
+    /// The ms per row at least of a batch of `rows` rows that `bound` cut short.
+    pub fn cost_per_row_cut(&self, rows: i64, bound: Duration) -> f64 {
+        bound.as_secs_f64() * 1000.0 / rows.max(1) as f64
+    }
+
+    /// Rows that fit the target at `ms_per_row`, within `1..=max_rows`.
+    pub fn rows_at(&self, ms_per_row: f64) -> i64 {
+        if ms_per_row <= 0.0 {
+            return self.max_rows;
+        }
+        ((self.target.as_secs_f64() * 1000.0 / ms_per_row).floor() as i64).clamp(1, self.max_rows)
+    }
+
     /// The growth factor a batch that took `elapsed` earns: target ÷ elapsed, within
     /// `MAX_SHRINK..=MAX_GROWTH`.
     fn time_factor(&self, elapsed: Duration) -> f64 {
@@ -91,6 +106,32 @@ impl Sizing {
         by_fan_out
             .min(by_time.max(next_rows))
             .clamp(1, self.max_rows)
+    }
+}
+
+/// The costliest rows one step of the hard delete has met: the ms per row (per block of a
+/// block-range step) at least of the batches the bound cut short in it ([`Sizing::cost_per_row_cut`]).
+/// The step's next batches are no larger than fits the target at that cost ([`Sizing::rows_at`]):
+/// after a cut, the ×16 growth back from a quarter of the rows would otherwise meet the same
+/// costly rows (a denser block range, parents with larger subtrees) at the same size and be cut
+/// again. A batch cut short wastes its whole bound; one more batch costs its round trips.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Costliest {
+    /// The step the cost was met in, and the cost (ms per row); `None` before any cut.
+    seen: Option<(usize, f64)>,
+}
+
+impl Costliest {
+    /// A batch of `step` was cut short at `ms_per_row` at least (a new step forgets the previous
+    /// step's cost).
+    pub fn cut(&mut self, step: usize, ms_per_row: f64) {
+        let worst = self.cap(step).map_or(ms_per_row, |ms| ms.max(ms_per_row));
+        self.seen = Some((step, worst));
+    }
+
+    /// The costliest rows `step` has met, if a batch of it was cut short.
+    pub fn cap(&self, step: usize) -> Option<f64> {
+        self.seen.filter(|&(s, _)| s == step).map(|(_, ms)| ms)
     }
 }
 
@@ -166,5 +207,28 @@ mod tests {
         // A sparse fan-out (one child per 100 parents) asks for as many parents as the rows need.
         assert_eq!(s.next_parents(100, 10, &batch(1, 100, 1), 10), 1000);
         assert_eq!(s.next_parents(400, 10, &batch(4, 400, 4), 10), 1000);
+    }
+
+    #[test]
+    fn a_step_cut_short_is_sized_for_the_rows_that_cut_it() {
+        let s = Sizing::new(Duration::from_millis(100), 50_000);
+        let ms = s.cost_per_row_cut(400, Duration::from_millis(80));
+        assert!((ms - 0.2).abs() < 1e-9, "80 ms for 400 rows");
+        assert_eq!(s.rows_at(ms), 250, "50 ms at 0.2 ms per row");
+        assert_eq!(s.rows_at(0.0), 50_000);
+        assert_eq!(s.rows_at(1000.0), 1);
+
+        let mut c = Costliest::default();
+        assert_eq!(c.cap(3), None);
+        c.cut(3, 0.5);
+        assert_eq!(c.cap(3), Some(0.5));
+        c.cut(3, 0.1);
+        assert_eq!(c.cap(3), Some(0.5), "a cheaper cut does not lift the cap");
+        c.cut(3, 0.9);
+        assert_eq!(c.cap(3), Some(0.9));
+        assert_eq!(c.cap(4), None, "another step has no cap");
+        c.cut(4, 0.2);
+        assert_eq!(c.cap(4), Some(0.2), "a new step forgets the last one's");
+        assert_eq!(c.cap(3), None);
     }
 }

@@ -100,7 +100,10 @@ impl JobRun {
         // A block range is read whole, however few of its rows are the tenant's: it is sized by
         // time alone.
         let full = if block { b.cp.rows } else { batch.selected };
-        let rows = self.sizing.next_rows(b.cp.rows, full, batch.elapsed);
+        let mut rows = self.sizing.next_rows(b.cp.rows, full, batch.elapsed);
+        if let Some(ms_per_row) = b.costliest.cap(b.cp.step) {
+            rows = rows.min(self.sizing.rows_at(ms_per_row));
+        }
         b.cp.parents = self
             .sizing
             .next_parents(b.cp.parents, b.cp.rows, batch, rows);

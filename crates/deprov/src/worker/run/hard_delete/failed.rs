@@ -11,6 +11,7 @@ use crate::engine::{BatchLimits, EngineError, Plan};
 use crate::sqlstate::{FOREIGN_KEY_VIOLATION, LOCK_NOT_AVAILABLE, QUERY_CANCELED};
 use crate::worker::backoff;
 use crate::worker::presence::Gate;
+use crate::worker::sizing::Costliest;
 
 impl JobRun {
     /// Handles the error `e` of the batch that ran under `limits` since `began` (its `BEGIN`) with
@@ -124,6 +125,7 @@ impl JobRun {
             self.limits.rows,
         );
         b.unbounded_step = None;
+        b.costliest = Costliest::default();
         self.progress.plan_hash = Some(b.plan.hash());
     }
 
@@ -141,6 +143,10 @@ impl JobRun {
                 limits.statement_timeout.as_millis()
             ));
         } else {
+            let cut = self
+                .sizing
+                .cost_per_row_cut(b.cp.rows, limits.statement_timeout);
+            b.costliest.cut(b.cp.step, cut);
             self.shrink(b);
         }
     }

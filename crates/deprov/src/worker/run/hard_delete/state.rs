@@ -9,6 +9,7 @@ use crate::config::HardDeleteConfig;
 use crate::engine::{self, BatchLimits, Cursor, EngineError, Plan, simulate};
 use crate::worker::pacing::Pacer;
 use crate::worker::progress::Checkpoint;
+use crate::worker::sizing::Costliest;
 
 /// What the batches of one run carry from one batch to the next.
 pub(super) struct Batches {
@@ -38,6 +39,8 @@ pub(super) struct Batches {
     pub checkpointed: Instant,
     /// The duty cycle and rate limit.
     pub pacer: Pacer,
+    /// The costliest rows a batch cut short in the current step met: its next batches fit them.
+    pub costliest: Costliest,
 }
 
 impl Batches {
@@ -187,6 +190,7 @@ impl JobRun {
             every,
             checkpointed: Instant::now(),
             pacer,
+            costliest: Costliest::default(),
         })
     }
 }
