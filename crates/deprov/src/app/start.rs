@@ -211,11 +211,7 @@ async fn check_target(
 ) -> Result<crate::sqlcheck::Status, AppError> {
     let root = config.root_table();
     let options = db::connect_options(target_url).map_err(AppError::Url)?;
-    let bounds = crate::config::PoolConfig {
-        max_connections: 1,
-        acquire_timeout: std::time::Duration::from_secs(5),
-    };
-    let pool = db::pool(&options, db::PoolRole::Cli, &bounds);
+    let pool = db::single(&options, db::PoolRole::Cli);
     let result = match crate::engine::load_plan(&pool, &root, &config.tenant.key_column).await {
         Ok(plan) => {
             gate.set_key_type(plan.key_type.as_str());

@@ -287,11 +287,7 @@ async fn key_form(config: Option<&std::path::Path>, target_url: &str) -> Option<
             return None;
         }
     };
-    let bounds = crate::config::PoolConfig {
-        max_connections: 1,
-        acquire_timeout: Duration::from_secs(5),
-    };
-    let target = db::pool(&options, db::PoolRole::Cli, &bounds);
+    let target = db::single(&options, db::PoolRole::Cli);
     let plan =
         crate::engine::load_plan(&target, &config.root_table(), &config.tenant.key_column).await;
     target.close().await;

@@ -483,6 +483,19 @@ pub async fn set_local_statement_timeout(
         .map(drop)
 }
 
+/// A [`pool`] of one connection of its own for `role`, acquired within 5 s: for a one-off read of
+/// the target at start or from the CLI, or for the kill-switch listener. The caller closes it.
+pub fn single(options: &PgConnectOptions, role: PoolRole) -> PgPool {
+    pool(
+        options,
+        role,
+        &PoolConfig {
+            max_connections: 1,
+            acquire_timeout: Duration::from_secs(5),
+        },
+    )
+}
+
 /// Builds a lazily connecting pool: start-up never fails because the database is down; the first
 /// acquire fails fast after `acquire_timeout` instead. Every new TCP connection gets
 /// [`keepalive::Keepalive::DEFAULT`] in `after_connect`, and each new connection increments

@@ -42,7 +42,7 @@ use tokio::sync::{Mutex, Notify, OwnedMutexGuard};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{PoolConfig, WorkerConfig};
+use crate::config::WorkerConfig;
 use crate::db::{self, Bounds, PoolRole};
 use crate::queue::{jobs, kill_switch, workers};
 
@@ -241,11 +241,7 @@ impl Presence {
                 return;
             }
         };
-        let bounds = PoolConfig {
-            max_connections: 1,
-            acquire_timeout: Duration::from_secs(5),
-        };
-        let pool = db::pool(&options, PoolRole::Listener, &bounds);
+        let pool = db::single(&options, PoolRole::Listener);
         let mut failures = 0u32;
         while !cancel.is_cancelled() {
             let lost = self.listen_once(&pool, &cancel, &mut failures).await;
