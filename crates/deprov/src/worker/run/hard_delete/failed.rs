@@ -39,7 +39,7 @@ impl JobRun {
         let state = e.sqlstate();
         let canceled = state.as_deref() == Some(QUERY_CANCELED);
         // The batch bound, not the server's own statement_timeout, cut the batch short.
-        let bound_cut = canceled && limits.statement_timeout < self.limits.statement_timeout;
+        let bound_cut = canceled && Batches::bounded(limits, &self.limits);
         if bound_cut && !b.jumped && !step.path.is_empty() && !b.plan.block_step(step) {
             // Before shrinking the batch or blaming a cascade, retry it once with the same size
             // reading first where its rows begin: a tenant whose rows sit behind other tenants'

@@ -101,8 +101,7 @@ impl JobRun {
             };
             self.progress.bookkeeping_ms += checked.elapsed().as_secs_f64() * 1000.0;
             let limits = b.limits(&self.limits, hd);
-            // Under the batch bound, not the full statement_timeout of an unbounded step.
-            let bounded = limits.statement_timeout < self.limits.statement_timeout;
+            let bounded = state::Batches::bounded(&limits, &self.limits);
             let began = std::sync::OnceLock::new();
             // The switches for the next batch are read on the state database while this one runs
             // on the target (super::ahead).

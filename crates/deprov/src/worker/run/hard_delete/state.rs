@@ -83,6 +83,12 @@ impl Batches {
         }
     }
 
+    /// Whether a batch under `limits` (of [`Self::limits`]) runs under the batch bound, below the
+    /// run's own `statement_timeout` (`run`): false for a step that runs unbounded.
+    pub fn bounded(limits: &BatchLimits, run: &BatchLimits) -> bool {
+        limits.statement_timeout < run.statement_timeout
+    }
+
     /// Whether every step is done.
     pub fn done(&self) -> bool {
         self.cp.step >= self.plan.steps.len()
