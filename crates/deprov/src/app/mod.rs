@@ -287,10 +287,12 @@ impl Application {
             cancel.child_token(),
         );
         if let Some(limit) = state.rate_limit.clone() {
-            http::rate_limit::spawn_retain(limit, cancel.child_token());
+            http::rate_limit::spawn_retain(cancel.child_token(), move || {
+                http::rate_limit::retain_recent(&limit);
+            });
         }
         if let Some(limit) = state.login_limit.clone() {
-            http::console::login_limit::spawn_retain(limit, cancel.child_token());
+            http::rate_limit::spawn_retain(cancel.child_token(), move || limit.retain_recent());
         }
         let sql_check = spawn_sql_check(
             &state.pools,

@@ -147,16 +147,20 @@ pub fn refusal(error: GovernorError) -> axum::response::Response {
     }
 }
 
-/// Drops idle keys from `limit` every [`RETAIN_INTERVAL`] until `cancel` fires.
-pub fn spawn_retain(limit: Limit, cancel: CancellationToken) {
+/// Drops idle keys from `limit`: those whose cells are all earned back.
+pub fn retain_recent(limit: &Limit) {
+    limit.limiter().retain_recent();
+    limit.limiter().shrink_to_fit();
+}
+
+/// Runs `retain` (a limiter's [`retain_recent`]) every [`RETAIN_INTERVAL`] on a task of its own
+/// until `cancel` fires.
+pub fn spawn_retain(cancel: CancellationToken, retain: impl Fn() + Send + 'static) {
     tokio::spawn(async move {
         loop {
             tokio::select! {
                 () = cancel.cancelled() => break,
-                () = tokio::time::sleep(RETAIN_INTERVAL) => {
-                    limit.limiter().retain_recent();
-                    limit.limiter().shrink_to_fit();
-                }
+                () = tokio::time::sleep(RETAIN_INTERVAL) => retain(),
             }
         }
     });

@@ -7,7 +7,8 @@
 //! Asking whether an address may try must not spend a cell, so the limiter keeps its state in a
 //! store of its own that records a cell only for a check counting a failure and answers a check
 //! that only asks from the same state without changing it. Addresses whose failures are all earned
-//! back are dropped every [`RETAIN_INTERVAL`] ([`spawn_retain`]).
+//! back are dropped every [`crate::http::rate_limit::RETAIN_INTERVAL`]
+//! ([`crate::http::rate_limit::spawn_retain`]).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -23,10 +24,8 @@ use governor::nanos::Nanos;
 use governor::state::StateStore;
 use governor::state::keyed::ShrinkableKeyedStateStore;
 use governor::{Quota, RateLimiter};
-use tokio_util::sync::CancellationToken;
 
 use crate::config::LoginRateLimitConfig;
-use crate::http::rate_limit::RETAIN_INTERVAL;
 
 /// The peer IP address of a request (`None` when it was served without connect info, as in tests
 /// that call the router directly: such requests share one quota).
@@ -147,18 +146,6 @@ impl LoginLimit {
         self.limiter.retain_recent();
         self.limiter.shrink_to_fit();
     }
-}
-
-/// Forgets idle addresses of `limit` every [`RETAIN_INTERVAL`] until `cancel` fires.
-pub fn spawn_retain(limit: Arc<LoginLimit>, cancel: CancellationToken) {
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                () = cancel.cancelled() => break,
-                () = tokio::time::sleep(RETAIN_INTERVAL) => limit.retain_recent(),
-            }
-        }
-    });
 }
 
 #[cfg(test)]
