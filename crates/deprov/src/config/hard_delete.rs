@@ -92,6 +92,19 @@ impl HardDeleteConfig {
     pub fn batch_timeout(&self) -> Duration {
         (self.max_batch_duration * 4 / 5).max(self.lock_timeout + Duration::from_millis(1))
     }
+
+    /// The time the whole cascade's transaction and the trial cascade share among their
+    /// statements (`crate::engine::whole`, `crate::engine::trial`): 19/20 of `max_batch_duration`,
+    /// at least `lock_timeout` + 1 ms. Each statement of that transaction runs with what is left
+    /// of it as its `statement_timeout`, and the twentieth left over is for its short statements
+    /// (`BEGIN` with its `SET LOCAL`s, a savepoint, one statistics read, `COMMIT`), so the
+    /// transaction stays within `max_batch_duration`. It is longer than [`Self::batch_timeout`]
+    /// because nothing is retried within the same time after it: a try cut short sends the tenant
+    /// to batches, so a tenant whose cascade takes between the two fits one transaction instead of
+    /// paying a rolled-back try and then its batches.
+    pub fn whole_timeout(&self) -> Duration {
+        (self.max_batch_duration * 19 / 20).max(self.lock_timeout + Duration::from_millis(1))
+    }
 }
 
 impl Default for HardDeleteConfig {
@@ -234,5 +247,23 @@ impl PacingConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_whole_cascade_shares_more_of_max_batch_duration_than_a_batch_gets() {
+        let hd = HardDeleteConfig::default();
+        assert_eq!(hd.batch_timeout(), Duration::from_millis(80));
+        assert_eq!(hd.whole_timeout(), Duration::from_millis(95));
+        let tight = HardDeleteConfig {
+            max_batch_duration: Duration::from_millis(40),
+            lock_timeout: Duration::from_millis(50),
+            ..HardDeleteConfig::default()
+        };
+        assert_eq!(tight.whole_timeout(), Duration::from_millis(51));
     }
 }

@@ -71,10 +71,10 @@ impl Trial {
     }
 }
 
-/// The trial's `statement_timeout` under `[hard_delete]`: that of a batch that lets PostgreSQL
-/// cascade ([`crate::config::HardDeleteConfig::batch_timeout`]), at most `statement_timeout`.
+/// The trial's `statement_timeout` under `[hard_delete]`, shared by the statements of its
+/// transaction ([`crate::config::HardDeleteConfig::whole_timeout`]), at most `statement_timeout`.
 pub fn budget(hd: &crate::config::HardDeleteConfig) -> Duration {
-    hd.statement_timeout.min(hd.batch_timeout())
+    hd.statement_timeout.min(hd.whole_timeout())
 }
 
 /// The user triggers that fire on `DELETE` on the tenant's tables (the closure, partitions

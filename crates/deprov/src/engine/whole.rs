@@ -1,10 +1,11 @@
 //! The whole cascade in one bounded transaction: the trial cascade ([`super::trial`]) that commits.
 //!
-//! A tenant whose cascading `DELETE` finishes within the batch bound needs no batches: deprov runs
+//! A tenant whose cascading `DELETE` finishes within the trial's budget
+//! ([`crate::config::HardDeleteConfig::whole_timeout`]) needs no batches: deprov runs
 //! the soft-delete statements and the cascade in one transaction under the trial's bounds
 //! (`statement_timeout` the trial's budget, `lock_timeout`), forces deferred constraints to be
 //! checked (`SET CONSTRAINTS ALL IMMEDIATE`), and commits. The result is the cascade's by
-//! construction, in PostgreSQL's own order, and the transaction is no longer than a batch. When
+//! construction, in PostgreSQL's own order, and the transaction stays within `max_batch_duration`. When
 //! the cascade fails, deletes nothing, finds no tenant or does not finish within the bounds, the
 //! transaction rolls back — the soft delete with it — and the verdict is the trial's: nothing was
 //! deleted, and the worker goes on as after a trial.
