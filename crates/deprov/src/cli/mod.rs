@@ -15,19 +15,21 @@ use crate::db::{self, PoolRole};
 
 mod acting;
 mod config_check;
-mod jobs;
-mod kill_switch;
+mod job_commands;
+mod kill_switch_commands;
 mod notifications;
-mod reconcile;
-mod tokens;
+mod reconcile_commands;
+mod token_commands;
 
 pub use acting::Acting;
 pub use config_check::{CheckArgs, ConfigAction, ConfigArgs};
-pub use jobs::{AuditAction, AuditArgs, JobsAction, JobsArgs, jobs_table};
-pub use kill_switch::{ChangeArgs, KillSwitchAction, KillSwitchArgs, describe};
+pub use job_commands::{AuditAction, AuditArgs, JobsAction, JobsArgs, jobs_table};
+pub use kill_switch_commands::{ChangeArgs, KillSwitchAction, KillSwitchArgs, describe};
 pub use notifications::{NotificationsAction, NotificationsArgs, events_table};
-pub use reconcile::{ReconcileArgs, TargetDb, parse_rate};
-pub use tokens::{TokenActing, TokensAction, TokensArgs, execute as tokens_execute, tokens_table};
+pub use reconcile_commands::{ReconcileArgs, TargetDb, parse_rate};
+pub use token_commands::{
+    TokenActing, TokensAction, TokensArgs, execute as tokens_execute, tokens_table,
+};
 
 /// `deprov`: deletes a SaaS tenant's data safely.
 #[derive(Debug, Parser)]
@@ -368,12 +370,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             migrated?;
             println!("state database migrated");
         }
-        Command::KillSwitch(args) => kill_switch::run(args).await?,
-        Command::Jobs(args) => jobs::run_jobs(args).await?,
-        Command::Audit(args) => jobs::run_audit(args).await?,
+        Command::KillSwitch(args) => kill_switch_commands::run(args).await?,
+        Command::Jobs(args) => job_commands::run_jobs(args).await?,
+        Command::Audit(args) => job_commands::run_audit(args).await?,
         Command::Notifications(args) => notifications::run(args).await?,
-        Command::Tokens(args) => tokens::run(args).await?,
-        Command::Reconcile(args) => reconcile::run_reconcile(args).await?,
+        Command::Tokens(args) => token_commands::run(args).await?,
+        Command::Reconcile(args) => reconcile_commands::run_reconcile(args).await?,
         Command::Plan {
             tenant,
             json,

@@ -5,7 +5,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::acting::actor;
-use super::jobs::{cell, rfc3339};
+use super::job_commands::{cell, rfc3339};
 use super::{Acting, StateDb, cli_pool};
 use crate::db::{self, Bounds};
 use crate::notify::outbox::{self, Event, STATES};

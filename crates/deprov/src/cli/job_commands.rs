@@ -69,7 +69,7 @@ pub enum JobsAction {
         acting: Acting,
         /// Configuration and target.
         #[command(flatten)]
-        target: super::reconcile::TargetDb,
+        target: super::reconcile_commands::TargetDb,
     },
 }
 
@@ -242,7 +242,7 @@ async fn jobs_with(pool: &sqlx::PgPool, args: &JobsArgs) -> anyhow::Result<()> {
             }
         }
         JobsAction::Undo { id, acting, target } => {
-            return super::reconcile::undo(
+            return super::reconcile_commands::undo(
                 tx,
                 &args.db.database_url,
                 *id,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::jobs::cell;
+use super::job_commands::cell;
 use super::{StateDb, cli_pool};
 use crate::db;
 use crate::ids::KeyForm;

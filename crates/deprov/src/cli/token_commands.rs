@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::jobs::{cell, rfc3339};
+use super::job_commands::{cell, rfc3339};
 use super::{StateDb, cli_pool};
 use crate::db::{self, Bounds};
 use crate::queue::tokens::{self, Role, TokenInfo};
