@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::acting::{Acting, actor};
 use super::{StateDb, cli_pool};
 use crate::db::{self, Bounds};
-use crate::http::jobs::JobView;
+use crate::http::job_routes::JobView;
 use crate::queue::operator::{self, Cancelled};
 use crate::queue::{JobState, audit, jobs};
 

@@ -1,14 +1,15 @@
 //! The HTTP API (axum), its OpenAPI 3.1 description (utoipa), and its middleware.
 //!
 //! Routes (see `openapi.yaml`, generated from this module by [`openapi`]):
-//! - `POST /v1/deletion-requests` — intake, source bearer token ([`intake`]);
-//! - `DELETE /v1/installations/{installationId}` — Vercel Marketplace partner API ([`vercel`]);
+//! - `POST /v1/deletion-requests` — intake, source bearer token ([`intake_routes`]);
+//! - `DELETE /v1/installations/{installationId}` — Vercel Marketplace partner API
+//!   ([`vercel_installations`]);
 //! - `POST /v1/webhooks/{source}` — signed deliveries from `[sources.NAME]` ([`webhooks`]);
-//! - `GET /v1/jobs/{job_id}`, `GET /v1/jobs`, `GET|PUT /v1/kill-switch` — operator token ([`jobs`],
-//!   [`kill_switch`]);
-//! - `GET /v1/audit` — operator actions, operator token ([`audit`]);
+//! - `GET /v1/jobs/{job_id}`, `GET /v1/jobs`, `GET|PUT /v1/kill-switch` — operator token
+//!   ([`job_routes`], [`kill_switch_routes`]);
+//! - `GET /v1/audit` — operator actions, operator token ([`audit_routes`]);
 //! - `GET|POST /v1/reconcile`, `POST /v1/jobs/{job_id}/undo` — operator token; `POST
-//!   /v1/reinstallations` — source token ([`reconcile`]);
+//!   /v1/reinstallations` — source token ([`reconcile_routes`]);
 //! - `DELETE /v2/service_instances/{instance_id}`, `GET
 //!   /v2/service_instances/{instance_id}/last_operation` — Open Service Broker deprovisioning, HTTP
 //!   Basic ([`osb`]);
@@ -27,24 +28,24 @@
 //! Handlers run in their own task: the request timeout and a client hanging up end only the wait,
 //! never a statement mid-flight (statements are bounded on the server instead, see [`crate::db`]).
 
-pub mod audit;
+pub mod audit_routes;
 pub mod auth;
 pub mod console;
 pub mod error;
 pub mod extract;
 pub mod health;
-pub mod intake;
-pub mod jobs;
-pub mod kill_switch;
+pub mod intake_routes;
+pub mod job_routes;
+pub mod kill_switch_routes;
 pub mod metrics;
 pub mod operator_responses;
 pub mod osb;
 pub mod rate_limit;
-pub mod reconcile;
+pub mod reconcile_routes;
 pub mod serve;
-mod sns;
+mod sns_delivery;
 pub mod token_sources;
-pub mod vercel;
+pub mod vercel_installations;
 mod webhook_answer;
 mod webhook_body;
 pub mod webhooks;
@@ -86,7 +87,7 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// The service's pools; handlers use `intake`, and only the reconcile, undo and reinstall
-    /// routes ([`reconcile`]) also `target` (orphans and undo statements).
+    /// routes ([`reconcile_routes`]) also `target` (orphans and undo statements).
     pub pools: Pools,
     /// The validated configuration.
     pub config: Arc<Config>,
@@ -255,10 +256,10 @@ impl utoipa::Modify for SecuritySchemes {
 fn api_routes(limit: Option<rate_limit::Limit>) -> OpenApiRouter<AppState> {
     use utoipa::OpenApi as _;
     let intake = OpenApiRouter::new()
-        .routes(routes!(intake::create_deletion_request))
-        .routes(routes!(vercel::delete_installation))
+        .routes(routes!(intake_routes::create_deletion_request))
+        .routes(routes!(vercel_installations::delete_installation))
         .routes(routes!(webhooks::receive))
-        .routes(routes!(reconcile::reinstall))
+        .routes(routes!(reconcile_routes::reinstall))
         .routes(routes!(osb::deprovision))
         .routes(routes!(osb::last_operation));
     let intake = match limit {
@@ -269,15 +270,18 @@ fn api_routes(limit: Option<rate_limit::Limit>) -> OpenApiRouter<AppState> {
     };
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(intake)
-        .routes(routes!(jobs::list_jobs))
-        .routes(routes!(jobs::get_job))
+        .routes(routes!(job_routes::list_jobs))
+        .routes(routes!(job_routes::get_job))
         .routes(routes!(
-            kill_switch::get_kill_switch,
-            kill_switch::put_kill_switch
+            kill_switch_routes::get_kill_switch,
+            kill_switch_routes::put_kill_switch
         ))
-        .routes(routes!(audit::list_audit))
-        .routes(routes!(reconcile::get_reconcile, reconcile::post_reconcile))
-        .routes(routes!(reconcile::undo_job))
+        .routes(routes!(audit_routes::list_audit))
+        .routes(routes!(
+            reconcile_routes::get_reconcile,
+            reconcile_routes::post_reconcile
+        ))
+        .routes(routes!(reconcile_routes::undo_job))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(metrics::metrics))

@@ -1,6 +1,6 @@
 //! What `POST /v1/webhooks/{source}` answers a verified delivery ([`WebhookAnswer`]), and the
 //! recording of a delivery whose event does not delete ([`ignore`]), shared by the route
-//! ([`super::webhooks`]) and its SNS branch ([`super::sns`]).
+//! ([`super::webhooks`]) and its SNS branch ([`super::sns_delivery`]).
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -22,7 +22,7 @@ use super::AppState;
 use super::auth::{REPEATED_AUTHORIZATION, authorization_repeated, bearer};
 use super::error::{ApiError, Problem};
 use super::extract::ApiPath;
-use super::intake::job_state;
+use super::intake_routes::job_state;
 use super::webhook_answer::ignore;
 pub use super::webhook_answer::{WebhookAnswer, WebhookOutcome};
 use crate::ids::{DedupBasis, KeyForm, MAX_TENANT_ID_LEN};
@@ -241,8 +241,10 @@ async fn receive_verified(
         return Err(unauthorized("unknown source".into()));
     };
     if source.scheme == Scheme::AwsSns {
-        let message = super::sns::authenticate(name, source, &body).await?;
-        if let Some(answer) = super::sns::answer_other(state, name, source, &message).await? {
+        let message = super::sns_delivery::authenticate(name, source, &body).await?;
+        if let Some(answer) =
+            super::sns_delivery::answer_other(state, name, source, &message).await?
+        {
             return Ok((StatusCode::OK, axum::Json(answer)));
         }
     } else if source.scheme.is_token() {
@@ -308,7 +310,7 @@ fn slack_challenge(body: &[u8], event: Option<String>) -> WebhookAnswer {
     }
 }
 
-/// A `restore_events` event: the tenant reinstalled ([`super::reconcile::reinstall_subject`]).
+/// A `restore_events` event: the tenant reinstalled ([`super::reconcile_routes::reinstall_subject`]).
 ///
 /// # Errors
 /// 422 without a tenant where the source says it is; the reinstall's errors.
@@ -326,7 +328,8 @@ async fn reinstall(
         ))
     })?;
     let reason = format!("event {event}");
-    let outcome = super::reconcile::reinstall_subject(state, name, tenant, Some(&reason)).await?;
+    let outcome =
+        super::reconcile_routes::reinstall_subject(state, name, tenant, Some(&reason)).await?;
     tracing::info!(source = %name, event, ?outcome, "webhook reinstall");
     Ok(WebhookAnswer {
         reinstall: Some(outcome),

@@ -6,8 +6,8 @@
 //! The action answers with a redirect (303) to [`DONE`], a page that only reads what was done from
 //! the audit log: reloading it repeats nothing, and it states no change the log does not hold.
 //!
-//! Cancel, retry and resume go through [`crate::http::reconcile::run`] (as `POST /v1/reconcile`,
-//! narrowed to the confirmed job IDs); undo through [`crate::http::reconcile::undo`] (as `POST
+//! Cancel, retry and resume go through [`crate::http::reconcile_routes::run`] (as `POST /v1/reconcile`,
+//! narrowed to the confirmed job IDs); undo through [`crate::http::reconcile_routes::undo`] (as `POST
 //! /v1/jobs/{job_id}/undo`). Both write the same audit entries as the JSON API.
 
 use std::collections::HashMap;
@@ -25,7 +25,7 @@ use super::session::{ActionForm, Viewer};
 use crate::db::{self, Bounds};
 use crate::http::AppState;
 use crate::http::error::ApiError;
-use crate::http::reconcile::{self, ReconcileBody};
+use crate::http::reconcile_routes::{self, ReconcileBody};
 use crate::queue::reconcile::{Actions, Applied, Filter};
 use crate::queue::search;
 
@@ -229,7 +229,7 @@ pub async fn confirm(
         _ if ids.is_empty() => (0, html! {}, Vec::new()),
         _ => {
             let before = states(&state, &ids).await?;
-            let dry = reconcile::run(
+            let dry = reconcile_routes::run(
                 &state,
                 &viewer.actor,
                 &ReconcileBody {
@@ -320,10 +320,10 @@ pub async fn act(
                     ApiError::Unprocessable("undo: exactly one job at a time".into()).into(),
                 );
             };
-            reconcile::undo(&state, &viewer.actor, *id, &form.reason).await?;
+            reconcile_routes::undo(&state, &viewer.actor, *id, &form.reason).await?;
         }
         action => {
-            reconcile::run(
+            reconcile_routes::run(
                 &state,
                 &viewer.actor,
                 &ReconcileBody {

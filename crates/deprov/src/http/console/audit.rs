@@ -37,7 +37,7 @@ impl AuditQuery {
             .map(str::trim)
             .filter(|a| !a.is_empty());
         if let Some(a) = action {
-            crate::http::intake::no_nul("action", a)?;
+            crate::http::intake_routes::no_nul("action", a)?;
         }
         Ok(action)
     }

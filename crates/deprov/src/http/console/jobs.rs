@@ -12,7 +12,7 @@ use super::session::Viewer;
 use crate::db::{self, Bounds};
 use crate::http::AppState;
 use crate::http::error::ApiError;
-use crate::http::jobs::ProgressView;
+use crate::http::job_routes::ProgressView;
 use crate::queue::search::{self, JobFilter};
 use crate::queue::{Job, JobState, jobs};
 
@@ -51,7 +51,7 @@ impl JobsQuery {
             ("request", &self.request),
         ] {
             if let Some(v) = v {
-                crate::http::intake::no_nul(name, v)?;
+                crate::http::intake_routes::no_nul(name, v)?;
             }
         }
         let state = match given(self.state.as_ref()) {

@@ -7,8 +7,8 @@
 //! whether a hard delete checkpointed after the change (of the tenant's jobs for a tenant switch,
 //! of any job otherwise), and when the live workers' last destructive statement ended
 //! (`last_destroyed_at`, of any job) against the change — read as `GET /v1/kill-switch` reads them
-//! ([`crate::http::kill_switch::read_status`]). Changes go through
-//! [`crate::http::kill_switch::change`], as `PUT /v1/kill-switch` does.
+//! ([`crate::http::kill_switch_routes::read_status`]). Changes go through
+//! [`crate::http::kill_switch_routes::change`], as `PUT /v1/kill-switch` does.
 
 use axum::extract::State;
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -21,7 +21,7 @@ use super::layout::{self, Section};
 use super::session::{ActionForm, Viewer};
 use crate::db::{self, Bounds};
 use crate::http::AppState;
-use crate::http::kill_switch::{self, KillSwitchStatusView, SetKillSwitch};
+use crate::http::kill_switch_routes::{self, KillSwitchStatusView, SetKillSwitch};
 use crate::queue::kill_switch::ScopeKind;
 use crate::queue::search;
 
@@ -58,7 +58,7 @@ impl Snapshot {
 }
 
 async fn snapshot(state: &AppState) -> Result<Snapshot, ConsoleError> {
-    let status = KillSwitchStatusView::new(kill_switch::read_status(state).await?);
+    let status = KillSwitchStatusView::new(kill_switch_routes::read_status(state).await?);
     let mut tx = db::begin(&state.pools.intake, Bounds::STATE).await?;
     let running_blocked = search::running_blocked(&mut *tx).await?;
     let blocked_jobs = search::running_blocked_jobs(&mut *tx).await?;
@@ -393,7 +393,7 @@ pub async fn change(
         scope: form.scope,
         key: form.key.filter(|k| !k.trim().is_empty()),
     };
-    let view = kill_switch::change(&state, &viewer.actor, &body).await?;
+    let view = kill_switch_routes::change(&state, &viewer.actor, &body).await?;
     let query = form_urlencoded::Serializer::new(String::new())
         .append_pair("version", &view.version.to_string())
         .append_pair("moved", &view.jobs_moved.unwrap_or(0).to_string())

@@ -9,8 +9,8 @@
 //!   then apply at a chosen release rate;
 //! - [`audit`]: the audit log.
 //!
-//! Every action calls the function the JSON API calls ([`super::kill_switch::change`],
-//! [`super::reconcile::run`], [`super::reconcile::undo`]), so it writes the same audit entries.
+//! Every action calls the function the JSON API calls ([`super::kill_switch_routes::change`],
+//! [`super::reconcile_routes::run`], [`super::reconcile_routes::undo`]), so it writes the same audit entries.
 //! Access ([`session`]): log in with an operator token; a session cookie (`HttpOnly; Secure;
 //! SameSite=Strict`, 8 hours); a `read-only` token sees every page without action forms, and its
 //! POSTs are refused 403; a POST from another site or origin is refused 403 (the login too), and

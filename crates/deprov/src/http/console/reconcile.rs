@@ -1,7 +1,7 @@
 //! Held requests and reconcile: what arrived while held, held, failed, stalled and in-grace jobs,
 //! orphans; then a reconcile as a dry run shown as the actions it would take, and its apply at a
 //! chosen release rate; the apply redirects (303) to [`APPLIED`], which reads what it did from the
-//! audit log, so reloading repeats nothing. Both steps go through [`crate::http::reconcile::run`], as `POST
+//! audit log, so reloading repeats nothing. Both steps go through [`crate::http::reconcile_routes::run`], as `POST
 //! /v1/reconcile` does (the dry run is the same call rolled back).
 
 use std::collections::HashMap;
@@ -18,7 +18,7 @@ use super::layout::{self, Section};
 use super::session::{ActionForm, Viewer};
 use crate::http::AppState;
 use crate::http::error::ApiError;
-use crate::http::reconcile::{self, ReconcileAnswer, ReconcileBody, ReconcileQuery};
+use crate::http::reconcile_routes::{self, ReconcileAnswer, ReconcileBody, ReconcileQuery};
 use crate::queue::reconcile::{Actions, JobRow, Orphans, Report, RequestRow};
 
 /// The page's path.
@@ -175,7 +175,7 @@ pub async fn page(
     State(state): State<AppState>,
     PageQuery(f): PageQuery<ReconcileFilter>,
 ) -> Result<Html<String>, ConsoleError> {
-    let report = reconcile::report(&state, &f.query().filter()?).await?;
+    let report = reconcile_routes::report(&state, &f.query().filter()?).await?;
     let body = html! {
         h1 { "Held requests & reconcile" }
         (filter_form(&f))
@@ -274,7 +274,7 @@ pub async fn dry_run(
     ActionForm { viewer, form }: ActionForm<ReconcileForm>,
 ) -> Result<Html<String>, ConsoleError> {
     let body = form.body(false)?;
-    let answer = reconcile::run(&state, &viewer.actor, &body).await?;
+    let answer = reconcile_routes::run(&state, &viewer.actor, &body).await?;
     // Rolled back: the jobs are still in the states they were in before the dry run.
     let ids: Vec<uuid::Uuid> = answer.applied.actions.iter().map(|a| a.job_id).collect();
     let before = actions::states(&state, &ids).await?;
@@ -318,7 +318,7 @@ pub async fn apply(
 ) -> Result<Response, ConsoleError> {
     let body = form.body(true)?;
     let after = actions::audit_mark(&state).await?;
-    let answer = reconcile::run(&state, &viewer.actor, &body).await?;
+    let answer = reconcile_routes::run(&state, &viewer.actor, &body).await?;
     let upto = actions::audit_upto(&state, after, &viewer.actor).await?;
     let query = form_urlencoded::Serializer::new(String::new())
         .append_pair("after", &after.to_string())

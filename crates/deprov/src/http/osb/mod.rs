@@ -23,7 +23,7 @@ use axum::response::Response;
 
 use super::AppState;
 use super::error::{ApiError, Problem};
-use super::intake::job_state;
+use super::intake_routes::job_state;
 use crate::ids::DedupBasis;
 use crate::queue::JobState;
 use crate::queue::intake::{NewRequest, SubjectKind};

@@ -16,7 +16,7 @@ use super::AppState;
 use super::auth::{AuthenticatedSource, Operator};
 use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::kill_switch::operator_reason;
+use super::kill_switch_routes::operator_reason;
 use crate::db::{self, Bounds};
 use crate::engine::BatchLimits;
 use crate::http::operator_responses::{ReadOnly, Unauthorized, Unavailable};
@@ -398,7 +398,7 @@ pub async fn reinstall(
     if !lookup && let Some(form) = state.readiness.sql_check().key_form() {
         form.canonical(&tenant).map_err(invalid)?;
     }
-    let reason = crate::http::intake::validate_reason(body.reason)?;
+    let reason = crate::http::intake_routes::validate_reason(body.reason)?;
     let outcome =
         reinstall_subject(&state, &source.name, tenant.as_str(), reason.as_deref()).await?;
     Ok(axum::Json(outcome))

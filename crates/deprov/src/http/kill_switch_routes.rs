@@ -16,7 +16,7 @@ use super::AppState;
 use super::auth::Operator;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
-use super::intake::{MAX_REASON_CHARS, no_nul};
+use super::intake_routes::{MAX_REASON_CHARS, no_nul};
 use crate::db::{self, Bounds};
 use crate::http::operator_responses::{NoOperatorToken, ReadOnly, Unauthorized, Unavailable};
 use crate::queue::kill_switch::{self, Scope, ScopeKind, ScopeSwitch, Status};

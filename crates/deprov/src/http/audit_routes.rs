@@ -9,7 +9,7 @@ use super::AppState;
 use super::auth::Operator;
 use super::error::{ApiError, Problem};
 use super::extract::ApiQuery;
-use super::intake::no_nul;
+use super::intake_routes::no_nul;
 use crate::db::{self, Bounds};
 use crate::http::operator_responses::{NoOperatorToken, Unauthorized, Unavailable};
 use crate::queue::audit::{self, Entry};

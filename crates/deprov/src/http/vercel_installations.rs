@@ -13,7 +13,7 @@ use super::AppState;
 use super::auth::VercelCaller;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, OptionalJson, idempotency_key};
-use super::intake::{job_state, validate_reason};
+use super::intake_routes::{job_state, validate_reason};
 use crate::ids::{DedupBasis, TenantId};
 use crate::queue::JobState;
 use crate::queue::intake::{NewRequest, SubjectKind};
