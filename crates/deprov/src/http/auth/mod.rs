@@ -5,7 +5,7 @@
 //! with SHA-256 and the digests compared with `subtle`, visiting every configured token, so neither the
 //! position of a match nor a token's length leaks through timing.
 
-mod operator;
+mod operator_token;
 
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use subtle::ConstantTimeEq;
 
 use super::AppState;
 use super::error::ApiError;
-pub use operator::{BOOTSTRAP_ACTOR, Operator, OperatorAuth};
+pub use operator_token::{BOOTSTRAP_ACTOR, Operator, OperatorAuth};
 
 use crate::config::Config;
 use crate::sources::Scheme;

@@ -18,9 +18,9 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::error::{ConsoleError, PageQuery};
-use super::jobs::{JobsQuery, LIMIT};
+use super::jobs_page::{JobsQuery, LIMIT};
 use super::layout::{self, Section};
+use super::page_error::{ConsoleError, PageQuery};
 use super::session::{ActionForm, Viewer};
 use crate::db::{self, Bounds};
 use crate::http::AppState;

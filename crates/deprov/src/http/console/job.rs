@@ -9,9 +9,9 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::actions;
-use super::error::ConsoleError;
-use super::jobs::state_class;
+use super::jobs_page::state_class;
 use super::layout::{self, Section};
+use super::page_error::ConsoleError;
 use super::session::Viewer;
 use crate::db::{self, Bounds};
 use crate::http::AppState;

@@ -16,8 +16,8 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use super::error::{ConsoleError, PageQuery};
 use super::layout::{self, Section};
+use super::page_error::{ConsoleError, PageQuery};
 use super::session::{ActionForm, Viewer};
 use crate::db::{self, Bounds};
 use crate::http::AppState;

@@ -3,11 +3,11 @@
 //!
 //! - [`kill_switches`]: every switch, engage / release with a reason, and whether each change took
 //!   effect (which live worker acknowledged which version, running jobs still blocked);
-//! - [`jobs`] and [`job`]: counts, queue age, jobs by filter with their live progress, one job
+//! - [`jobs_page`] and [`job`]: counts, queue age, jobs by filter with their live progress, one job
 //!   with its requests; cancel / retry / resume / undo with a confirmation ([`actions`]);
-//! - [`reconcile`]: what is held, failed, in grace or orphaned; a dry run shown as its actions,
+//! - [`reconcile_page`]: what is held, failed, in grace or orphaned; a dry run shown as its actions,
 //!   then apply at a chosen release rate;
-//! - [`audit`]: the audit log.
+//! - [`audit_page`]: the audit log.
 //!
 //! Every action calls the function the JSON API calls ([`super::kill_switch_routes::change`],
 //! [`super::reconcile_routes::run`], [`super::reconcile_routes::undo`]), so it writes the same audit entries.
@@ -20,15 +20,15 @@
 
 pub mod actions;
 pub mod assets;
-pub mod audit;
-pub mod error;
+pub mod audit_page;
 pub mod job;
-pub mod jobs;
+pub mod jobs_page;
 pub mod kill_switches;
 pub mod layout;
 pub mod login_limit;
+pub mod page_error;
 pub mod paths;
-pub mod reconcile;
+pub mod reconcile_page;
 pub mod session;
 pub mod shell;
 
@@ -61,19 +61,19 @@ pub fn routes() -> Router<AppState> {
             get(kill_switches::page).post(kill_switches::change),
         )
         .route("/ui/kill-switches/live", get(kill_switches::live))
-        .route(jobs::PATH, get(jobs::page))
-        .route("/ui/jobs/live", get(jobs::live))
+        .route(jobs_page::PATH, get(jobs_page::page))
+        .route("/ui/jobs/live", get(jobs_page::live))
         .route(actions::CONFIRM, post(actions::confirm))
         .route(actions::ACT, post(actions::act))
         .route(actions::DONE, get(actions::done))
         .route("/ui/jobs/{job_id}", get(job::page))
         .route("/ui/jobs/{job_id}/live", get(job::live))
-        .route(reconcile::PATH, get(reconcile::page))
-        .route(reconcile::DRY_RUN, post(reconcile::dry_run))
-        .route(reconcile::APPLY, post(reconcile::apply))
-        .route(reconcile::APPLIED, get(reconcile::applied))
-        .route(audit::PATH, get(audit::page))
-        .route("/ui/audit/live", get(audit::live))
+        .route(reconcile_page::PATH, get(reconcile_page::page))
+        .route(reconcile_page::DRY_RUN, post(reconcile_page::dry_run))
+        .route(reconcile_page::APPLY, post(reconcile_page::apply))
+        .route(reconcile_page::APPLIED, get(reconcile_page::applied))
+        .route(audit_page::PATH, get(audit_page::page))
+        .route("/ui/audit/live", get(audit_page::live))
         .route(assets::SCRIPT, get(assets::script))
         .route(assets::STYLE, get(assets::style))
         .route("/ui/{*rest}", get(not_found).post(not_found))
@@ -81,7 +81,7 @@ pub fn routes() -> Router<AppState> {
 }
 
 /// Any other path under `/ui`: a 404 page (with the console's headers, unlike the API's 404).
-async fn not_found() -> error::ConsoleError {
+async fn not_found() -> page_error::ConsoleError {
     crate::http::error::ApiError::NotFound("no such page".into()).into()
 }
 

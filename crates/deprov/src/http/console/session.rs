@@ -24,8 +24,8 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq as _;
 
-use super::error::ConsoleError;
 use super::login_limit::Peer;
+use super::page_error::ConsoleError;
 use super::shell;
 use crate::db::{self, Bounds};
 use crate::http::AppState;

@@ -9,10 +9,10 @@
 //! min_api_version` (else 412; spec "API Version Header"), then the route's own parameters. A
 //! deprovision is recorded like any deletion request under the source's name, deduplicated on the
 //! instance ID (deterministic request ID over source and instance ID: every retry of a DELETE is
-//! one request and one job). Errors have the OSB error body ([`error::OsbError`]).
+//! one request and one job). Errors have the OSB error body ([`broker_error::OsbError`]).
 
-mod checks;
-pub mod error;
+pub mod broker_error;
+mod request_checks;
 pub mod status;
 pub mod types;
 
@@ -27,8 +27,8 @@ use super::intake_routes::job_state;
 use crate::ids::DedupBasis;
 use crate::queue::JobState;
 use crate::queue::intake::{NewRequest, SubjectKind};
-use checks::{broker, instance, json, param, with_identity};
-use error::{OsbError, OsbErrorBody};
+use broker_error::{OsbError, OsbErrorBody};
+use request_checks::{broker, instance, json, param, with_identity};
 use status::Standing;
 pub use types::{
     DeprovisionAccepted, DeprovisionQuery, Empty, LastOperation, LastOperationQuery, OperationState,

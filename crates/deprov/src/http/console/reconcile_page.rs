@@ -12,9 +12,9 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::actions::{self, change};
-use super::error::{ConsoleError, PageQuery};
-use super::jobs::state_class;
+use super::jobs_page::state_class;
 use super::layout::{self, Section};
+use super::page_error::{ConsoleError, PageQuery};
 use super::session::{ActionForm, Viewer};
 use crate::http::AppState;
 use crate::http::error::ApiError;

@@ -6,8 +6,8 @@ use axum::response::Html;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::error::{ConsoleError, PageQuery};
 use super::layout::{self, Section};
+use super::page_error::{ConsoleError, PageQuery};
 use super::session::Viewer;
 use crate::db::{self, Bounds};
 use crate::http::AppState;

@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::error::OsbError;
+use super::broker_error::OsbError;
 use super::{API_VERSION_HEADER, MAX_PARAM_LEN, REQUEST_IDENTITY_HEADER};
 use crate::config::OsbConfig;
 use crate::http::AppState;
