@@ -6,14 +6,14 @@
 //! each key.
 
 mod access;
-mod console;
+mod broker;
+mod callback;
+mod console_bounds;
+mod deletion;
 mod edge;
-mod hard_delete;
-mod intake;
-mod notify;
-mod osb;
+mod leases_pools;
+mod requests;
 mod tenant;
-mod worker;
 
 use std::collections::BTreeMap;
 
@@ -21,14 +21,14 @@ use serde::Deserialize;
 
 use crate::sql::QualifiedName;
 pub use access::OperatorTokensConfig;
-pub use console::{ConsoleConfig, LoginRateLimitConfig};
+pub use broker::{DEFAULT_MIN_API_VERSION, OsbConfig, minor_of as osb_minor_of};
+pub use callback::{EVENT_TYPES, NotificationsConfig, SigningKey};
+pub use console_bounds::{ConsoleConfig, LoginRateLimitConfig};
+pub use deletion::{HardDeleteConfig, PacingConfig, UserTriggers};
 pub use edge::{MetricsConfig, RateLimitConfig};
-pub use hard_delete::{HardDeleteConfig, PacingConfig, UserTriggers};
-pub use intake::{IntakeConfig, VercelConfig};
-pub use notify::{EVENT_TYPES, NotificationsConfig, SigningKey};
-pub use osb::{DEFAULT_MIN_API_VERSION, OsbConfig, minor_of as osb_minor_of};
+pub use leases_pools::{PoolConfig, PoolsConfig, WorkerConfig};
+pub use requests::{IntakeConfig, VercelConfig};
 pub use tenant::{ReconcileConfig, SoftDeleteConfig, TenantConfig};
-pub use worker::{PoolConfig, PoolsConfig, WorkerConfig};
 
 /// Why the configuration was refused. Every message names the key.
 #[derive(Debug, thiserror::Error)]
@@ -214,7 +214,7 @@ impl Config {
     /// sections.
     fn validate(&self, secrets: Secrets) -> Result<(), ConfigError> {
         self.tenant.validate()?;
-        intake::validate_sources(&self.sources, secrets)?;
+        requests::validate_sources(&self.sources, secrets)?;
         self.soft_delete.validate()?;
         self.reconcile.validate()?;
         self.hard_delete.validate()?;
