@@ -20,9 +20,9 @@ use crate::queue::jobs::{self, Outcome};
 use crate::queue::kill_switch;
 
 mod ahead;
-mod checks;
 mod hard_delete;
-mod whole;
+mod pre_checks;
+mod whole_try;
 
 /// Statement or lock timeouts in a row a run absorbs by shrinking (and, for a lock, pausing) before
 /// it hands the job back for a retry with backoff.

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::super::{JobRun, Stop};
+use super::batches::Batches;
 use super::rest::{REST_SHOWN, rfc3339_after};
-use super::state::Batches;
 use super::{Deferred, start_step};
 use crate::engine::{self, BatchResult, Cursor};
 use crate::telemetry;

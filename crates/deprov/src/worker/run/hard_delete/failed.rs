@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::super::{JobRun, MAX_LOCAL_TIMEOUTS, Stop};
 use super::Deferred;
-use super::state::Batches;
+use super::batches::Batches;
 use crate::engine::{BatchLimits, EngineError, Plan};
 use crate::sqlstate::{FOREIGN_KEY_VIOLATION, LOCK_NOT_AVAILABLE, QUERY_CANCELED};
 use crate::worker::backoff;

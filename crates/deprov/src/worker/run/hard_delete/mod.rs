@@ -10,10 +10,10 @@ use crate::engine::{self, Cursor, EngineError, Plan};
 use crate::telemetry;
 use crate::worker::progress::Checkpoint;
 
+mod batches;
 mod committed;
 mod failed;
 mod rest;
-mod state;
 mod sweep;
 
 impl JobRun {
@@ -101,7 +101,7 @@ impl JobRun {
             };
             self.progress.bookkeeping_ms += checked.elapsed().as_secs_f64() * 1000.0;
             let limits = b.limits(&self.limits, hd);
-            let bounded = state::Batches::bounded(&limits, &self.limits);
+            let bounded = batches::Batches::bounded(&limits, &self.limits);
             let began = std::sync::OnceLock::new();
             // The switches for the next batch are read on the state database while this one runs
             // on the target (super::ahead).

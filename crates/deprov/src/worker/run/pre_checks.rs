@@ -231,7 +231,7 @@ impl JobRun {
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         self.progress.trial_ms += ms;
         self.progress.longest_rolled_back_ms = self.progress.longest_rolled_back_ms.max(ms);
-        self.progress.trial = Some(super::whole::with_why(
+        self.progress.trial = Some(super::whole_try::with_why(
             verdict.label(),
             shortened.as_deref(),
         ));
