@@ -240,7 +240,7 @@ pub enum Commit {
 /// Takes a connection from `pool`, recording the wait in `deprov_db_pool_acquire_seconds` and a
 /// [`sqlx::Error::PoolTimedOut`] in `deprov_db_pool_acquire_timeouts_total` (both labelled by pool).
 /// Waits at most the pool's `acquire_timeout`. The one place deprov calls sqlx's `Pool::acquire`
-/// (the rule check in `db/tests.rs` allows it here only).
+/// (the rule check in `db/rule_tests.rs` allows it here only).
 ///
 /// # Errors
 /// sqlx's acquire errors: `PoolTimedOut` (no connection within `acquire_timeout`, which includes
@@ -799,4 +799,4 @@ pub async fn pending_migrations(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> 
 }
 
 #[cfg(test)]
-mod tests;
+mod rule_tests;

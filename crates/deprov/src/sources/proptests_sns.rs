@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 
 use super::sns::{Message, parse, verify_signature};
-use super::tests::sns::{confirmation, marketplace, test_key, test_public_key};
+use super::tests::sns_messages::{confirmation, marketplace, test_key, test_public_key};
 
 /// The signed text fields of `m`, by index (for a confirmation also `SubscribeURL` and `Token`).
 fn field(m: &mut Message, index: usize) -> Option<&mut String> {

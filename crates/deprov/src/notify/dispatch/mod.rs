@@ -291,4 +291,4 @@ impl Dispatcher {
 }
 
 #[cfg(test)]
-mod tests;
+mod dispatch_tests;

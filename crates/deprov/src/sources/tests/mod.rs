@@ -8,10 +8,10 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::*;
 
-mod config;
-mod decode;
+mod decode_layers;
 mod key_age;
-pub(super) mod sns;
+pub(super) mod sns_messages;
+mod source_config;
 mod timed;
 mod token_config;
 mod untimed;
