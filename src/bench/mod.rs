@@ -9,10 +9,10 @@
 
 mod args;
 pub mod corpus;
+mod delete_report;
 mod error;
 mod paced;
 pub mod replay;
-mod report;
 pub mod run;
 pub mod side;
 pub mod target;
@@ -21,5 +21,5 @@ mod target_report;
 pub mod workload;
 
 pub use args::BenchArgs;
-pub use report::BenchReport;
+pub use delete_report::BenchReport;
 pub use run::run;

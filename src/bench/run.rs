@@ -31,8 +31,8 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 pub use super::args::BenchArgs;
+pub use super::delete_report::BenchReport;
 pub use super::paced::Paced;
-pub use super::report::BenchReport;
 use super::side::{
     BenchError, DeprovRun, Keys, Side, TimeSplit, checkpoint, run_deprov, side, warm,
 };

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::report::{met, tables_text};
+use super::delete_report::{met, tables_text};
 use super::side::TimeSplit;
 use deprov_testkit::transactions::{Sampled, SeenTransaction};
 
