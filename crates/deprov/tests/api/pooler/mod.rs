@@ -2,18 +2,18 @@
 //! fewer server connections than deprov has clients ([`service`]); the failures this mode guards
 //! against, shown on the same PgBouncer with sqlx's defaults and with the CLI without the mode
 //! ([`failures`]); TCP keepalives on pool sockets ([`keepalive`]); `GET /metrics` of a real process
-//! through the same PgBouncer ([`metrics`]); the start-up check of the configured SQL through it
-//! ([`sqlcheck`]); PostgreSQL restarted behind it ([`outage`]); intake while PgBouncer's servers
+//! through the same PgBouncer ([`metrics_scrape`]); the start-up check of the configured SQL through it
+//! ([`startup_check`]); PostgreSQL restarted behind it ([`outage`]); intake while PgBouncer's servers
 //! are all busy ([`queued`]).
 
 mod failures;
+mod heartbeat_ack;
 mod keepalive;
-mod kill_switch;
-mod metrics;
+mod metrics_scrape;
 mod outage;
 mod queued;
 mod service;
-mod sqlcheck;
+mod startup_check;
 
 use std::collections::BTreeMap;
 
