@@ -8,7 +8,7 @@ use super::super::verify::differing_tables;
 use super::super::*;
 use super::{accounts, setup};
 
-/// The demo size, durable server settings: `cargo test --release --lib demo::tests::size::load_demo_size -- --ignored --nocapture`.
+/// The demo size, durable server settings: `cargo test --release -p deprov-demo --lib tests::size::load_demo_size -- --ignored --nocapture`.
 #[tokio::test]
 #[ignore = "loads the full demo size (about 1.1M rows); run by hand to measure"]
 async fn load_demo_size() {
