@@ -66,7 +66,8 @@ case ${1:-} in
     ;;
   --install)
     have=$("$venv/bin/pip" freeze --disable-pip-version-check 2>/dev/null || true)
-    if printf '%s\n' "${packages[@]}" | grep -qvxiF -f <(printf '%s\n' "$have"); then
+    # A here-string, not a pipe: under pipefail an early `grep -q` could fail on printf's SIGPIPE.
+    if grep -qvxiF -f <(printf '%s\n' "$have") <<<"$(printf '%s\n' "${packages[@]}")"; then
       python3 -m venv "$venv"
       "$venv/bin/pip" install --quiet --disable-pip-version-check "${packages[@]}"
       echo "installed ${packages[*]} into $venv"

@@ -123,11 +123,15 @@ done <<<"$alert_urls"
 dupes=$(printf '%s\n' "${alerts[@]}" | sort | uniq -d)
 [ -z "$dupes" ] || fail "alert names used twice: $dupes"
 
+# Looked up in a here-string, not a pipe: under pipefail, `grep -q` leaving early would fail the
+# pipeline with printf's SIGPIPE and report a listed alert as missing.
+alert_list=$(printf '%s\n' "${alerts[@]}")
+
 echo "== runbooks"
 for file in "$runbooks"/*.md; do
   [ -e "$file" ] || continue
   name=$(basename "$file" .md)
-  printf '%s\n' "${alerts[@]}" | grep -qxF "$name" || fail "$file: no alert named $name"
+  grep -qxF "$name" <<<"$alert_list" || fail "$file: no alert named $name"
   for heading in Meaning Impact Diagnosis Mitigation; do
     grep -qE "^#+[[:space:]]+$heading\b" "$file" || fail "$file: no \"$heading\" section"
   done
@@ -146,7 +150,7 @@ for alert in "${alerts[@]}"; do
 done
 while read -r alert _; do
   [ -n "$alert" ] || continue
-  printf '%s\n' "${alerts[@]}" | grep -qxF "$alert" || fail "$tests tests an unknown alert $alert"
+  grep -qxF "$alert" <<<"$alert_list" || fail "$tests tests an unknown alert $alert"
 done <<<"$cases"
 
 echo "== metric names against $telemetry"
