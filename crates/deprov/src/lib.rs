@@ -29,3 +29,6 @@ pub mod sqlcheck;
 pub mod sqlstate;
 pub mod telemetry;
 pub mod worker;
+
+#[cfg(test)]
+mod layout_tests;

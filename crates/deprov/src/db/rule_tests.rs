@@ -13,21 +13,11 @@ use std::path::Path;
 fn service_statements_set_no_bounds_of_their_own() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let exempt = ["db", "sql.rs"].map(|p| root.join(p));
-    let mut files = Vec::new();
-    let mut dirs = vec![root.clone()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if exempt.contains(&path) {
-                continue;
-            }
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
+    let files: Vec<_> = crate::layout_tests::source_tree()
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .filter(|p| !exempt.iter().any(|e| p.starts_with(e)))
+        .collect();
     assert!(
         files.iter().any(|f| f.ends_with("notify/dispatch/mod.rs"))
             && files
