@@ -71,3 +71,36 @@ async fn a_row_whose_delete_alone_outlasts_the_bound_gets_the_full_statement_tim
         "a batch of an unbounded step takes as long as its row does, which is not distress: {progress:?}"
     );
 }
+
+#[tokio::test]
+async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_without_a_replan() {
+    // Deleting an account makes PostgreSQL's referential trigger scan all of `events` (no index
+    // on its key): a million other-tenant rows, longer than the 16 ms bound whatever the plan.
+    // `notes` is covered (a NOT NULL key to the root beside its path through `items`), so the
+    // root's delete may cascade: a cut there still must not re-plan and walk every step again.
+    let extra = "CREATE TABLE app.events (id bigint PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+         INSERT INTO app.events SELECT g, 2 FROM generate_series(1, 1000000) g;
+         INSERT INTO app.events SELECT 2000000 + g, 1 FROM generate_series(1, 50) g;
+         CREATE TABLE app.notes (id bigint PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE,
+             item_id bigint NOT NULL REFERENCES app.items ON DELETE CASCADE);
+         CREATE INDEX ON app.notes (account_id);
+         CREATE INDEX ON app.notes (item_id);
+         INSERT INTO app.notes SELECT g, 1, g FROM generate_series(1, 10) g;
+         ANALYZE;";
+    let config = config_hard(
+        "batch_rows = 10\nmax_batch_duration = \"20ms\"\nlock_timeout = \"5ms\"\ncascade_rows = 2000",
+        "installation",
+        "[pacing]\nbackoff = \"1ms\"\nbackoff_max = \"1ms\"",
+    );
+    let progress = delete_tenant_1(&schema(10, extra), &config).await;
+    assert_eq!(progress.replans, 0, "{progress:?}");
+    assert_eq!(progress.unbounded_steps, 1, "{progress:?}");
+    let root = progress
+        .tables
+        .iter()
+        .find(|t| t.table == "\"app\".\"accounts\"")
+        .unwrap();
+    assert_eq!(root.rows_deleted, 1, "{progress:?}");
+}
