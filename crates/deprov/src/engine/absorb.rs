@@ -30,6 +30,13 @@
 //! (and rows written after the direct step) are deleted by PostgreSQL's cascade under the batches
 //! of their parents on the other paths, and counted there as an absorbed table's rows are.
 //!
+//! A table with several paths and no key straight to the root is covered the same way by one
+//! kept step — the shortest path whose first key is NOT NULL — when every foreign key into the
+//! closure of it and of the absorbed tables below it is CASCADE: the rows the kept step does not
+//! reach then wait for their parents' batches on the other paths without blocking or being
+//! rewritten by the delete of any other table's rows. A join table under two tenant tables is
+//! walked once, not once per parent table.
+//!
 //! The estimate is an average: a parent row with far more descendants than average makes its batch
 //! slow. Batches are sized by time, so the next batch takes fewer parents; a single parent row whose
 //! cascade alone exceeds the absorbing step's statement timeout makes the worker re-plan with a
@@ -116,11 +123,12 @@ impl Plan {
     }
 
     /// Reduces each covered table's steps to those through a NOT NULL foreign key straight to the
-    /// root (see the module docs).
+    /// root, or else to its one kept step (see the module docs).
     fn cover(&mut self) {
         let fks = &self.catalog.foreign_keys;
         let direct = |s: &super::plan::Step| s.path.len() == 1 && fks[s.path[0]].not_null;
         let mut covered = BTreeSet::new();
+        let mut kept: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         for &table in &self.closure {
             if table == self.root
                 || self.absorbed.contains(&table)
@@ -130,21 +138,61 @@ impl Plan {
             {
                 continue;
             }
-            let (mut some_direct, mut some_other) = (false, false);
-            for s in self.steps.iter().filter(|s| s.table == table) {
-                if direct(s) {
-                    some_direct = true;
-                } else {
-                    some_other = true;
-                }
+            let steps: Vec<&super::plan::Step> =
+                self.steps.iter().filter(|s| s.table == table).collect();
+            if steps.len() < 2 {
+                continue;
             }
-            if some_direct && some_other {
+            if steps.iter().any(|s| direct(s)) {
+                if steps.iter().any(|s| !direct(s)) {
+                    covered.insert(table);
+                }
+                continue;
+            }
+            // No key straight to the root: the shortest path whose first key is NOT NULL (one
+            // with an index on it first), when the rows left to the other paths' cascades may
+            // wait for them.
+            let keeper = steps
+                .iter()
+                .filter(|s| fks[s.path[0]].not_null)
+                .min_by_key(|s| (s.path.len(), !fks[s.path[0]].indexed));
+            if let Some(keeper) = keeper
+                && self.only_cascades_below(table)
+            {
+                kept.insert(table, keeper.path.clone());
                 covered.insert(table);
             }
         }
-        self.steps
-            .retain(|s| !covered.contains(&s.table) || direct(s));
+        self.steps.retain(|s| match kept.get(&s.table) {
+            Some(path) => s.path == *path,
+            None => !covered.contains(&s.table) || direct(s),
+        });
         self.covered = covered;
+    }
+
+    /// Whether every foreign key into the closure of `table`, and of the absorbed tables its
+    /// cascade reaches, is `ON DELETE CASCADE`: their rows may then be deleted after any other
+    /// table's (a RESTRICT / NO ACTION key would refuse the delete of the rows it references while
+    /// they remain, and a SET NULL / SET DEFAULT one would rewrite rows the cascade deletes).
+    fn only_cascades_below(&self, table: u32) -> bool {
+        let fks = &self.catalog.foreign_keys;
+        let mut stack = vec![table];
+        let mut visited = BTreeSet::from([table]);
+        while let Some(t) = stack.pop() {
+            for fk in fks.iter().filter(|fk| self.closure.contains(&fk.to)) {
+                if fk.from == t && fk.on_delete != OnDelete::Cascade {
+                    return false;
+                }
+                if fk.to == t
+                    && fk.on_delete == OnDelete::Cascade
+                    && self.absorbed.contains(&fk.from)
+                    && visited.insert(fk.from)
+                {
+                    stack.push(fk.from);
+                }
+            }
+        }
+        true
     }
 
     /// Rows for the first batch of a step on `table`: `batch_rows` rows' worth of work by estimate —

@@ -103,3 +103,78 @@ async fn a_covered_table_keeps_only_its_direct_step_and_its_other_rows_go_with_t
     assert_eq!(t.rows_deleted, 1000, "{progress:?}");
     assert_eq!(progress.rows_deleted, 1 + 20 + 1000, "{progress:?}");
 }
+
+/// A join table under two tenant tables, with no key straight to the root: 3 tenants × 10
+/// environments and 20 invites; each invite in three environments. Twenty links join tenant 1's
+/// invites to tenant 2's environments: only the invites' path reaches them. `extra` is added to
+/// `env_invites`' columns.
+fn join_schema(extra: &str) -> String {
+    format!(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+         CREATE TABLE app.envs (id int PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+         CREATE TABLE app.invites (id int PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+         CREATE TABLE app.env_invites (
+             env_id int NOT NULL REFERENCES app.envs ON DELETE CASCADE,
+             invite_id int NOT NULL REFERENCES app.invites ON DELETE CASCADE{extra},
+             PRIMARY KEY (env_id, invite_id));
+         CREATE INDEX ON app.envs (account_id);
+         CREATE INDEX ON app.invites (account_id);
+         CREATE INDEX ON app.env_invites (invite_id);
+         INSERT INTO app.accounts VALUES (1, NULL), (2, NULL), (3, NULL);
+         INSERT INTO app.envs SELECT g, 1 + g % 3 FROM generate_series(0, 29) g;
+         INSERT INTO app.invites SELECT g, 1 + g % 3 FROM generate_series(0, 59) g;
+         INSERT INTO app.env_invites (env_id, invite_id)
+             SELECT (i % 3) + 3 * ((i / 3 + k) % 10), i FROM generate_series(0, 59) i, generate_series(0, 2) k;
+         INSERT INTO app.env_invites (env_id, invite_id)
+             SELECT 1 + 3 * (i % 10), i FROM generate_series(0, 59, 3) i;"
+    )
+}
+
+#[tokio::test]
+async fn a_join_table_under_two_tenant_tables_keeps_one_step_and_the_other_path_cascades() {
+    let schema = join_schema("");
+    let env = env_with_schema(&config_hard("", "id", ""), &schema).await;
+    let leaves_first = load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
+        .await
+        .unwrap();
+    let on = |plan: &Plan| {
+        plan.steps
+            .iter()
+            .filter(|s| plan.name(s.table).name == "env_invites")
+            .count()
+    };
+    assert_eq!(on(&leaves_first), 2);
+    let absorbing = leaves_first.clone().absorb(1000.0);
+    assert_eq!(on(&absorbing), 1, "{:?}", absorbing.steps);
+    assert_eq!(absorbing.covered.len(), 1, "{:?}", absorbing.covered);
+    // A NO ACTION key out of the join table keeps both paths: rows left to the invites' batches
+    // would still reference environments deleted before them.
+    let env = env_with_schema(
+        &config_hard("", "id", ""),
+        &join_schema(",\n             origin_id int REFERENCES app.envs"),
+    )
+    .await;
+    let blocked = load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
+        .await
+        .unwrap()
+        .absorb(1000.0);
+    assert_eq!(on(&blocked), 2, "{:?}", blocked.steps);
+
+    let progress = delete_tenant_1(
+        &schema,
+        &config_hard(
+            "batch_rows = 5\nmax_batch_duration = \"800ms\"\nlock_timeout = \"100ms\"",
+            "id",
+            "",
+        ),
+    )
+    .await;
+    let t = progress
+        .table(r#""app"."env_invites""#)
+        .expect("env_invites in the progress");
+    // Tenant 1's 60 links within its own tables and the 20 under its invites alone.
+    assert_eq!(t.rows_deleted, 80, "{progress:?}");
+}
