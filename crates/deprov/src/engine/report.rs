@@ -88,7 +88,7 @@ impl CascadeCheck {
     pub fn to_text(&self) -> String {
         match (&self.verdict, &self.error) {
             _ if !self.simulated => {
-                "cascade pre-check: not needed (only CASCADE keys and SET NULL into nullable columns reach the tenant)"
+                "cascade pre-check: not needed (only CASCADE keys and SET NULL into nullable columns, at most one per table, reach the tenant)"
                     .into()
             }
             (_, Some(e)) => format!("cascade pre-check: CANNOT DECIDE, deprov will refuse: {e}"),

@@ -183,19 +183,40 @@ impl From<SimError> for EngineError {
 
 /// Whether the plan has a *conditional* foreign key: one into the closure whose action can make the
 /// cascade fail — RESTRICT, NO ACTION, SET DEFAULT, or SET NULL into a NOT NULL column. Only then is
-/// [`simulate`] needed. CASCADE and SET NULL into nullable columns never fail by themselves (a CHECK
-/// constraint or user trigger on the updated row is outside what the simulation models anyway), so a
-/// schema of those alone — like most — pays nothing.
+/// [`simulate`] needed. CASCADE and one SET NULL into nullable columns per table never fail by
+/// themselves (a CHECK constraint or user trigger on the updated row is outside what the simulation
+/// models anyway), so a schema of those alone — like most — pays nothing.
 ///
-/// Also when a SET NULL / SET DEFAULT key shares columns with another key of its table
-/// ([`detaches`]): then the simulation's updates are applied before the batches ([`presets`]).
+/// Also when a table has two SET NULL keys into the closure ([`updated_twice`]), and when a SET
+/// NULL / SET DEFAULT key shares columns with another key of its table ([`detaches`]): then the
+/// simulation's updates are applied before the batches ([`presets`]).
 pub fn needs_simulation(plan: &Plan) -> bool {
     detaches(plan)
+        || updated_twice(plan)
         || plan
             .catalog
             .foreign_keys
             .iter()
             .any(|fk| conditional(plan, fk))
+}
+
+/// Whether the cascade may update a row twice: its table has two or more SET NULL / SET DEFAULT
+/// keys into the closure. The second update of a row finds a version the cascade's own transaction
+/// wrote, so PostgreSQL checks every foreign key of the row that still holds values, changed or
+/// not (`RI_FKey_fk_upd_check_required`, PostgreSQL 15 `ri_triggers.c`), and one whose referenced
+/// row the cascade deleted before its own action reached this row fails (23503).
+pub fn updated_twice(plan: &Plan) -> bool {
+    let fks = &plan.catalog.foreign_keys;
+    fks.iter().any(|f| {
+        fks.iter()
+            .filter(|g| {
+                g.from == f.from
+                    && plan.closure.contains(&g.to)
+                    && matches!(g.on_delete, OnDelete::SetNull | OnDelete::SetDefault)
+            })
+            .count()
+            >= 2
+    })
 }
 
 /// Whether `fk` references the closure with an action that can make the cascade fail (see

@@ -10,8 +10,9 @@
 //! neither which events the kept tables receive nor their first-in-first-out order.
 //!
 //! Not narrowed when a SET NULL / SET DEFAULT key shares columns with another key of its table
-//! ([`super::detaches`]) or a SET DEFAULT key references the closure: their updates queue checks on
-//! other keys of the updated rows, whose parents must then be known.
+//! ([`super::detaches`]), a table has two such keys ([`super::updated_twice`]) or a SET DEFAULT key
+//! references the closure: their updates queue checks on other keys of the updated rows, whose
+//! parents must then be known.
 
 use std::collections::BTreeSet;
 
@@ -24,6 +25,7 @@ pub(super) fn followed(plan: &Plan) -> Vec<bool> {
     let fks = &plan.catalog.foreign_keys;
     let into_closure = |to: u32| plan.closure.contains(&to);
     let everything = super::detaches(plan)
+        || super::updated_twice(plan)
         || fks
             .iter()
             .any(|f| into_closure(f.to) && f.on_delete == OnDelete::SetDefault);
