@@ -206,17 +206,25 @@ pub fn needs_simulation(plan: &Plan) -> bool {
 /// not (`RI_FKey_fk_upd_check_required`, PostgreSQL 15 `ri_triggers.c`), and one whose referenced
 /// row the cascade deleted before its own action reached this row fails (23503).
 pub fn updated_twice(plan: &Plan) -> bool {
+    !updated_twice_tables(plan).is_empty()
+}
+
+/// The tables of [`updated_twice`]: those with two or more SET NULL / SET DEFAULT keys into the
+/// closure (oids).
+fn updated_twice_tables(plan: &Plan) -> std::collections::BTreeSet<u32> {
     let fks = &plan.catalog.foreign_keys;
-    fks.iter().any(|f| {
-        fks.iter()
-            .filter(|g| {
-                g.from == f.from
-                    && plan.closure.contains(&g.to)
-                    && matches!(g.on_delete, OnDelete::SetNull | OnDelete::SetDefault)
-            })
-            .count()
-            >= 2
-    })
+    let mut count: BTreeMap<u32, usize> = BTreeMap::new();
+    for g in fks.iter().filter(|g| {
+        plan.closure.contains(&g.to)
+            && matches!(g.on_delete, OnDelete::SetNull | OnDelete::SetDefault)
+    }) {
+        *count.entry(g.from).or_default() += 1;
+    }
+    count
+        .into_iter()
+        .filter(|&(_, n)| n >= 2)
+        .map(|(t, _)| t)
+        .collect()
 }
 
 /// Whether `fk` references the closure with an action that can make the cascade fail (see

@@ -9,10 +9,13 @@
 //! children would otherwise be in the set, and so would it), so leaving its events out changes
 //! neither which events the kept tables receive nor their first-in-first-out order.
 //!
+//! A table with two SET NULL / SET DEFAULT keys into the closure ([`super::updated_twice`]) joins
+//! the set with every table it references in the closure: the second update of one of its rows
+//! checks each of the row's keys, whose parents must then be known.
+//!
 //! Not narrowed when a SET NULL / SET DEFAULT key shares columns with another key of its table
-//! ([`super::detaches`]), a table has two such keys ([`super::updated_twice`]) or a SET DEFAULT key
-//! references the closure: their updates queue checks on other keys of the updated rows, whose
-//! parents must then be known.
+//! ([`super::detaches`]) or a SET DEFAULT key references the closure: their updates queue checks on
+//! other keys of the updated rows, whose parents must then be known.
 
 use std::collections::BTreeSet;
 
@@ -25,7 +28,6 @@ pub(super) fn followed(plan: &Plan) -> Vec<bool> {
     let fks = &plan.catalog.foreign_keys;
     let into_closure = |to: u32| plan.closure.contains(&to);
     let everything = super::detaches(plan)
-        || super::updated_twice(plan)
         || fks
             .iter()
             .any(|f| into_closure(f.to) && f.on_delete == OnDelete::SetDefault);
@@ -35,6 +37,14 @@ pub(super) fn followed(plan: &Plan) -> Vec<bool> {
     let mut tables: BTreeSet<u32> = BTreeSet::new();
     for f in fks.iter().filter(|f| super::conditional(plan, f)) {
         tables.extend([f.from, f.to]);
+    }
+    for t in super::updated_twice_tables(plan) {
+        tables.insert(t);
+        tables.extend(
+            fks.iter()
+                .filter(|f| f.from == t && into_closure(f.to))
+                .map(|f| f.to),
+        );
     }
     // Every cascade parent (in the closure) of a table in the set joins it, up to the root.
     let mut grew = true;
