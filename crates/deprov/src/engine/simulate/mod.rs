@@ -187,9 +187,9 @@ impl From<SimError> for EngineError {
 /// themselves (a CHECK constraint or user trigger on the updated row is outside what the simulation
 /// models anyway), so a schema of those alone — like most — pays nothing.
 ///
-/// Also when a table has two SET NULL keys into the closure ([`updated_twice`]), and when a SET
-/// NULL / SET DEFAULT key shares columns with another key of its table ([`detaches`]): then the
-/// simulation's updates are applied before the batches ([`presets`]).
+/// Also when a table has two SET NULL keys into the closure ([`updated_twice`]); and when a SET
+/// NULL / SET DEFAULT key shares columns with another key of its table ([`detaches`]), whose
+/// simulated updates are then applied before the batches ([`presets`]).
 pub fn needs_simulation(plan: &Plan) -> bool {
     detaches(plan)
         || updated_twice(plan)
