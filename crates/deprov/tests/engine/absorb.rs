@@ -37,7 +37,7 @@ async fn analyzed_small_subtrees_go_with_their_parents_and_the_result_still_equa
     // Rows the cascade deleted under deprov's batches are counted too, each once.
     assert_eq!(progress.rows_deleted, tenant_rows, "{progress:?}");
     for name in ABSORBABLE {
-        let t = progress.tables.iter().find(|t| t.table == name).unwrap();
+        let t = progress.table(name).unwrap();
         assert_eq!(
             t.batches, 0,
             "{name} should have no batches of its own: {progress:?}"
@@ -51,7 +51,7 @@ async fn analyzed_small_subtrees_go_with_their_parents_and_the_result_still_equa
         "\"app\".\"projects\"",
         "\"app\".\"deployments\"",
     ] {
-        let t = progress.tables.iter().find(|t| t.table == name).unwrap();
+        let t = progress.table(name).unwrap();
         assert!(t.batches > 0, "{name}: {progress:?}");
     }
 }

@@ -42,11 +42,7 @@ async fn a_leaf_batch_far_larger_than_the_bound_allows_is_cut_short_and_retried_
         progress.longest_rolled_back_ms < 900.0,
         "cut by the batch bound, not the 900 ms statement_timeout: {progress:?}"
     );
-    let items = progress
-        .tables
-        .iter()
-        .find(|t| t.table == "\"app\".\"items\"")
-        .unwrap();
+    let items = progress.table("\"app\".\"items\"").unwrap();
     assert_eq!(items.rows_deleted, 60_000, "{progress:?}");
     assert!(items.batches > 1, "{progress:?}");
 }
@@ -97,10 +93,6 @@ async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_without_a_rep
     let progress = delete_tenant_1(&schema(10, extra), &config).await;
     assert_eq!(progress.replans, 0, "{progress:?}");
     assert_eq!(progress.unbounded_steps, 1, "{progress:?}");
-    let root = progress
-        .tables
-        .iter()
-        .find(|t| t.table == "\"app\".\"accounts\"")
-        .unwrap();
+    let root = progress.table("\"app\".\"accounts\"").unwrap();
     assert_eq!(root.rows_deleted, 1, "{progress:?}");
 }

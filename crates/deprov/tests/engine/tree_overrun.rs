@@ -39,11 +39,7 @@ async fn batches_that_cascade_down_a_tree_stay_within_the_batch_bound() {
     );
     let progress = delete_tenant_1(SCHEMA, &config).await;
     assert_eq!(progress.rows_deleted, 210_101, "{progress:?}");
-    let nodes = progress
-        .tables
-        .iter()
-        .find(|t| t.table == "\"app\".\"nodes\"")
-        .unwrap();
+    let nodes = progress.table("\"app\".\"nodes\"").unwrap();
     assert_eq!(nodes.rows_deleted, 210_100, "{progress:?}");
     // Committed batches end within the bound of 80 ms plus their commit; rolled-back ones at it,
     // plus the cancel's and the rollback's way back. 150 ms leaves room for a loaded machine (a

@@ -328,11 +328,7 @@ async fn a_tree_is_deleted_leaves_first_by_deprovs_own_batches() {
     let job_id = env.request("1").await;
     env.drain(&env.worker("w1")).await;
     let progress = Progress::from_json(&env.job(job_id).await.progress);
-    let folders = progress
-        .tables
-        .iter()
-        .find(|t| t.table == "\"app\".\"folders\"")
-        .unwrap();
+    let folders = progress.table("\"app\".\"folders\"").unwrap();
     assert_eq!(
         folders.rows_deleted, 6,
         "every folder deleted by a batch, none by the cascade: {folders:?}"
