@@ -53,7 +53,9 @@ impl JobRun {
         // The root row goes last: the steps before it deleted the rows of every table below it
         // that a re-plan could give back a step, so a cut of its delete is PostgreSQL's own work
         // on that row (its referential triggers' scans of tables without an index on the key),
-        // the same under any plan. Re-planning would only walk every step again.
+        // the same under any plan. Cut by the bound, it runs under the full statement_timeout
+        // (`after_bound_cut`) instead of re-planning, which would only walk every step again; a
+        // cut by that timeout still re-plans as any other step's does.
         let root_cut = bound_cut && step.path.is_empty();
         if canceled
             && !root_cut
