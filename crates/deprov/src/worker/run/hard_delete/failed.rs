@@ -127,6 +127,7 @@ impl JobRun {
             limits.statement_timeout.as_millis(),
             b.cascade_rows
         ));
+        tracing::info!(job = %self.job.id, %table, step = b.cp.step, steps = b.plan.steps.len(), cascade_rows = b.cascade_rows, "one row cascaded past the batch bound: re-planning with less cascade");
         self.progress.replans += 1;
         self.progress.cascade_rows = Some(b.cascade_rows);
         b.plan = leaves_first.clone().absorb(f64::from(b.cascade_rows));
