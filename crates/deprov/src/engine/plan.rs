@@ -8,7 +8,8 @@
 //! parent, so rows reachable through any parent are deleted.
 //!
 //! Steps are ordered leaves first (a depth-first post-order over "is referenced by" edges between
-//! closure tables, whatever their action), so when a step deletes a batch, the rows below it are
+//! closure tables, whatever their action; a cycle is broken at a SET NULL key into nullable columns
+//! where it has one), so when a step deletes a batch, the rows below it are
 //! already gone and PostgreSQL's own cascade has nothing left to do but SET NULL / SET DEFAULT side
 //! effects — which it applies exactly as the cascade would, because deprov deletes with plain `DELETE`s.
 //! The last step deletes the root row itself: a real cascade over whatever is left, normally nothing.
@@ -339,9 +340,10 @@ fn leaves_first_steps(
     root_oid: u32,
 ) -> Vec<Step> {
     // Leaves first: post-order over "is referenced by" edges inside the closure.
+    let edges = ordering_keys(catalog, closure);
     let mut order = Vec::new();
     let mut visited = BTreeSet::new();
-    post_order(catalog, closure, root_oid, &mut visited, &mut order);
+    post_order(catalog, &edges, root_oid, &mut visited, &mut order);
 
     let mut steps = Vec::new();
     for &table in &order {
@@ -406,9 +408,57 @@ fn all_paths(
     true
 }
 
+/// The foreign keys (indexes into `catalog.foreign_keys`) between two different closure tables that
+/// order the steps: every one, whatever its action, except a SET NULL into nullable columns that
+/// would close a cycle of the others. Such a key is the one a cycle breaks best: the parent's rows
+/// going first only set the child's column to NULL, as the cascade would have, and the child's rows
+/// are deleted later anyway; breaking a CASCADE key instead would make each parent row's delete
+/// cascade to its whole subtree, and breaking an order-sensitive one may fail
+/// ([`super::cycles`]). Keys are taken in catalog order, the others before any such SET NULL.
+fn ordering_keys(catalog: &Catalog, closure: &BTreeSet<u32>) -> BTreeSet<usize> {
+    let fks = &catalog.foreign_keys;
+    let between = |fk: &super::catalog::ForeignKey| {
+        fk.from != fk.to && closure.contains(&fk.from) && closure.contains(&fk.to)
+    };
+    let detaches = |fk: &super::catalog::ForeignKey| {
+        fk.on_delete == OnDelete::SetNull && !super::cycles::order_sensitive(fk)
+    };
+    let mut edges: BTreeSet<usize> = (0..fks.len())
+        .filter(|&i| between(&fks[i]) && !detaches(&fks[i]))
+        .collect();
+    for (i, fk) in fks.iter().enumerate() {
+        if between(fk) && detaches(fk) && !references(fks, &edges, fk.to, fk.from) {
+            edges.insert(i);
+        }
+    }
+    edges
+}
+
+/// Whether rows of `from` can reference rows of `to` through a chain of the keys `edges`.
+fn references(
+    fks: &[super::catalog::ForeignKey],
+    edges: &BTreeSet<usize>,
+    from: u32,
+    to: u32,
+) -> bool {
+    let mut seen = BTreeSet::from([from]);
+    let mut stack = vec![from];
+    while let Some(t) = stack.pop() {
+        if t == to {
+            return true;
+        }
+        for &i in edges {
+            if fks[i].from == t && seen.insert(fks[i].to) {
+                stack.push(fks[i].to);
+            }
+        }
+    }
+    false
+}
+
 fn post_order(
     catalog: &Catalog,
-    closure: &BTreeSet<u32>,
+    edges: &BTreeSet<usize>,
     table: u32,
     visited: &mut BTreeSet<u32>,
     out: &mut Vec<u32>,
@@ -416,11 +466,12 @@ fn post_order(
     if !visited.insert(table) {
         return;
     }
-    for fk in &catalog.foreign_keys {
-        // Every reference from a closure table orders: CASCADE and RESTRICT / NO ACTION must go
-        // child-first, and SET NULL / SET DEFAULT child-first means PostgreSQL has no rows to update.
-        if fk.to == table && fk.from != table && closure.contains(&fk.from) {
-            post_order(catalog, closure, fk.from, visited, out);
+    for &i in edges {
+        let fk = &catalog.foreign_keys[i];
+        // CASCADE and RESTRICT / NO ACTION must go child-first, and SET NULL / SET DEFAULT
+        // child-first means PostgreSQL has no rows to update.
+        if fk.to == table {
+            post_order(catalog, edges, fk.from, visited, out);
         }
     }
     out.push(table);

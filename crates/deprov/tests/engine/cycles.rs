@@ -105,3 +105,80 @@ async fn a_cycle_entered_twice_is_refused_before_anything_or_deleted_whole() {
     assert!(progress.whole_cascade, "{progress:?}");
     assert_eq!(progress.rows_deleted, 301, "{progress:?}");
 }
+
+/// `project → segment → form_field → api_key`, each CASCADE (child → parent), closed by
+/// `api_key.project_id`, a nullable SET NULL key into `project`; `form_field`'s key to the account
+/// is made first, so a walk from the root meets the cycle at `form_field`. Tenant 1 owns 2 API
+/// keys, 10 form fields, 20 segments and 20 projects.
+const SET_NULL_CYCLE: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.form_field (id int PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE, api_key_id int);
+CREATE TABLE app.segment (id int PRIMARY KEY,
+    form_field_id int NOT NULL REFERENCES app.form_field ON DELETE CASCADE);
+CREATE TABLE app.project (id int PRIMARY KEY,
+    segment_id int NOT NULL REFERENCES app.segment ON DELETE CASCADE);
+CREATE TABLE app.api_key (id int PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE,
+    project_id int REFERENCES app.project ON DELETE SET NULL);
+ALTER TABLE app.form_field ADD FOREIGN KEY (api_key_id) REFERENCES app.api_key ON DELETE CASCADE;
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.api_key SELECT g, 1 + (g - 1) / 2, NULL FROM generate_series(1, 4) g;
+INSERT INTO app.form_field SELECT g, 1 + (g - 1) / 10, ((g - 1) / 10) * 2 + 1 + g % 2
+    FROM generate_series(1, 20) g;
+INSERT INTO app.segment SELECT g, 1 + (g - 1) / 2 FROM generate_series(1, 40) g;
+INSERT INTO app.project SELECT g, g FROM generate_series(1, 40) g;
+UPDATE app.api_key SET project_id = (id - 1) * 10 + 1;
+ANALYZE;
+";
+
+#[tokio::test]
+async fn a_cycle_closed_by_a_nullable_set_null_key_is_broken_at_that_key() {
+    let config = config_hard("cascade_rows = 0", "id", "");
+    let env = env_with_schema(&config, SET_NULL_CYCLE).await;
+    let plan = deprov::engine::load_plan(
+        &env.db,
+        &deprov::sql::QualifiedName::new("app", "accounts"),
+        "id",
+    )
+    .await
+    .unwrap();
+    let position = |name: &str| {
+        plan.steps
+            .iter()
+            .position(|s| plan.name(s.table).name == name)
+            .unwrap_or_else(|| panic!("no step on {name}: {:?}", plan.steps))
+    };
+    // Every CASCADE key goes child first; only the SET NULL key is deleted parent first.
+    assert!(
+        position("project") < position("segment"),
+        "{:?}",
+        plan.steps
+    );
+    assert!(
+        position("segment") < position("form_field"),
+        "{:?}",
+        plan.steps
+    );
+    assert!(
+        position("form_field") < position("api_key"),
+        "{:?}",
+        plan.steps
+    );
+
+    // Each table's rows go by its own steps: no API key's delete cascades to form fields.
+    let progress = delete_tenant_1(SET_NULL_CYCLE, &config).await;
+    assert_eq!(progress.rows_deleted, 53, "{progress:?}");
+    for (table, rows) in [
+        ("api_key", 2),
+        ("form_field", 10),
+        ("segment", 20),
+        ("project", 20),
+    ] {
+        let t = progress
+            .table(&format!("\"app\".\"{table}\""))
+            .expect(table);
+        assert_eq!(t.rows_deleted, rows, "{table}: {progress:?}");
+    }
+}
