@@ -249,6 +249,11 @@ const FIRST_KEYS: u64 = 500;
 /// Most keys bound to one block range of a table read without such an index (a hash of them is
 /// built per query).
 const KEYS_PER_SCAN: usize = 50_000;
+/// Most keys of a column whose rows a read leaves out (see [`rows`]). PostgreSQL plans each read
+/// with its parameters as constants and estimates `= ANY(array)` element by element, and casts the
+/// array on every read: a large array costs each read more than the rows it leaves out, which the
+/// caller drops anyway (`Store::add` keeps a row's first copy).
+const MAX_KNOWN_KEYS: usize = 1_000;
 /// Blocks of the first range; later ones are sized by time.
 const FIRST_BLOCKS: u64 = 128;
 /// Reads cut short by their timeout in a row before the error is given up to the caller (each is
@@ -291,7 +296,7 @@ impl Chunk {
 /// text, cast to the column's type), returning the `tracked` columns as text. `FROM ONLY` unless the
 /// table is partitioned, as the referential triggers query (`ri_triggers.c`). Rows whose column
 /// holds one of the `known` keys of that column (the caller holds them already) are left out, for
-/// columns not of an array type and at most [`KEYS_PER_SCAN`] keys.
+/// columns not of an array type and at most [`MAX_KNOWN_KEYS`] keys.
 ///
 /// Every read is its own transaction under `limits`' lock timeout and a statement timeout of
 /// `read_timeout` (the caller bounds it like a batch), sized to take about half of that: where an index leads with the `by` columns (a primary
@@ -322,7 +327,7 @@ pub(super) async fn rows(
     let known: Vec<(&str, &[String])> = known
         .iter()
         .filter(|(c, k)| {
-            k.len() <= KEYS_PER_SCAN
+            k.len() <= MAX_KNOWN_KEYS
                 && t.columns
                     .get(*c)
                     .is_some_and(|ty| !ty.as_str().ends_with(']'))
