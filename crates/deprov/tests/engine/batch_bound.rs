@@ -96,3 +96,57 @@ async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_without_a_rep
     let root = progress.table("\"app\".\"accounts\"").unwrap();
     assert_eq!(root.rows_deleted, 1, "{progress:?}");
 }
+
+#[tokio::test]
+async fn after_a_row_that_outlasts_the_bound_the_steps_larger_batches_stay_within_it() {
+    // Item 1 sets 60,000 mentions to NULL and runs under the full statement_timeout. Items 2 to
+    // 5,000 are cheap, and their batches grow by time; items 5,001 to 6,000 set 100 mentions each,
+    // so a batch sized on the cheap ones runs long when it reaches them. Each statement deleting
+    // items logs its rows and its time so far (in a schema the cascade comparison does not read):
+    // a batch of several rows that runs past the bound must be cut, not committed.
+    let extra = "CREATE TABLE app.mentions (id bigint PRIMARY KEY,
+             item_id bigint REFERENCES app.items ON DELETE SET NULL);
+         CREATE INDEX ON app.mentions (item_id);
+         INSERT INTO app.mentions SELECT g, 1 FROM generate_series(1, 60000) g;
+         INSERT INTO app.mentions SELECT 60000 + g, 5001 + (g - 1) / 100
+             FROM generate_series(1, 100000) g;
+         CREATE SCHEMA audit;
+         CREATE TABLE audit.batches (rows bigint, ms float8);
+         CREATE FUNCTION audit.log() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+             INSERT INTO audit.batches SELECT count(*),
+                 extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000 FROM gone;
+             RETURN NULL; END $$;
+         CREATE TRIGGER log AFTER DELETE ON app.items REFERENCING OLD TABLE AS gone
+             FOR EACH STATEMENT EXECUTE FUNCTION audit.log();
+         ANALYZE;";
+    let config = config(1);
+    let env = crate::harness::env_with_schema(&config, &schema(6_000, extra)).await;
+    let id = env.request("1").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(id).await;
+    assert_eq!(job.state(), deprov::queue::JobState::Completed, "{job:?}");
+    let progress = deprov::worker::Progress::from_json(&job.progress);
+    assert_eq!(progress.unbounded_steps, 1, "{progress:?}");
+    let batches: Vec<(i64, f64)> =
+        sqlx::query_as("SELECT rows, ms FROM audit.batches WHERE rows > 0 ORDER BY ms DESC")
+            .fetch_all(&env.db)
+            .await
+            .unwrap();
+    assert_eq!(
+        batches.iter().map(|b| b.0).sum::<i64>(),
+        6_000,
+        "{batches:?}"
+    );
+    assert!(
+        batches.iter().any(|&(rows, _)| rows >= 100),
+        "the batches grew after item 1: {batches:?}"
+    );
+    let over: Vec<_> = batches
+        .iter()
+        .filter(|&&(rows, ms)| rows > 1 && ms > 20.0)
+        .collect();
+    assert!(
+        over.is_empty(),
+        "batches of more than one row ran past max_batch_duration: {over:?}"
+    );
+}
