@@ -112,3 +112,50 @@ async fn a_parent_with_far_more_rows_than_estimated_makes_the_job_replan_and_sti
     );
     assert!(progress.longest_rolled_back_ms > 0.0, "{progress:?}");
 }
+
+/// `a` (1 row per tenant, 2 notes) and `b` (50 rows, 2 items each) under the account, each with
+/// its children absorbed; after ANALYZE one of tenant 1's `b` rows gains 60,000 items, so
+/// its cascade alone outlasts the batch bound and the job re-plans after `a`'s step finished.
+const FINISHED_BEFORE_REPLAN: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.a (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE TABLE app.a_notes (id bigint PRIMARY KEY,
+    a_id bigint NOT NULL REFERENCES app.a ON DELETE CASCADE);
+CREATE TABLE app.b (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE TABLE app.items (id bigint PRIMARY KEY,
+    b_id bigint NOT NULL REFERENCES app.b ON DELETE CASCADE);
+CREATE INDEX ON app.a (account_id);
+CREATE INDEX ON app.a_notes (a_id);
+CREATE INDEX ON app.b (account_id);
+CREATE INDEX ON app.items (b_id);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.a VALUES (1, 1), (2, 2);
+INSERT INTO app.a_notes SELECT g, 1 + (g - 1) / 2 FROM generate_series(1, 4) g;
+INSERT INTO app.b SELECT g, 1 + (g - 1) / 50 FROM generate_series(1, 100) g;
+INSERT INTO app.items SELECT g, 1 + (g - 1) / 2 FROM generate_series(1, 200) g;
+ANALYZE;
+INSERT INTO app.items SELECT 1000 + g, 1 FROM generate_series(1, 60000) g;
+";
+
+#[tokio::test]
+async fn a_replan_passes_over_the_steps_finished_before_it() {
+    let config = config_hard(
+        "batch_rows = 7\nmax_batch_rows = 100000\nmax_batch_duration = \"20ms\"\nlock_timeout = \"5ms\"",
+        "id",
+        "[pacing]\nbackoff = \"1ms\"\nbackoff_max = \"1ms\"",
+    );
+    let progress = crate::harness::delete_tenant_1(FINISHED_BEFORE_REPLAN, &config).await;
+    assert!(progress.replans >= 1, "{progress:?}");
+    // `a`'s one batch deleted its row and, by cascade, its 2 notes; no re-plan walks `a` again,
+    // nor `a_notes` once a re-plan gives it steps of its own.
+    let a = progress.table("\"app\".\"a\"").unwrap();
+    assert_eq!((a.batches, a.rows_deleted), (1, 1), "{progress:?}");
+    let notes = progress.table("\"app\".\"a_notes\"").unwrap();
+    assert_eq!((notes.batches, notes.rows_deleted), (0, 2), "{progress:?}");
+    assert!(a.done && notes.done, "{progress:?}");
+    let items = progress.table("\"app\".\"items\"").unwrap();
+    assert_eq!(items.rows_deleted, 60_100, "{progress:?}");
+}

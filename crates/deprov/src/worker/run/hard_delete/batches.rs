@@ -1,6 +1,7 @@
 //! The hard-delete loop's state between batches, and where a run's batches start: the stored
 //! checkpoint when it was made for the same plan, else the first step.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::super::{JobRun, Stop};
@@ -42,6 +43,10 @@ pub(super) struct Batches {
     pub pacer: Pacer,
     /// The costliest rows a batch cut short in the current step met: its next batches fit them.
     pub costliest: Costliest,
+    /// Steps of `plan` known to have no rows left, passed over (indexes): after a re-plan, each
+    /// whose path ends with the path of a step finished before it. Every row such a step would
+    /// delete references, through that path's first key, a row the finished step deleted.
+    pub empty: BTreeSet<usize>,
 }
 
 impl Batches {
@@ -200,6 +205,7 @@ impl JobRun {
             checkpointed: Instant::now(),
             pacer,
             costliest: Costliest::default(),
+            empty: BTreeSet::new(),
         })
     }
 }

@@ -163,8 +163,23 @@ impl JobRun {
             b.cp.kept_back = 0;
             b.cp.pass_deleted = 0;
         }
-        start_step(&mut b.cp, &b.plan, self.limits.rows);
+        self.pass_empty(b);
         Ok(())
+    }
+
+    /// Moves `b` past the steps known empty from its current one on ([`Batches::empty`]), marking
+    /// a table done whose last step is passed over, and starts the step it stops at.
+    pub(super) fn pass_empty(&mut self, b: &mut Batches) {
+        while b.empty.contains(&b.cp.step) {
+            let table = b.plan.steps[b.cp.step].table;
+            b.cp.step += 1;
+            if !b.plan.steps[b.cp.step..].iter().any(|s| s.table == table) {
+                self.progress
+                    .table_mut(&b.plan.name(table).to_string())
+                    .done = true;
+            }
+        }
+        start_step(&mut b.cp, &b.plan, self.limits.rows);
     }
 
     /// Between two batches, after one that took `elapsed` (under the batch bound when `bounded`)

@@ -109,7 +109,9 @@ impl JobRun {
 
     /// After one parent row's cascade alone outlasted the batch bound (its subtree is larger than
     /// estimated): re-plans with an eighth of the cascade allowance (at the end, leaves first: every
-    /// row by its own batch) and starts the steps over; what is deleted stays deleted.
+    /// row by its own batch) and starts the steps over; what is deleted stays deleted, and a step
+    /// of the new plan under a step already finished is passed over ([`Batches::empty`]). A table
+    /// with rows held back by a reference to itself counts as not finished.
     fn replan_less_cascade(
         &mut self,
         b: &mut Batches,
@@ -130,13 +132,27 @@ impl JobRun {
         tracing::info!(job = %self.job.id, %table, step = b.cp.step, steps = b.plan.steps.len(), cascade_rows = b.cascade_rows, "one row cascaded past the batch bound: re-planning with less cascade");
         self.progress.replans += 1;
         self.progress.cascade_rows = Some(b.cascade_rows);
+        let finished: Vec<Vec<usize>> = b.plan.steps[..b.cp.step]
+            .iter()
+            .filter(|s| b.plan.held_self_refs(s.table).is_empty())
+            .map(|s| s.path.clone())
+            .collect();
         b.plan = leaves_first.clone().absorb(f64::from(b.cascade_rows));
+        b.empty = (0..b.plan.steps.len())
+            .filter(|&i| {
+                let path = &b.plan.steps[i].path;
+                finished
+                    .iter()
+                    .any(|done| !done.is_empty() && path.ends_with(done))
+            })
+            .collect();
         b.cp = Batches::fresh(
             &b.plan,
             b.cascade_rows,
             &self.worker.config.hard_delete,
             self.limits.rows,
         );
+        self.pass_empty(b);
         b.unbounded_step = None;
         b.costliest = Costliest::default();
         self.progress.plan_hash = Some(b.plan.hash());
