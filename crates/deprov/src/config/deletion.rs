@@ -87,8 +87,8 @@ impl HardDeleteConfig {
     /// `max_batch_duration`, at least `lock_timeout` + 1 ms, so that a batch slower than the
     /// sizing controller expected (a cascade larger than estimated, a stall) is cut short and
     /// retried smaller within the batch's time instead of holding its locks for longer. A step
-    /// whose single row cannot be deleted within it gets the full `statement_timeout` for its
-    /// batches of one row (`worker::run::hard_delete`).
+    /// whose single row cannot be deleted within it gets the full `statement_timeout`
+    /// (`worker::run::hard_delete`).
     pub fn batch_timeout(&self) -> Duration {
         (self.max_batch_duration * 4 / 5).max(self.lock_timeout + Duration::from_millis(1))
     }

@@ -170,8 +170,8 @@ impl Pacer {
     /// distress — the batch's own timeouts still bound it). Returns the reason with the pause.
     ///
     /// A batch longer than `max_batch` is distress only when it ran `bounded`, under the batch
-    /// bound: a one-row batch of a step whose single row cannot be deleted within the bound runs
-    /// under the full `statement_timeout` (`progress.unbounded_steps`), and its length says how long that
+    /// bound: a batch of a step whose single row cannot be deleted within the bound runs under the
+    /// full `statement_timeout` (`progress.unbounded_steps`), and its length says how long that
     /// row takes, not that the target struggles — else every batch of such a step would double
     /// the pause before the next.
     pub async fn pause(

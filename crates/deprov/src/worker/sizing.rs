@@ -114,10 +114,7 @@ impl Sizing {
 /// The step's next batches are no larger than fits the target at that cost ([`Sizing::rows_at`]):
 /// after a cut, the ×16 growth back from a quarter of the rows would otherwise meet the same
 /// costly rows (a denser block range, parents with larger subtrees) at the same size and be cut
-/// again. A batch cut short wastes its whole bound; one more batch costs its round trips. Rows
-/// that turn out cheaper lower that cost again ([`Costliest::committed`]): one costly stretch
-/// (rows behind a rolled-back cascade whose dead versions the next reads must check, a denser
-/// block range) does not hold the rest of the step at its size.
+/// again. A batch cut short wastes its whole bound; one more batch costs its round trips.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Costliest {
     /// The step the cost was met in, and the cost (ms per row); `None` before any cut.
@@ -130,17 +127,6 @@ impl Costliest {
     pub fn cut(&mut self, step: usize, ms_per_row: f64) {
         let worst = self.cap(step).map_or(ms_per_row, |ms| ms.max(ms_per_row));
         self.seen = Some((step, worst));
-    }
-
-    /// A full batch of `step` committed at `ms_per_row` (its time over its rows): a cost at most
-    /// half the one met lowers that to the larger of its half and this cost. A batch cut short
-    /// again raises it again ([`Self::cut`]).
-    pub fn committed(&mut self, step: usize, ms_per_row: f64) {
-        if let Some(ms) = self.cap(step)
-            && ms_per_row * 2.0 <= ms
-        {
-            self.seen = Some((step, (ms / 2.0).max(ms_per_row)));
-        }
     }
 
     /// The costliest rows `step` has met, if a batch of it was cut short.
@@ -244,27 +230,5 @@ mod tests {
         c.cut(4, 0.2);
         assert_eq!(c.cap(4), Some(0.2), "a new step forgets the last one's");
         assert_eq!(c.cap(3), None);
-    }
-
-    #[test]
-    fn cheaper_rows_after_a_cut_lower_the_cap_step_by_step() {
-        let mut c = Costliest::default();
-        c.cut(2, 4.0);
-        c.committed(2, 2.5);
-        assert_eq!(c.cap(2), Some(4.0), "more than half the cost met: kept");
-        c.committed(2, 0.5);
-        assert_eq!(
-            c.cap(2),
-            Some(2.0),
-            "halved, not dropped to one batch's cost"
-        );
-        c.committed(2, 0.5);
-        assert_eq!(c.cap(2), Some(1.0));
-        c.committed(2, 0.5);
-        assert_eq!(c.cap(2), Some(0.5), "no lower than the cost seen");
-        c.committed(3, 0.01);
-        assert_eq!(c.cap(2), Some(0.5), "another step's batch changes nothing");
-        c.cut(2, 3.0);
-        assert_eq!(c.cap(2), Some(3.0), "a cut raises it again");
     }
 }

@@ -100,11 +100,6 @@ impl JobRun {
         // A block range is read whole, however few of its rows are the tenant's: it is sized by
         // time alone.
         let full = if block { b.cp.rows } else { batch.selected };
-        if full >= b.cp.rows {
-            let ms = batch.elapsed.as_secs_f64() * 1000.0;
-            b.costliest
-                .committed(b.cp.step, ms / b.cp.rows.max(1) as f64);
-        }
         let mut rows = self.sizing.next_rows(b.cp.rows, full, batch.elapsed);
         if let Some(ms_per_row) = b.costliest.cap(b.cp.step) {
             rows = rows.min(self.sizing.rows_at(ms_per_row));

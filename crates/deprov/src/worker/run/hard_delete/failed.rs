@@ -161,14 +161,14 @@ impl JobRun {
     /// After the batch bound (not the server's statement_timeout) cut a batch short: the next is
     /// smaller (a bound cut is not a failure: it does not count towards the run's timeouts, and the
     /// size reaches one row within a few cuts). When one row alone does not fit the bound (a SET
-    /// NULL fan-out to many rows, a slow trigger), the step's batches of one row get the full
+    /// NULL fan-out to many rows, a slow trigger), the step's batches get the full
     /// statement_timeout instead; the longest transaction then shows it.
     fn after_bound_cut(&mut self, b: &mut Batches, table: &str, limits: &BatchLimits) {
         if b.cp.rows <= 1 {
             b.unbounded_step = Some(b.cp.step);
             self.progress.unbounded_steps += 1;
             self.progress.note = Some(format!(
-                "a single row of {table} could not be deleted within {} ms; its batches of one row run under the full statement_timeout",
+                "a single row of {table} could not be deleted within {} ms; the step runs under the full statement_timeout",
                 limits.statement_timeout.as_millis()
             ));
         } else {
