@@ -27,13 +27,7 @@ async fn a_table_without_an_index_on_its_key_is_deleted_by_block_ranges() {
         "",
     );
     let env = env_with_schema(&config, SCHEMA).await;
-    let plan = deprov::engine::load_plan(
-        &env.db,
-        &deprov::sql::QualifiedName::new("app", "accounts"),
-        "id",
-    )
-    .await
-    .unwrap();
+    let plan = crate::harness::accounts_plan(&env.db).await;
     let events = plan
         .steps
         .iter()

@@ -137,13 +137,7 @@ ANALYZE;
 async fn a_cycle_closed_by_a_nullable_set_null_key_is_broken_at_that_key() {
     let config = config_hard("cascade_rows = 0", "id", "");
     let env = env_with_schema(&config, SET_NULL_CYCLE).await;
-    let plan = deprov::engine::load_plan(
-        &env.db,
-        &deprov::sql::QualifiedName::new("app", "accounts"),
-        "id",
-    )
-    .await
-    .unwrap();
+    let plan = crate::harness::accounts_plan(&env.db).await;
     let position = |name: &str| {
         plan.steps
             .iter()

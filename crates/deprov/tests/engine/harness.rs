@@ -330,3 +330,10 @@ pub fn plan_cli(env: &Env, tenant: &str, args: &[&str], config: &str) -> (bool, 
     );
     (out.status.success(), text)
 }
+
+/// The plan of the fixtures' root, `app.accounts` keyed by `id`, as the worker loads it.
+pub async fn accounts_plan(db: &PgPool) -> deprov::engine::Plan {
+    deprov::engine::load_plan(db, &QualifiedName::new("app", "accounts"), "id")
+        .await
+        .unwrap()
+}
