@@ -278,6 +278,16 @@ impl Plan {
         }
     }
 
+    /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows: tables
+    /// without steps of their own, whose rows only the cascade from `table`'s rows deletes (a
+    /// covered table's rows naming the tenant go with its own steps).
+    pub fn absorbs_rows_below(&self, table: u32) -> bool {
+        self.catalog
+            .foreign_keys
+            .iter()
+            .any(|fk| fk.to == table && fk.from != table && self.absorbed.contains(&fk.from))
+    }
+
     /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows, or a
     /// covered table's rows reached through `table`.
     pub fn absorbs_below(&self, table: u32) -> bool {

@@ -96,3 +96,36 @@ async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_without_a_rep
     let root = progress.table("\"app\".\"accounts\"").unwrap();
     assert_eq!(root.rows_deleted, 1, "{progress:?}");
 }
+
+#[tokio::test]
+async fn a_row_whose_own_delete_outlasts_the_bound_runs_unbounded_without_a_replan() {
+    // Deleting a project makes PostgreSQL's referential trigger scan all of `events` (no index on
+    // its key): a million rows of another tenant's project, longer than the 16 ms bound whatever
+    // the plan. `tasks` is covered (a NOT NULL key to the root beside its path through
+    // `projects`), so a project's delete may cascade — only to rows its own step already deleted.
+    let extra = "CREATE TABLE app.projects (id bigint PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+         CREATE INDEX ON app.projects (account_id);
+         INSERT INTO app.projects VALUES (1, 1), (2, 2);
+         CREATE TABLE app.events (id bigint PRIMARY KEY,
+             project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
+         INSERT INTO app.events SELECT g, 2 FROM generate_series(1, 1000000) g;
+         INSERT INTO app.events SELECT 2000000 + g, 1 FROM generate_series(1, 50) g;
+         CREATE TABLE app.tasks (id bigint PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE,
+             project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
+         CREATE INDEX ON app.tasks (account_id);
+         CREATE INDEX ON app.tasks (project_id);
+         INSERT INTO app.tasks SELECT g, 1, 1 FROM generate_series(1, 10) g;
+         ANALYZE;";
+    let config = config_hard(
+        "batch_rows = 10\nmax_batch_duration = \"20ms\"\nlock_timeout = \"5ms\"\ncascade_rows = 2000",
+        "installation",
+        "[pacing]\nbackoff = \"1ms\"\nbackoff_max = \"1ms\"",
+    );
+    let progress = delete_tenant_1(&schema(10, extra), &config).await;
+    assert_eq!(progress.replans, 0, "{progress:?}");
+    assert!(progress.unbounded_steps >= 1, "{progress:?}");
+    let projects = progress.table("\"app\".\"projects\"").unwrap();
+    assert_eq!(projects.rows_deleted, 1, "{progress:?}");
+}

@@ -57,8 +57,13 @@ impl JobRun {
         // (`after_bound_cut`) instead of re-planning, which would only walk every step again; a
         // cut by that timeout still re-plans as any other step's does.
         let root_cut = bound_cut && step.path.is_empty();
+        // The same holds for a row under which only covered tables' rows may cascade: their rows
+        // naming the tenant went with their own steps before, so what the bound cut is the row's
+        // own delete and its triggers' scans, which no plan with less cascade changes.
+        let own_work_cut = bound_cut && !b.plan.absorbs_rows_below(step.table);
         if canceled
             && !root_cut
+            && !own_work_cut
             && b.plan.absorbs_below(step.table)
             && b.cp.rows <= 1
             && b.cascade_rows > 0
