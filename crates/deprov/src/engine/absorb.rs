@@ -278,6 +278,17 @@ impl Plan {
         }
     }
 
+    /// The absorbed and covered tables below `table` (referencing it, directly or not, inside the
+    /// closure): those whose rows a statement on `table` may let PostgreSQL's cascade delete. Two
+    /// plans with the same set give the same statement on `table`.
+    pub fn cascades_below(&self, table: u32) -> BTreeSet<u32> {
+        self.absorbed
+            .union(&self.covered)
+            .copied()
+            .filter(|&t| t != table && reaches(self, table, t))
+            .collect()
+    }
+
     /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows: tables
     /// without steps of their own, whose rows only the cascade from `table`'s rows deletes (a
     /// covered table's rows naming the tenant go with its own steps).

@@ -129,3 +129,35 @@ async fn a_row_whose_own_delete_outlasts_the_bound_runs_unbounded_without_a_repl
     let projects = progress.table("\"app\".\"projects\"").unwrap();
     assert_eq!(projects.rows_deleted, 1, "{progress:?}");
 }
+
+#[tokio::test]
+async fn a_replan_goes_straight_to_the_first_allowance_that_changes_the_cut_rows_cascade() {
+    // As above, with `labels` absorbed under `projects` (one label per project by the estimates):
+    // it stays absorbed under cascade_rows 2000, 250 and 31, so a project's delete would be the
+    // same statement under each. The one re-plan goes to 0 (leaves first), where `labels` gets its
+    // own step; the project's delete, still cut, then runs under the full statement_timeout.
+    let extra = "CREATE TABLE app.projects (id bigint PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+         CREATE INDEX ON app.projects (account_id);
+         INSERT INTO app.projects VALUES (1, 1), (2, 2);
+         CREATE TABLE app.events (id bigint PRIMARY KEY,
+             project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
+         INSERT INTO app.events SELECT g, 2 FROM generate_series(1, 1000000) g;
+         INSERT INTO app.events SELECT 2000000 + g, 1 FROM generate_series(1, 50) g;
+         CREATE TABLE app.labels (id bigint PRIMARY KEY,
+             project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
+         CREATE INDEX ON app.labels (project_id);
+         INSERT INTO app.labels VALUES (1, 1), (2, 2);
+         ANALYZE;";
+    let config = config_hard(
+        "batch_rows = 10\nmax_batch_duration = \"20ms\"\nlock_timeout = \"5ms\"\ncascade_rows = 2000",
+        "installation",
+        "[pacing]\nbackoff = \"1ms\"\nbackoff_max = \"1ms\"",
+    );
+    let progress = delete_tenant_1(&schema(10, extra), &config).await;
+    assert_eq!(progress.replans, 1, "{progress:?}");
+    assert_eq!(progress.cascade_rows, Some(0), "{progress:?}");
+    assert!(progress.unbounded_steps >= 1, "{progress:?}");
+    let labels = progress.table("\"app\".\"labels\"").unwrap();
+    assert_eq!(labels.rows_deleted, 1, "{progress:?}");
+}

@@ -113,8 +113,9 @@ impl JobRun {
     }
 
     /// After one parent row's cascade alone outlasted the batch bound (its subtree is larger than
-    /// estimated): re-plans with an eighth of the cascade allowance (at the end, leaves first: every
-    /// row by its own batch) and starts the steps over; what is deleted stays deleted, and a step
+    /// estimated): re-plans with an eighth of the cascade allowance, or a smaller one where that
+    /// would leave the row's cascade as it is (at the end, leaves first: every row by its own
+    /// batch), and starts the steps over; what is deleted stays deleted, and a step
     /// of the new plan under a step already finished is passed over ([`Batches::empty`]). A table
     /// with rows held back by a reference to itself counts as not finished.
     fn replan_less_cascade(
@@ -124,10 +125,20 @@ impl JobRun {
         table: &str,
         limits: &BatchLimits,
     ) {
-        b.cascade_rows = if b.cascade_rows >= 64 {
-            b.cascade_rows / 8
-        } else {
-            0
+        // An allowance whose plan lets the cut row's statement cascade to the same tables would
+        // only be cut again: the first one that changes them (at last 0, leaves first).
+        let step_table = b.plan.steps[b.cp.step].table;
+        let below = b.plan.cascades_below(step_table);
+        let next = loop {
+            b.cascade_rows = if b.cascade_rows >= 64 {
+                b.cascade_rows / 8
+            } else {
+                0
+            };
+            let next = leaves_first.clone().absorb(f64::from(b.cascade_rows));
+            if b.cascade_rows == 0 || next.cascades_below(step_table) != below {
+                break next;
+            }
         };
         self.progress.note = Some(format!(
             "a single row of {table} cascaded for longer than {} ms; re-planned with cascade_rows = {}",
@@ -142,7 +153,7 @@ impl JobRun {
             .filter(|s| b.plan.held_self_refs(s.table).is_empty())
             .map(|s| s.path.clone())
             .collect();
-        b.plan = leaves_first.clone().absorb(f64::from(b.cascade_rows));
+        b.plan = next;
         b.empty = (0..b.plan.steps.len())
             .filter(|&i| {
                 let path = &b.plan.steps[i].path;
