@@ -279,8 +279,8 @@ impl Plan {
     }
 
     /// The absorbed and covered tables below `table` (referencing it, directly or not, inside the
-    /// closure): those whose rows a statement on `table` may let PostgreSQL's cascade delete. Two
-    /// plans with the same set give the same statement on `table`.
+    /// closure): those whose rows a statement on `table` may let PostgreSQL's cascade delete. Under
+    /// two plans with the same set, deleting a row of `table` makes the cascade do the same work.
     pub fn cascades_below(&self, table: u32) -> BTreeSet<u32> {
         self.absorbed
             .union(&self.covered)
