@@ -3,8 +3,7 @@
 //! (`engine::absorb`): only the direct step runs, and a row reached only through another path goes
 //! with that path's parent's cascade, counted there.
 
-use deprov::engine::{Plan, load_plan};
-use deprov::sql::QualifiedName;
+use deprov::engine::Plan;
 
 use crate::harness::{config_hard, delete_tenant_1, env_with_schema};
 
@@ -31,9 +30,7 @@ ANALYZE;
 
 async fn plan(config: &str) -> Plan {
     let env = env_with_schema(config, SCHEMA).await;
-    load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
-        .await
-        .unwrap()
+    crate::harness::accounts_plan(&env.db).await
 }
 
 fn jobs(plan: &Plan) -> u32 {
@@ -137,9 +134,7 @@ fn join_schema(extra: &str) -> String {
 async fn a_join_table_under_two_tenant_tables_keeps_one_step_and_the_other_path_cascades() {
     let schema = join_schema("");
     let env = env_with_schema(&config_hard("", "id", ""), &schema).await;
-    let leaves_first = load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
-        .await
-        .unwrap();
+    let leaves_first = crate::harness::accounts_plan(&env.db).await;
     let on = |plan: &Plan| {
         plan.steps
             .iter()
@@ -157,10 +152,7 @@ async fn a_join_table_under_two_tenant_tables_keeps_one_step_and_the_other_path_
         &join_schema(",\n             origin_id int REFERENCES app.envs"),
     )
     .await;
-    let blocked = load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
-        .await
-        .unwrap()
-        .absorb(1000.0);
+    let blocked = crate::harness::accounts_plan(&env.db).await.absorb(1000.0);
     assert_eq!(on(&blocked), 2, "{:?}", blocked.steps);
 
     let progress = delete_tenant_1(

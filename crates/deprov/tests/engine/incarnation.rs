@@ -4,8 +4,7 @@
 //! `TargetRestarted` before it deletes anything, on each batch path (children of parents, a large
 //! parent's key range, the sweep of held rows).
 
-use deprov::engine::{self, BatchLimits, BatchStart, Cursor, EngineError, Incarnation, load_plan};
-use deprov::sql::QualifiedName;
+use deprov::engine::{self, BatchLimits, BatchStart, Cursor, EngineError, Incarnation};
 
 use crate::harness::{config_text, env_with_schema};
 
@@ -34,9 +33,7 @@ fn restarted(result: Result<impl std::fmt::Debug, EngineError>) -> bool {
 #[tokio::test]
 async fn a_batch_on_a_restarted_target_deletes_nothing() {
     let env = env_with_schema(&config_text(""), SCHEMA).await;
-    let plan = load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
-        .await
-        .unwrap();
+    let plan = crate::harness::accounts_plan(&env.db).await;
     let step = plan
         .steps
         .iter()

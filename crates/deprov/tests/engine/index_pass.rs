@@ -2,8 +2,7 @@
 
 use std::time::Duration;
 
-use deprov::engine::{kill_dead_entries, load_plan};
-use deprov::sql::QualifiedName;
+use deprov::engine::kill_dead_entries;
 
 use crate::harness::{config_text, env_with_schema};
 
@@ -40,9 +39,7 @@ async fn a_pass_over_a_deleted_parents_index_range_marks_its_dead_entries() {
         .execute(&env.db)
         .await
         .unwrap();
-    let plan = load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
-        .await
-        .unwrap();
+    let plan = crate::harness::accounts_plan(&env.db).await;
     let step_of = |table: &str| {
         plan.steps
             .iter()

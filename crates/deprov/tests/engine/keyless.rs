@@ -4,8 +4,7 @@
 //! shrink to one row: a job that would not end. A parent's rows are taken in the index's order,
 //! and a batch reads about as many rows as it deletes.
 
-use deprov::engine::{Cursor, load_plan, queries};
-use deprov::sql::QualifiedName;
+use deprov::engine::{Cursor, queries};
 
 use crate::harness::{config_for, delete_tenant_1, env_with_schema};
 
@@ -40,9 +39,7 @@ fn rows_read(plan: &serde_json::Value, relation: &str) -> i64 {
 #[tokio::test]
 async fn a_batch_inside_a_large_parent_reads_what_it_deletes() {
     let env = env_with_schema(&config_for(100, "id", ""), SCHEMA).await;
-    let plan = load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
-        .await
-        .unwrap();
+    let plan = crate::harness::accounts_plan(&env.db).await;
     let step = plan
         .steps
         .iter()

@@ -3,8 +3,7 @@
 //! batch runs only to find that there is no parent left; when one follows, the step goes on after
 //! the last parent the batch took, and that parent is not counted as read.
 
-use deprov::engine::{self, BatchLimits, BatchResult, BatchStart, Cursor, load_plan};
-use deprov::sql::QualifiedName;
+use deprov::engine::{self, BatchLimits, BatchResult, BatchStart, Cursor};
 
 use crate::harness::{config_text, env_with_schema};
 
@@ -33,9 +32,7 @@ async fn tasks_left(db: &sqlx::PgPool) -> i64 {
 /// Runs one batch of the tasks step of tenant 1 from `cursor`, taking at most `parents` parents
 /// and 100 rows.
 async fn tasks_batch(env: &crate::harness::Env, cursor: Cursor, parents: i64) -> BatchResult {
-    let plan = load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
-        .await
-        .unwrap();
+    let plan = crate::harness::accounts_plan(&env.db).await;
     let step = plan
         .steps
         .iter()
