@@ -68,6 +68,33 @@ async fn a_row_whose_delete_alone_outlasts_the_bound_gets_the_full_statement_tim
     );
 }
 
+/// As [`config`], with `cascade_rows = 2000` and 10-row first batches.
+fn cascading_config() -> String {
+    config_hard(
+        "batch_rows = 10\nmax_batch_duration = \"20ms\"\nlock_timeout = \"5ms\"\ncascade_rows = 2000",
+        "installation",
+        "[pacing]\nbackoff = \"1ms\"\nbackoff_max = \"1ms\"",
+    )
+}
+
+/// Tenants 1 and 2 with a project each; deleting a project makes PostgreSQL's referential trigger
+/// scan all of `events` (no index on its key), a million rows of tenant 2's project: longer than
+/// the 16 ms bound whatever the plan. `below` adds tables, then everything is analyzed.
+fn projects_with_events(below: &str) -> String {
+    format!(
+        "CREATE TABLE app.projects (id bigint PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+         CREATE INDEX ON app.projects (account_id);
+         INSERT INTO app.projects VALUES (1, 1), (2, 2);
+         CREATE TABLE app.events (id bigint PRIMARY KEY,
+             project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
+         INSERT INTO app.events SELECT g, 2 FROM generate_series(1, 1000000) g;
+         INSERT INTO app.events SELECT 2000000 + g, 1 FROM generate_series(1, 50) g;
+         {below}
+         ANALYZE;"
+    )
+}
+
 #[tokio::test]
 async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_without_a_replan() {
     // Deleting an account makes PostgreSQL's referential trigger scan all of `events` (no index
@@ -85,11 +112,7 @@ async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_without_a_rep
          CREATE INDEX ON app.notes (item_id);
          INSERT INTO app.notes SELECT g, 1, g FROM generate_series(1, 10) g;
          ANALYZE;";
-    let config = config_hard(
-        "batch_rows = 10\nmax_batch_duration = \"20ms\"\nlock_timeout = \"5ms\"\ncascade_rows = 2000",
-        "installation",
-        "[pacing]\nbackoff = \"1ms\"\nbackoff_max = \"1ms\"",
-    );
+    let config = cascading_config();
     let progress = delete_tenant_1(&schema(10, extra), &config).await;
     assert_eq!(progress.replans, 0, "{progress:?}");
     assert_eq!(progress.unbounded_steps, 1, "{progress:?}");
@@ -99,31 +122,19 @@ async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_without_a_rep
 
 #[tokio::test]
 async fn a_row_whose_own_delete_outlasts_the_bound_runs_unbounded_without_a_replan() {
-    // Deleting a project makes PostgreSQL's referential trigger scan all of `events` (no index on
-    // its key): a million rows of another tenant's project, longer than the 16 ms bound whatever
-    // the plan. `tasks` is covered (a NOT NULL key to the root beside its path through
-    // `projects`), so a project's delete may cascade — only to rows its own step already deleted.
-    let extra = "CREATE TABLE app.projects (id bigint PRIMARY KEY,
-             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
-         CREATE INDEX ON app.projects (account_id);
-         INSERT INTO app.projects VALUES (1, 1), (2, 2);
-         CREATE TABLE app.events (id bigint PRIMARY KEY,
-             project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
-         INSERT INTO app.events SELECT g, 2 FROM generate_series(1, 1000000) g;
-         INSERT INTO app.events SELECT 2000000 + g, 1 FROM generate_series(1, 50) g;
-         CREATE TABLE app.tasks (id bigint PRIMARY KEY,
+    // A project's delete outlasts the bound (`projects_with_events`). `tasks` is covered (a NOT
+    // NULL key to the root beside its path through `projects`), so a project's delete may cascade
+    // — only to rows its own step already deleted.
+    let extra = projects_with_events(
+        "CREATE TABLE app.tasks (id bigint PRIMARY KEY,
              account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE,
              project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
          CREATE INDEX ON app.tasks (account_id);
          CREATE INDEX ON app.tasks (project_id);
-         INSERT INTO app.tasks SELECT g, 1, 1 FROM generate_series(1, 10) g;
-         ANALYZE;";
-    let config = config_hard(
-        "batch_rows = 10\nmax_batch_duration = \"20ms\"\nlock_timeout = \"5ms\"\ncascade_rows = 2000",
-        "installation",
-        "[pacing]\nbackoff = \"1ms\"\nbackoff_max = \"1ms\"",
+         INSERT INTO app.tasks SELECT g, 1, 1 FROM generate_series(1, 10) g;",
     );
-    let progress = delete_tenant_1(&schema(10, extra), &config).await;
+    let config = cascading_config();
+    let progress = delete_tenant_1(&schema(10, &extra), &config).await;
     assert_eq!(progress.replans, 0, "{progress:?}");
     assert!(progress.unbounded_steps >= 1, "{progress:?}");
     let projects = progress.table("\"app\".\"projects\"").unwrap();
@@ -132,29 +143,19 @@ async fn a_row_whose_own_delete_outlasts_the_bound_runs_unbounded_without_a_repl
 
 #[tokio::test]
 async fn a_replan_goes_straight_to_the_first_allowance_that_changes_the_cut_rows_cascade() {
-    // As above, with `labels` absorbed under `projects` (one label per project by the estimates):
+    // A project's delete outlasts the bound; `labels` is absorbed under `projects` (one label per
+    // project by the estimates):
     // it stays absorbed under cascade_rows 2000, 250 and 31, so a project's delete would be the
     // same statement under each. The one re-plan goes to 0 (leaves first), where `labels` gets its
     // own step; the project's delete, still cut, then runs under the full statement_timeout.
-    let extra = "CREATE TABLE app.projects (id bigint PRIMARY KEY,
-             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
-         CREATE INDEX ON app.projects (account_id);
-         INSERT INTO app.projects VALUES (1, 1), (2, 2);
-         CREATE TABLE app.events (id bigint PRIMARY KEY,
-             project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
-         INSERT INTO app.events SELECT g, 2 FROM generate_series(1, 1000000) g;
-         INSERT INTO app.events SELECT 2000000 + g, 1 FROM generate_series(1, 50) g;
-         CREATE TABLE app.labels (id bigint PRIMARY KEY,
+    let extra = projects_with_events(
+        "CREATE TABLE app.labels (id bigint PRIMARY KEY,
              project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
          CREATE INDEX ON app.labels (project_id);
-         INSERT INTO app.labels VALUES (1, 1), (2, 2);
-         ANALYZE;";
-    let config = config_hard(
-        "batch_rows = 10\nmax_batch_duration = \"20ms\"\nlock_timeout = \"5ms\"\ncascade_rows = 2000",
-        "installation",
-        "[pacing]\nbackoff = \"1ms\"\nbackoff_max = \"1ms\"",
+         INSERT INTO app.labels VALUES (1, 1), (2, 2);",
     );
-    let progress = delete_tenant_1(&schema(10, extra), &config).await;
+    let config = cascading_config();
+    let progress = delete_tenant_1(&schema(10, &extra), &config).await;
     assert_eq!(progress.replans, 1, "{progress:?}");
     assert_eq!(progress.cascade_rows, Some(0), "{progress:?}");
     assert!(progress.unbounded_steps >= 1, "{progress:?}");
