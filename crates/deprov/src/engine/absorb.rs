@@ -302,12 +302,13 @@ impl Plan {
     /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows, or a
     /// covered table's rows reached through `table`.
     pub fn absorbs_below(&self, table: u32) -> bool {
-        self.catalog.foreign_keys.iter().any(|fk| {
-            fk.to == table
-                && fk.from != table
-                && (self.absorbed.contains(&fk.from)
-                    || (self.covered.contains(&fk.from) && fk.on_delete == OnDelete::Cascade))
-        })
+        self.absorbs_rows_below(table)
+            || self.catalog.foreign_keys.iter().any(|fk| {
+                fk.to == table
+                    && fk.from != table
+                    && self.covered.contains(&fk.from)
+                    && fk.on_delete == OnDelete::Cascade
+            })
     }
 }
 
