@@ -311,12 +311,13 @@ impl PlanReport {
         let total: i64 = self.tables.iter().map(|t| t.rows).sum();
         let _ = writeln!(
             out,
-            "plan {} for tenant {:?}: {} tables, {} rows, deleted in batches in this order (or by \
+            "plan {} for tenant {:?}: {} tables, {} {}, deleted in batches in this order (or by \
              one transaction when the whole cascade fits a batch's time):",
             self.plan_hash,
             self.tenant_id,
             self.tables.len(),
-            total
+            total,
+            rows_word(total)
         );
         for t in &self.tables {
             t.write_text(&mut out);
@@ -331,8 +332,17 @@ impl PlanReport {
             for b in &self.blockers {
                 let _ = writeln!(
                     out,
-                    "  {} rows of {} reference {} through {}",
-                    b.rows, b.table, b.references, b.constraint
+                    "  {} {} of {} {} {} through {}",
+                    b.rows,
+                    rows_word(b.rows),
+                    b.table,
+                    if b.rows == 1 {
+                        "references"
+                    } else {
+                        "reference"
+                    },
+                    b.references,
+                    b.constraint
                 );
             }
         }
@@ -393,8 +403,11 @@ impl TableReport {
     fn write_text(&self, out: &mut String) {
         let _ = writeln!(
             out,
-            "  {:>3}. {:<50} {:>12} rows",
-            self.order, self.table, self.rows
+            "  {:>3}. {:<50} {:>12} {}",
+            self.order,
+            self.table,
+            self.rows,
+            rows_word(self.rows)
         );
         for p in &self.paths {
             let _ = writeln!(out, "       via {p}");
@@ -420,4 +433,9 @@ impl TableReport {
             );
         }
     }
+}
+
+/// "row" for one, else "rows".
+fn rows_word(n: i64) -> &'static str {
+    if n == 1 { "row" } else { "rows" }
 }

@@ -76,7 +76,12 @@ async fn plan_orders_leaves_first_counts_rows_and_names_blockers_and_unindexed_k
         "\"app\".\"invoices\""
     );
     assert_eq!(blocked.blockers[0].rows, 1);
-    assert!(blocked.to_text().contains("BLOCKERS"));
+    let text = blocked.to_text();
+    assert!(text.contains("BLOCKERS"), "{text}");
+    assert!(
+        text.contains("  1 row of \"app\".\"invoices\" references "),
+        "{text}"
+    );
 }
 
 #[tokio::test]
