@@ -70,6 +70,16 @@ pub enum TargetError {
         /// The key given.
         tenant: String,
     },
+    /// The tenant key does not read as the key column's type (SQLSTATE class 22).
+    #[error("tenant key {tenant:?} is not a valid {key_type}: {message}")]
+    BadKey {
+        /// The key given.
+        tenant: String,
+        /// The key column's type.
+        key_type: String,
+        /// PostgreSQL's message.
+        message: String,
+    },
     /// The cascading `DELETE` failed on the copy (deprov refuses such a tenant too).
     #[error("the cascading DELETE failed on the copy: {0}")]
     Cascade(sqlx::Error),

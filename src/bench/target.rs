@@ -128,6 +128,8 @@ async fn measure(
     names: &Names,
 ) -> Result<TargetReport, TargetError> {
     let quiet = run.quiet;
+    // Before two copies of a large database are made for nothing.
+    check_tenant(config, &source.clone().database(database), &run.tenant).await?;
     say(
         quiet,
         &format!(
@@ -229,6 +231,32 @@ async fn cascade_on(
         .map_err(TargetError::Cascade)?;
     pool.close().await;
     Ok((cascade, absent))
+}
+
+/// On the user's database, before it is copied: the root table and key column exist and a root
+/// row has the key `tenant`. One connection, closed before the copy (`CREATE DATABASE … TEMPLATE`
+/// needs the database without sessions).
+///
+/// # Errors
+/// [`TargetError::NoRoot`], [`TargetError::BadKey`], [`TargetError::NoTenant`]; database errors.
+async fn check_tenant(
+    config: &Config,
+    source: &PgConnectOptions,
+    tenant: &str,
+) -> Result<(), TargetError> {
+    let root = config.root_table();
+    let column = &config.tenant.key_column;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(source.clone())
+        .await?;
+    let checked = async {
+        let key_type = key_type(&pool, &root, column).await?;
+        tenant_exists(&pool, &root, column, &key_type, tenant).await
+    }
+    .await;
+    pool.close().await;
+    checked
 }
 
 /// What [`measure`] gathered on the copies, before it becomes the report.

@@ -134,7 +134,8 @@ pub(super) async fn key_type(
         })
 }
 
-/// Fails with [`TargetError::NoTenant`] when no root row has the key.
+/// Fails with [`TargetError::NoTenant`] when no root row has the key, [`TargetError::BadKey`] when
+/// the key does not read as `key_type`.
 pub(super) async fn tenant_exists(
     pool: &PgPool,
     root: &QualifiedName,
@@ -153,7 +154,17 @@ pub(super) async fn tenant_exists(
     let found: bool = deprov::db::query_scalar(b.build().as_query())
         .bind(tenant)
         .fetch_one(pool)
-        .await?;
+        .await
+        .map_err(|e| match e.as_database_error() {
+            // Class 22, data exception (PostgreSQL docs, Appendix A): the key text does not read
+            // as the column's type.
+            Some(d) if d.code().is_some_and(|c| c.starts_with("22")) => TargetError::BadKey {
+                tenant: tenant.to_owned(),
+                key_type: key_type.as_str().to_owned(),
+                message: d.message().to_owned(),
+            },
+            _ => TargetError::Db(e),
+        })?;
     if found {
         Ok(())
     } else {
@@ -177,12 +188,8 @@ pub(super) async fn absent_key(
     for key in [uuid::Uuid::new_v4().to_string(), "-4242".to_owned()] {
         match tenant_exists(pool, root, column, key_type, &key).await {
             Err(TargetError::NoTenant { .. }) => return Ok(Some(key)),
-            Ok(()) => {}
-            // Not a value of the type: class 22, data exception (PostgreSQL docs, Appendix A).
-            Err(TargetError::Db(e))
-                if e.as_database_error()
-                    .and_then(|d| d.code())
-                    .is_some_and(|c| c.starts_with("22")) => {}
+            // Present, or not a value of the type.
+            Ok(()) | Err(TargetError::BadKey { .. }) => {}
             Err(e) => return Err(e),
         }
     }

@@ -317,3 +317,27 @@ async fn target_refuses_a_source_with_sessions_and_names_the_alternative() {
     sqlx::query("SELECT 1").execute(&session).await.unwrap();
     session.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn target_refuses_a_tenant_key_before_copying_the_database() {
+    let user = UserDb::start().await;
+    // A session on the user's database: a copy, had it been tried first, would be refused.
+    let session = pool(&user.server, "shopdb").await;
+    sqlx::query("SELECT 1").execute(&session).await.unwrap();
+    let bad = target::run(&user.run("abc", false))
+        .await
+        .expect_err("not an integer key");
+    assert!(
+        matches!(&bad, TargetError::BadKey { tenant, .. } if tenant == "abc"),
+        "{bad:?}"
+    );
+    let missing = target::run(&user.run("999999", false))
+        .await
+        .expect_err("no such tenant");
+    assert!(
+        matches!(missing, TargetError::NoTenant { .. }),
+        "{missing:?}"
+    );
+    assert_eq!(user.scratch_databases().await, Vec::<String>::new());
+    session.close().await;
+}
