@@ -76,7 +76,10 @@ pub async fn run(args: ConfigArgs) -> anyhow::Result<()> {
     // As `plan`: no sender's secret is needed to check the file against the target; `serve` and
     // `worker` read them at start.
     let config = Config::load_with(&args.config.to_string_lossy(), Secrets::Skip)?;
-    println!("{}: valid", args.config.display());
+    println!(
+        "{}: the file is valid; checking it against the target",
+        args.config.display()
+    );
     for setting in config.secret_settings() {
         println!("{setting}: not read here (serve and worker read it at start)");
     }
