@@ -1,22 +1,24 @@
 //! `deprov-lab bench delete --target-url URL --tenant KEY`: the benchmark on the user's own database
 //! instead of the demo's.
 //!
-//! 1. Two copies of the database on its own server (`CREATE DATABASE … TEMPLATE`, which needs no
+//! 1. The user's database read on one session, closed before the copies: the root table, its key
+//!    column and a root row with the key (`check_tenant`), so that a wrong key fails before any
+//!    copy. Nothing is written to it.
+//! 2. Two copies of the database on its own server (`CREATE DATABASE … TEMPLATE`, which needs no
 //!    other session on it: [`TargetError::SourceBusy`] otherwise) and a third, empty database for
-//!    deprov's state (migrated), all three with generated names; nothing is written to the
-//!    user's database, and no session is opened on it.
-//! 2. Both copies `ANALYZE`d and read once (every table scanned), then a `CHECKPOINT` (skipped,
+//!    deprov's state (migrated), all three with generated names.
+//! 3. Both copies `ANALYZE`d and read once (every table scanned), then a `CHECKPOINT` (skipped,
 //!    with a note, without the privilege).
-//! 3. Copy A: the cascading `DELETE FROM <root> WHERE <key> = $1`, one transaction, timed.
-//! 4. Copy B: the service's worker started and listening, then a deletion request recorded and
+//! 4. Copy A: the cascading `DELETE FROM <root> WHERE <key> = $1`, one transaction, timed.
+//! 5. Copy B: the service's worker started and listening, then a deletion request recorded and
 //!    woken for as intake does it, run to its end with the configuration's `[tenant]`, `[soft_delete]`, `[hard_delete]`,
 //!    `[pacing]`, `[worker]` and `[pools]` (sources, `[vercel]` and `[notifications]` are left out,
 //!    so no secret is needed; `grace_period` is 0), timed from the request to `completed`, while a
 //!    [`TransactionSampler`] watches copy B's transactions every 5 ms. Before it, the worker
 //!    serves one request for a key no root row has, as a running service has served requests
 //!    before: the measured job meets warm connections, not a start (`Deprov::serve`).
-//! 5. Both copies compared table by table (every table of every schema but the system ones).
-//! 6. The three databases dropped (also after an error or Ctrl-C), unless `--keep-copies`.
+//! 6. Both copies compared table by table (every table of every schema but the system ones).
+//! 7. The three databases dropped (also after an error or Ctrl-C), unless `--keep-copies`.
 
 use std::sync::Arc;
 use std::time::Duration;
