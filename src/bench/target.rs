@@ -212,8 +212,9 @@ async fn analyze_and_warm(
     Ok(tables)
 }
 
-/// The cascading `DELETE` of `tenant`'s root row on copy A (after checking that the row exists),
-/// and a key no root row has (for deprov's warm-up request), read before the delete.
+/// The cascading `DELETE` of `tenant`'s root row on copy A (whose existence [`check_tenant`] read
+/// on the user's database before the copies), and a key no root row has (for deprov's warm-up
+/// request), read before the delete.
 async fn cascade_on(
     config: &Config,
     copy_a: &PgConnectOptions,
@@ -226,7 +227,6 @@ async fn cascade_on(
         .connect_with(copy_a.clone())
         .await?;
     let key_type = key_type(&pool, &root, column).await?;
-    tenant_exists(&pool, &root, column, &key_type, tenant).await?;
     let absent = absent_key(&pool, &root, column, &key_type).await?;
     let cascade = cascade_delete_key(&pool, &root, column, &key_type, tenant)
         .await
