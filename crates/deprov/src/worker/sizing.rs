@@ -56,9 +56,10 @@ impl Sizing {
         (rows / 4).clamp(1, self.max_rows)
     }
 
-    /// The ms per row at least of a batch of `rows` rows that `bound` cut short.
-    pub fn cost_per_row_cut(&self, rows: i64, bound: Duration) -> f64 {
-        bound.as_secs_f64() * 1000.0 / rows.max(1) as f64
+    /// The ms per row of a batch of `rows` rows that took `took`: at least, for one that the
+    /// bound cut short after `took`.
+    pub fn cost_per_row(&self, rows: i64, took: Duration) -> f64 {
+        took.as_secs_f64() * 1000.0 / rows.max(1) as f64
     }
 
     /// Rows that fit the target at `ms_per_row`, within `1..=max_rows`.
@@ -110,11 +111,16 @@ impl Sizing {
 }
 
 /// The costliest rows one step of the hard delete has met: the ms per row (per block of a
-/// block-range step) at least of the batches the bound cut short in it ([`Sizing::cost_per_row_cut`]).
+/// block-range step) at least of the batches the bound cut short in it ([`Sizing::cost_per_row`]).
 /// The step's next batches are no larger than fits the target at that cost ([`Sizing::rows_at`]):
 /// after a cut, the ×16 growth back from a quarter of the rows would otherwise meet the same
 /// costly rows (a denser block range, parents with larger subtrees) at the same size and be cut
 /// again. A batch cut short wastes its whole bound; one more batch costs its round trips.
+///
+/// The cap follows the rows met since: a committed batch whose rows cost less than half of it
+/// halves it ([`Self::relax`]), so batches past the costly rows grow back (×2 per batch at most)
+/// instead of keeping, for the rest of the step, the size a cut left them at — on a large step
+/// that is thousands of batches, and how small they stay would depend on where the cuts fell.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Costliest {
     /// The step the cost was met in, and the cost (ms per row); `None` before any cut.
@@ -127,6 +133,18 @@ impl Costliest {
     pub fn cut(&mut self, step: usize, ms_per_row: f64) {
         let worst = self.cap(step).map_or(ms_per_row, |ms| ms.max(ms_per_row));
         self.seen = Some((step, worst));
+    }
+
+    /// A batch of `step` committed at `ms_per_row` (its time per row or block, round trips
+    /// included, so never below the rows' own cost): the cap comes down to that cost, at most by
+    /// half per batch. A batch as costly as half the cap or more leaves it; another step's leaves
+    /// it too.
+    pub fn relax(&mut self, step: usize, ms_per_row: f64) {
+        if let Some((s, cap)) = self.seen
+            && s == step
+        {
+            self.seen = Some((s, cap.min(ms_per_row.max(cap / 2.0))));
+        }
     }
 
     /// The costliest rows `step` has met, if a batch of it was cut short.
@@ -212,7 +230,7 @@ mod tests {
     #[test]
     fn a_step_cut_short_is_sized_for_the_rows_that_cut_it() {
         let s = Sizing::new(Duration::from_millis(100), 50_000);
-        let ms = s.cost_per_row_cut(400, Duration::from_millis(80));
+        let ms = s.cost_per_row(400, Duration::from_millis(80));
         assert!((ms - 0.2).abs() < 1e-9, "80 ms for 400 rows");
         assert_eq!(s.rows_at(ms), 250, "50 ms at 0.2 ms per row");
         assert_eq!(s.rows_at(0.0), 50_000);
@@ -230,5 +248,38 @@ mod tests {
         c.cut(4, 0.2);
         assert_eq!(c.cap(4), Some(0.2), "a new step forgets the last one's");
         assert_eq!(c.cap(3), None);
+    }
+
+    #[test]
+    fn a_cap_comes_down_as_cheaper_rows_commit() {
+        let s = Sizing::new(Duration::from_millis(100), 50_000);
+        let mut c = Costliest::default();
+        // Cut at 16 rows: 5 ms per row, 10 rows a batch.
+        c.cut(2, s.cost_per_row(16, Duration::from_millis(80)));
+        assert_eq!(s.rows_at(c.cap(2).unwrap()), 10);
+        c.relax(2, 3.0);
+        assert_eq!(
+            c.cap(2),
+            Some(3.0),
+            "rows at 3 ms: as costly as half the cap or more"
+        );
+        c.relax(2, 2.0);
+        assert_eq!(c.cap(2), Some(2.0));
+        c.relax(2, 2.5);
+        assert_eq!(c.cap(2), Some(2.0), "a costlier batch does not raise it");
+        c.relax(3, 0.01);
+        assert_eq!(c.cap(2), Some(2.0), "another step's batch leaves it");
+        // 10 rows in 1 ms each time: halved per batch, the batches double.
+        let mut sizes = Vec::new();
+        for _ in 0..4 {
+            c.relax(2, 0.1);
+            sizes.push(s.rows_at(c.cap(2).unwrap()));
+        }
+        assert_eq!(sizes, [50, 100, 200, 400]);
+        c.relax(2, 0.1);
+        assert_eq!(c.cap(2), Some(0.1), "down to the rows' own cost, no lower");
+        // A cut after that caps the step again at what it met.
+        c.cut(2, 4.0);
+        assert_eq!(c.cap(2), Some(4.0));
     }
 }

@@ -31,8 +31,9 @@ pub(super) struct Batches {
     /// A jump was tried since the last committed batch (a jump cut short too did not help: the
     /// retries shrink without it).
     pub jumped: bool,
-    /// The step whose batches run under the full `statement_timeout`: its single row could not be
-    /// deleted within the batch bound. Any other batch is cut at the bound.
+    /// The step whose batches of one row run under the full `statement_timeout`: a single row of it
+    /// could not be deleted within the batch bound. Its batches of more rows (grown back past
+    /// that row) and any other step's are cut at the bound.
     pub unbounded_step: Option<usize>,
     /// How often deferred batches are checkpointed (zero: every batch commits durably).
     pub every: Duration,
@@ -72,13 +73,13 @@ impl Batches {
     }
 
     /// The limits of the next batch: the run's, cut short at the batch bound (⅘ of
-    /// `max_batch_duration`) unless its step runs unbounded, committed deferred with a checkpoint
+    /// `max_batch_duration`) unless it is one row of the step that runs unbounded ([`Self::unbounded_step`]), committed deferred with a checkpoint
     /// interval. A batch that runs longer than the sizing expected (a cascade below a parent row
     /// far larger than estimated, a stall) is retried smaller.
     pub fn limits(&self, run: &BatchLimits, hd: &HardDeleteConfig) -> BatchLimits {
         BatchLimits {
             rows: self.cp.rows,
-            statement_timeout: if self.unbounded_step == Some(self.cp.step) {
+            statement_timeout: if self.unbounded_step == Some(self.cp.step) && self.cp.rows <= 1 {
                 run.statement_timeout
             } else {
                 run.statement_timeout.min(hd.batch_timeout())

@@ -101,6 +101,10 @@ impl JobRun {
         // time alone.
         let full = if block { b.cp.rows } else { batch.selected };
         let mut rows = self.sizing.next_rows(b.cp.rows, full, batch.elapsed);
+        if full > 0 {
+            b.costliest
+                .relax(b.cp.step, self.sizing.cost_per_row(full, batch.elapsed));
+        }
         if let Some(ms_per_row) = b.costliest.cap(b.cp.step) {
             rows = rows.min(self.sizing.rows_at(ms_per_row));
         }

@@ -177,8 +177,9 @@ impl JobRun {
     /// After the batch bound (not the server's statement_timeout) cut a batch short: the next is
     /// smaller (a bound cut is not a failure: it does not count towards the run's timeouts, and the
     /// size reaches one row within a few cuts). When one row alone does not fit the bound (a SET
-    /// NULL fan-out to many rows, a slow trigger), the step's batches get the full
-    /// statement_timeout instead; the longest transaction then shows it.
+    /// NULL fan-out to many rows, a slow trigger), the step's batches of one row get the full
+    /// statement_timeout instead ([`Batches::unbounded_step`]); the longest transaction then shows
+    /// it. Batches that grow back past that row are bounded again.
     fn after_bound_cut(&mut self, b: &mut Batches, table: &str, limits: &BatchLimits) {
         if b.cp.rows <= 1 {
             b.unbounded_step = Some(b.cp.step);
@@ -190,7 +191,7 @@ impl JobRun {
         } else {
             let cut = self
                 .sizing
-                .cost_per_row_cut(b.cp.rows, limits.statement_timeout);
+                .cost_per_row(b.cp.rows, limits.statement_timeout);
             b.costliest.cut(b.cp.step, cut);
             self.shrink(b);
         }
