@@ -104,7 +104,15 @@ async fn check(pool: &sqlx::PgPool, config: &Config) -> anyhow::Result<()> {
             config.tenant.root_table, config.tenant.key_column
         ),
         Err(crate::engine::EngineError::Plan(e)) => {
-            anyhow::bail!("configuration key `tenant`: {e}")
+            let setting = match e {
+                crate::engine::PlanError::NoRoot(_) => "tenant.root_table",
+                crate::engine::PlanError::NoKeyColumn { .. } => "tenant.key_column",
+            };
+            println!("{setting}: REFUSED: {e}");
+            anyhow::bail!(
+                "{setting} does not fit the target database: {e}; the configured statements, \
+                 which read the tenant's tables, were not checked"
+            )
         }
         Err(crate::engine::EngineError::Db(e)) => anyhow::bail!(
             "cannot reach the target database to check the configuration: {}",

@@ -165,17 +165,30 @@ pub fn exit(result: anyhow::Result<()>) -> std::process::ExitCode {
     }
 }
 
-/// What [`exit`] prints for `e`: `Error: ` and its message, then, as anyhow's `{:?}` does,
+/// What [`exit`] prints for `e`: `Error: ` and its message (a database error as the server's
+/// message, detail, hint and SQLSTATE: [`db::errors::cause_text`]), then, as anyhow's `{:?}` does,
 /// `Caused by:` and each cause in its chain, except a cause whose text the lines above already
 /// hold. deprov's errors mostly write their cause into their own message (`configuration: TOML
 /// parse error at line 3 …`), so anyhow's report showed such a cause, a TOML error with its
 /// excerpt of the file for one, twice.
 pub fn error_report(e: &anyhow::Error) -> String {
-    let mut report = format!("Error: {e}");
+    // Down to the first error the server sent: sqlx's causes under it repeat it in other words.
+    let mut chain = Vec::new();
+    for cause in e.chain() {
+        chain.push(cause);
+        if db::errors::from_server(cause) {
+            break;
+        }
+    }
+    let first = chain
+        .first()
+        .map(|c| db::errors::cause_text(*c))
+        .unwrap_or_default();
+    let mut report = format!("Error: {first}");
     let mut seen = report.clone();
     let mut heading = false;
-    for cause in e.chain().skip(1) {
-        let text = cause.to_string();
+    for cause in chain.into_iter().skip(1) {
+        let text = db::errors::cause_text(cause);
         if seen.contains(&text) {
             continue;
         }
@@ -216,6 +229,13 @@ async fn plan_command(
         && let Err(e) = r.run_trial(&target, &config).await
     {
         report = Err(e);
+    }
+    // The pool retried a refused connection until its acquire timeout: one attempt of its own
+    // finds the cause (down, a wrong port, a refused password, no such database).
+    if let Err(crate::engine::EngineError::Db(e @ sqlx::Error::PoolTimedOut)) = &report {
+        let text = db::errors::unreachable_text(&target, e).await;
+        target.close().await;
+        anyhow::bail!("cannot reach the target database: {text}");
     }
     // Closed before exiting: a connection dropped with sqlx's release ping in flight makes PgBouncer
     // close its server connection ("client disconnect while server was not ready").

@@ -60,3 +60,45 @@ pub async fn unreachable_text(pool: &PgPool, e: &sqlx::Error) -> String {
         Err(_) => error_text(e),
     }
 }
+
+/// The text of `e`, one error of a chain, for an operator: [`error_text`] when it is a database
+/// error (sqlx's, or the engine's [`crate::engine::EngineError::Db`]) — with a hint to run
+/// `deprov migrate` when what is missing is deprov's own schema or one of its tables — else its
+/// own text.
+pub fn cause_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let db = e.downcast_ref::<sqlx::Error>().or_else(|| {
+        match e.downcast_ref::<crate::engine::EngineError>() {
+            Some(crate::engine::EngineError::Db(d)) => Some(d),
+            _ => None,
+        }
+    });
+    let Some(db) = db else {
+        return e.to_string();
+    };
+    let mut text = error_text(db);
+    if missing_state_schema(db) {
+        text.push_str("; the state database has no deprov schema yet: run `deprov migrate`");
+    }
+    text
+}
+
+/// Whether `e` says deprov's schema, or a table of it, does not exist (SQLSTATE 3F000 / 42P01).
+fn missing_state_schema(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(d) = e else {
+        return false;
+    };
+    matches!(d.code().as_deref(), Some("3F000" | "42P01")) && d.message().contains("\"deprov")
+}
+
+/// Whether `e` is an error the server sent (sqlx's, or the engine's): [`cause_text`] has said all
+/// of it, and its source, the server's error in sqlx's words (`… at line N`, PostgreSQL's C source
+/// line), adds nothing.
+pub fn from_server(e: &(dyn std::error::Error + 'static)) -> bool {
+    let db = e.downcast_ref::<sqlx::Error>().or_else(|| {
+        match e.downcast_ref::<crate::engine::EngineError>() {
+            Some(crate::engine::EngineError::Db(d)) => Some(d),
+            _ => None,
+        }
+    });
+    matches!(db, Some(sqlx::Error::Database(_)))
+}

@@ -44,6 +44,66 @@ async fn plan_says_when_there_is_no_such_tenant_or_the_key_is_invalid() {
     assert!(!text.contains("error returned from database"), "{text}");
 }
 
+/// A target that cannot be reached, or a database error, reads as its cause: the server's message
+/// and SQLSTATE, not sqlx's pool timeout or PostgreSQL's C source line ("at line N").
+#[tokio::test]
+async fn plan_and_jobs_name_why_the_database_cannot_be_used() {
+    let pg = crate::process::start_pg(None).await;
+    // A port nothing listens on: the pool would only have said it timed out.
+    let port = crate::helpers::closed_port();
+    let down = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let (code, text, _) = run_plan("1", &[], &[("DEPROV_TARGET_URL", &down)]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("cannot reach the target database: "),
+        "{text}"
+    );
+    assert!(text.contains("refused"), "{text}");
+    assert!(!text.contains("pool timed out"), "{text}");
+
+    let (code, text, _) = run_plan("1", &[], &[("DEPROV_TARGET_URL", &pg.url("nodb"))]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(r#"database "nodb" does not exist (SQLSTATE 3D000)"#),
+        "{text}"
+    );
+    assert!(!text.contains(" at line "), "{text}");
+
+    // A state database deprov's migrations never ran on.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
+        .args(["jobs", "--database-url", &pg.url("postgres"), "list"])
+        .output()
+        .unwrap();
+    let text = crate::process::output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(
+            r#"relation "deprov.jobs" does not exist (SQLSTATE 42P01); the state database has no deprov schema yet: run `deprov migrate`"#
+        ),
+        "{text}"
+    );
+
+    // `config check` names the setting a missing root table refuses, as it names the others.
+    let (_dir, config) =
+        crate::helpers::config_file("[tenant]\nroot_table = \"app.nosuch\"\nkey_column = \"id\"\n");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_deprov"))
+        .args(["config", "check"])
+        .env("DEPROV_CONFIG", &config)
+        .env("DEPROV_TARGET_URL", pg.url("postgres"))
+        .env_remove("DEPROV_DATABASE_URL")
+        .env_remove("DEPROV_POOLER_MODE")
+        .output()
+        .unwrap();
+    let text = crate::process::output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(
+            r#"tenant.root_table: REFUSED: root table "app"."nosuch" not found in the target database"#
+        ),
+        "{text}"
+    );
+}
+
 /// `serve` and `worker` read the target from `DEPROV_TARGET_URL`; `plan` reads only the target, and
 /// used to refuse to run without `--database-url` / `DEPROV_DATABASE_URL` all the same (a clap
 /// usage error, exit status 2).
