@@ -2,6 +2,7 @@
 //! database ([`TargetError`]).
 
 use deprov::config::ConfigError;
+use deprov::db::errors::error_text;
 use deprov::sql::QualifiedName;
 
 /// Why the benchmark could not run.
@@ -10,8 +11,8 @@ pub enum BenchError {
     /// PostgreSQL could not be started.
     #[error(transparent)]
     Server(#[from] deprov_testkit::ThrowawayError),
-    /// A database step failed.
-    #[error("database: {0}")]
+    /// A database step failed (the server's message, detail, hint and SQLSTATE).
+    #[error("database: {}", error_text(.0))]
     Db(#[from] sqlx::Error),
     /// The configuration built for the run is invalid.
     #[error("configuration: {0}")]
@@ -80,11 +81,16 @@ pub enum TargetError {
         /// PostgreSQL's message.
         message: String,
     },
-    /// The cascading `DELETE` failed on the copy (deprov refuses such a tenant too).
-    #[error("the cascading DELETE failed on the copy: {0}")]
+    /// The cascading `DELETE` failed on the copy: deprov refuses such a tenant before deleting
+    /// anything, so there is nothing to compare.
+    #[error(
+        "the cascading DELETE failed on the copy: {}; deprov refuses such a tenant before it \
+         deletes anything (`deprov plan --tenant KEY` shows why, and the rows that block it)",
+        error_text(.0)
+    )]
     Cascade(sqlx::Error),
-    /// A database step failed.
-    #[error("database: {0}")]
+    /// A database step failed (the server's message, detail, hint and SQLSTATE).
+    #[error("database: {}", error_text(.0))]
     Db(#[from] sqlx::Error),
     /// deprov's job did not complete, or its state database could not be prepared.
     #[error(transparent)]

@@ -95,6 +95,11 @@ pub async fn run(run: &TargetRun) -> Result<TargetReport, TargetError> {
         .ok_or(TargetError::NoDatabase)?
         .to_owned();
     let admin = admin_pool(&source, &database).await?;
+    // Before two copies of a large database are made for nothing (and before any is dropped).
+    if let Err(e) = check_tenant(&config, &source.clone().database(&database), &run.tenant).await {
+        admin.close().await;
+        return Err(e);
+    }
     let names = Names::new(&database);
     let measured = tokio::select! {
         r = measure(run, &config, &admin, &source, &database, &names) => r,
@@ -130,8 +135,6 @@ async fn measure(
     names: &Names,
 ) -> Result<TargetReport, TargetError> {
     let quiet = run.quiet;
-    // Before two copies of a large database are made for nothing.
-    check_tenant(config, &source.clone().database(database), &run.tenant).await?;
     say(
         quiet,
         &format!(

@@ -1,8 +1,8 @@
 //! The database steps of `deprov-lab bench delete --target-url` ([`super::target`]): the scratch
 //! databases' names, the template copy, the catalog reads and the table-by-table comparison.
 
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection as _, PgConnection, PgPool};
 
 use super::error::TargetError;
 use deprov::sql::{QualifiedName, SqlBuilder, SqlType};
@@ -46,7 +46,8 @@ impl Names {
 }
 
 /// A small pool on the server's `postgres` database, else `template1` (never on `database`, which
-/// must have no session for the copy).
+/// must have no session for the copy). A server that refuses the connection (down, a wrong port or
+/// password) is reported at once with its cause.
 pub(super) async fn admin_pool(
     source: &PgConnectOptions,
     database: &str,
@@ -56,13 +57,22 @@ pub(super) async fn admin_pool(
         .into_iter()
         .filter(|d| *d != database)
     {
-        match PgPoolOptions::new()
-            .max_connections(2)
-            .connect_with(source.clone().database(admin))
-            .await
-        {
-            Ok(pool) => return Ok(pool),
-            Err(e) => last = Some(e),
+        let options = source.clone().database(admin);
+        // One connection first: a pool would retry a refused connection until its acquire
+        // timeout and then report only that it timed out.
+        match PgConnection::connect_with(&options).await {
+            Ok(conn) => {
+                let _ = conn.close().await;
+                return PgPoolOptions::new()
+                    .max_connections(2)
+                    .connect_with(options)
+                    .await;
+            }
+            // No such database: the other one may exist.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("3D000") => {
+                last = Some(sqlx::Error::Database(e));
+            }
+            Err(e) => return Err(e),
         }
     }
     Err(last.expect("one of the two is not the source"))

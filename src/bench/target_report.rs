@@ -178,10 +178,11 @@ impl TargetReport {
         out.push('\n');
         out.push_str(&self.deprov_time.line());
         out.push_str(&format!(
-            "before the first destructive statement: {} to the soft delete ({} rows, {:.1} ms), {} to \
+            "before the first destructive statement: {} to the soft delete ({} {}, {:.1} ms), {} to \
              the hard delete; trial cascade {:.1} ms ({})\n",
             opt_ms(self.before_soft_delete_ms),
             self.soft_deleted_rows,
+            if self.soft_deleted_rows == 1 { "row" } else { "rows" },
             self.soft_delete_ms,
             opt_ms(self.before_hard_delete_ms),
             self.trial_ms,
