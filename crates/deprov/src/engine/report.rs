@@ -435,7 +435,7 @@ impl TableReport {
     }
 }
 
-/// "row" for one, else "rows".
-fn rows_word(n: i64) -> &'static str {
+/// "row" for one, else "rows": `format!("{n} {}", rows_word(n))`.
+pub fn rows_word(n: i64) -> &'static str {
     if n == 1 { "row" } else { "rows" }
 }

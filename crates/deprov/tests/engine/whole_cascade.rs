@@ -103,6 +103,8 @@ INSERT INTO app.audit VALUES (1, 3);"
         error.contains("refused") && error.contains("nothing was deleted"),
         "{error}"
     );
+    // The blocking row is named, counted in words that fit one.
+    assert!(error.contains(": 1 row of \"app\".\"audit\" ("), "{error}");
     assert_eq!(digest(&env.db).await, before);
 }
 

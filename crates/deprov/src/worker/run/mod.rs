@@ -127,7 +127,10 @@ impl JobRun {
         let text = engine::text(e);
         let deleted = self.progress.rows_deleted;
         let message = if deleted > 0 {
-            format!("{text}; {deleted} rows of the tenant were already deleted")
+            format!(
+                "{text}; {deleted} {} of the tenant were already deleted",
+                engine::report::rows_word(deleted)
+            )
         } else {
             text
         };
@@ -403,8 +406,13 @@ impl JobRun {
             "nothing was deleted".to_owned()
         } else {
             format!(
-                "deletion stopped here: {} rows were deleted before this run{}",
+                "deletion stopped here: {} {} deleted before this run{}",
                 self.progress.rows_deleted,
+                if self.progress.rows_deleted == 1 {
+                    "row was"
+                } else {
+                    "rows were"
+                },
                 if self.progress.soft_deleted_at.is_some() {
                     " and the tenant is soft-deleted"
                 } else {

@@ -256,7 +256,15 @@ impl JobRun {
             engine::find_blockers(&self.worker.pools.target, plan, tenant, &self.limits).await?;
         let all: Vec<String> = blockers
             .iter()
-            .map(|b| format!("{} rows of {} ({})", b.rows, b.table, b.constraint))
+            .map(|b| {
+                format!(
+                    "{} {} of {} ({})",
+                    b.rows,
+                    engine::report::rows_word(b.rows),
+                    b.table,
+                    b.constraint
+                )
+            })
             .collect();
         Ok(if all.is_empty() {
             String::new()
