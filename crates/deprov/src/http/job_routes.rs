@@ -75,7 +75,8 @@ pub struct JobView {
     pub state: JobState,
     /// `resolve`, `soft_delete`, `hard_delete` or `done`.
     pub step: String,
-    /// Times a worker claimed the job.
+    /// Times a worker claimed the job, not counting a run handed back `held` by a kill switch or
+    /// to wait (a rest, the grace period).
     pub attempts: i32,
     /// Claims since the job last advanced (its soft delete committed, its checkpoint moved on):
     /// a run that advances nothing and fails with this at `[worker] max_attempts` fails the job.

@@ -134,7 +134,8 @@ pub struct JobRow {
     pub state: String,
     /// Its step (`resolve`, `soft_delete`, `hard_delete`, `done`).
     pub step: String,
-    /// Claims so far.
+    /// Claims so far, not counting a run handed back `held` by a kill switch or to wait (a rest,
+    /// the grace period).
     pub attempts: i32,
     /// The latest error.
     pub last_error: Option<String>,
