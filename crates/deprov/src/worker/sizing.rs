@@ -9,9 +9,10 @@
 //! `BEGIN` and `COMMIT`), not cost per row: `target / elapsed` then underestimates the rows that fit,
 //! so a small batch that took a sixteenth of the target grows into one that takes less than the
 //! target. A row that costs far more than the ones before it (a parent with a large subtree) is
-//! met by the batch bound, which cuts the batch and shrinks the next; the rest of that step's
-//! batches are no larger than fits the target at the cost the cut implies ([`Costliest`]), so
-//! growing back does not run into the same costly rows at the same size.
+//! met by the batch bound, which cuts the batch and shrinks the next; that step's next batches
+//! are no larger than fits the target at the cost the cut implies ([`Costliest`]), so growing
+//! back does not run into the same costly rows at the same size, and that limit comes down as
+//! cheaper rows commit.
 
 use std::time::Duration;
 
@@ -117,33 +118,56 @@ impl Sizing {
 /// costly rows (a denser block range, parents with larger subtrees) at the same size and be cut
 /// again. A batch cut short wastes its whole bound; one more batch costs its round trips.
 ///
-/// The cap follows the rows met since: a committed batch whose rows cost less than half of it
-/// halves it ([`Self::relax`]), so batches past the costly rows grow back (×2 per batch at most)
+/// The cap follows the rows met since: cheaper rows committed bring it down by half
+/// ([`Self::relax`]), so batches past the costly rows grow back (×2 at most per relaxation)
 /// instead of keeping, for the rest of the step, the size a cut left them at — on a large step
-/// that is thousands of batches, and how small they stay would depend on where the cuts fell.
+/// that is thousands of batches, and how small they stay would depend on where the cuts fell. The
+/// more cuts a step has had, the more cheap batches in a row each halving takes (as many as its
+/// cuts): a step whose costly rows are spread through it (a tree's large subtrees) grows back
+/// slowly instead of being cut again at every regrowth.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Costliest {
     /// The step the cost was met in, and the cost (ms per row); `None` before any cut.
     seen: Option<(usize, f64)>,
+    /// Cuts in that step.
+    cuts: u32,
+    /// Batches of that step in a row whose rows cost less than half the cap, since its last
+    /// halving or cut.
+    cheap: u32,
 }
 
 impl Costliest {
     /// A batch of `step` was cut short at `ms_per_row` at least (a new step forgets the previous
-    /// step's cost).
+    /// step's cost and cuts).
     pub fn cut(&mut self, step: usize, ms_per_row: f64) {
-        let worst = self.cap(step).map_or(ms_per_row, |ms| ms.max(ms_per_row));
-        self.seen = Some((step, worst));
+        let (worst, cuts) = match self.cap(step) {
+            Some(ms) => (ms.max(ms_per_row), self.cuts + 1),
+            None => (ms_per_row, 1),
+        };
+        *self = Self {
+            seen: Some((step, worst)),
+            cuts,
+            cheap: 0,
+        };
     }
 
     /// A batch of `step` committed at `ms_per_row` (its time per row or block, round trips
-    /// included, so never below the rows' own cost): the cap comes down to that cost, at most by
-    /// half per batch. A batch as costly as half the cap or more leaves it; another step's leaves
-    /// it too.
+    /// included, so never below the rows' own cost). Below half the cap, it counts as cheap; as
+    /// many cheap batches in a row as the step's cuts bring the cap down to that cost, by half at
+    /// most. A batch as costly as half the cap or more ends the row; another step's batch leaves
+    /// the cap as it is.
     pub fn relax(&mut self, step: usize, ms_per_row: f64) {
-        if let Some((s, cap)) = self.seen
-            && s == step
-        {
-            self.seen = Some((s, cap.min(ms_per_row.max(cap / 2.0))));
+        let Some(cap) = self.cap(step) else {
+            return;
+        };
+        if ms_per_row >= cap / 2.0 {
+            self.cheap = 0;
+            return;
+        }
+        self.cheap += 1;
+        if self.cheap >= self.cuts {
+            self.seen = Some((step, ms_per_row.max(cap / 2.0)));
+            self.cheap = 0;
         }
     }
 
@@ -260,26 +284,44 @@ mod tests {
         c.relax(2, 3.0);
         assert_eq!(
             c.cap(2),
-            Some(3.0),
+            Some(5.0),
             "rows at 3 ms: as costly as half the cap or more"
         );
         c.relax(2, 2.0);
-        assert_eq!(c.cap(2), Some(2.0));
-        c.relax(2, 2.5);
-        assert_eq!(c.cap(2), Some(2.0), "a costlier batch does not raise it");
+        assert_eq!(c.cap(2), Some(2.5), "halved at most");
         c.relax(3, 0.01);
-        assert_eq!(c.cap(2), Some(2.0), "another step's batch leaves it");
-        // 10 rows in 1 ms each time: halved per batch, the batches double.
+        assert_eq!(c.cap(2), Some(2.5), "another step's batch leaves it");
+        // 10 rows in 1 ms each time: halved per batch after one cut, the batches double.
         let mut sizes = Vec::new();
         for _ in 0..4 {
             c.relax(2, 0.1);
             sizes.push(s.rows_at(c.cap(2).unwrap()));
         }
-        assert_eq!(sizes, [50, 100, 200, 400]);
+        assert_eq!(sizes, [40, 80, 160, 320]);
         c.relax(2, 0.1);
-        assert_eq!(c.cap(2), Some(0.1), "down to the rows' own cost, no lower");
-        // A cut after that caps the step again at what it met.
+        assert_eq!(
+            c.cap(2),
+            Some(0.15625),
+            "rows at half the cap or more leave it"
+        );
+
+        // After a second cut, two cheap batches in a row per halving; a costly one restarts the count.
         c.cut(2, 4.0);
+        assert_eq!(
+            c.cap(2),
+            Some(4.0),
+            "a cut caps the step again at what it met"
+        );
+        c.relax(2, 0.1);
         assert_eq!(c.cap(2), Some(4.0));
+        c.relax(2, 3.0);
+        c.relax(2, 0.1);
+        assert_eq!(c.cap(2), Some(4.0), "the costly batch ended the row");
+        c.relax(2, 0.1);
+        assert_eq!(c.cap(2), Some(2.0));
+        // A new step starts with no cap and no cuts.
+        c.cut(5, 1.0);
+        c.relax(5, 0.1);
+        assert_eq!(c.cap(5), Some(0.5));
     }
 }
