@@ -66,13 +66,7 @@ pub async fn unreachable_text(pool: &PgPool, e: &sqlx::Error) -> String {
 /// `deprov migrate` when what is missing is deprov's own schema or one of its tables — else its
 /// own text.
 pub fn cause_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let db = e.downcast_ref::<sqlx::Error>().or_else(|| {
-        match e.downcast_ref::<crate::engine::EngineError>() {
-            Some(crate::engine::EngineError::Db(d)) => Some(d),
-            _ => None,
-        }
-    });
-    let Some(db) = db else {
+    let Some(db) = as_database(e) else {
         return e.to_string();
     };
     let mut text = error_text(db);
@@ -94,11 +88,15 @@ fn missing_state_schema(e: &sqlx::Error) -> bool {
 /// of it, and its source, the server's error in sqlx's words (`… at line N`, PostgreSQL's C source
 /// line), adds nothing.
 pub fn from_server(e: &(dyn std::error::Error + 'static)) -> bool {
-    let db = e.downcast_ref::<sqlx::Error>().or_else(|| {
+    matches!(as_database(e), Some(sqlx::Error::Database(_)))
+}
+
+/// `e` as sqlx's error: itself, or the one the engine's [`crate::engine::EngineError::Db`] holds.
+fn as_database<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e sqlx::Error> {
+    e.downcast_ref::<sqlx::Error>().or_else(|| {
         match e.downcast_ref::<crate::engine::EngineError>() {
             Some(crate::engine::EngineError::Db(d)) => Some(d),
             _ => None,
         }
-    });
-    matches!(db, Some(sqlx::Error::Database(_)))
+    })
 }
