@@ -182,7 +182,7 @@ impl TargetReport {
              the hard delete; trial cascade {:.1} ms ({})\n",
             opt_ms(self.before_soft_delete_ms),
             self.soft_deleted_rows,
-            if self.soft_deleted_rows == 1 { "row" } else { "rows" },
+            deprov::engine::report::rows_word(self.soft_deleted_rows),
             self.soft_delete_ms,
             opt_ms(self.before_hard_delete_ms),
             self.trial_ms,

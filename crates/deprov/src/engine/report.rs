@@ -435,7 +435,7 @@ impl TableReport {
     }
 }
 
-/// "row" for one, else "rows": `format!("{n} {}", rows_word(n))`.
-pub fn rows_word(n: i64) -> &'static str {
-    if n == 1 { "row" } else { "rows" }
+/// "row" for one, else "rows": `format!("{n} {}", rows_word(n))`, for any integer count.
+pub fn rows_word(n: impl Into<i128>) -> &'static str {
+    if n.into() == 1 { "row" } else { "rows" }
 }
