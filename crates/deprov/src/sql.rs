@@ -214,6 +214,13 @@ impl SqlBuilder {
         Self::default()
     }
 
+    /// A builder that goes on from a finished statement's text (to append to its select list).
+    pub fn extend(stmt: &Statement) -> Self {
+        Self {
+            buf: stmt.0.clone(),
+        }
+    }
+
     /// Appends fixed SQL text.
     pub fn sql(&mut self, text: &'static str) -> &mut Self {
         self.buf.push_str(text);

@@ -5,14 +5,18 @@ use std::time::Instant;
 
 use sqlx::PgPool;
 
+use sqlx::Row;
+
+use super::probe::Probe;
 use super::{
-    BatchLimits, BatchResult, BatchStart, Cursor, EngineError, Plan, before_batch, cascaded_since,
+    BatchLimits, BatchResult, BatchStart, Cursor, EngineError, Plan, deleted_so_far, difference,
     queries,
 };
 
 /// Deletes the tenant rows of step `at.step` in the blocks from `at.cursor` (`Cursor::Block`, else
-/// the first block) on, `limits.rows` blocks, in one transaction under `limits`, after
-/// [`super::before_batch`] with `at.unchanged`; `at.began` is set at its `BEGIN`. The result's `selected`
+/// the first block) on, `limits.rows` blocks, in one transaction under `limits` that also checks
+/// `at.unchanged` as [`super::before_batch`] does (read after the delete, see `probe`); `at.began`
+/// is set at its `BEGIN`. The result's `selected`
 /// and `deleted` are the rows deleted, `next` the block after the range while the table has more
 /// blocks, `cascaded` what PostgreSQL's cascade deleted in absorbed tables below.
 ///
@@ -42,21 +46,36 @@ pub(super) async fn run_blocks(
     let started = *began.get_or_init(Instant::now);
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
     let below = plan.absorbed_below(plan.steps[step].table);
-    let before = before_batch(&mut tx, unchanged, &below).await?;
-    let deleted = crate::db::query(stmt.as_query())
+    // The counters before the delete; the incarnation is read after it, with the table's size and
+    // the counters after (one statement; see `probe`).
+    let before = deleted_so_far(&mut tx, &below).await?;
+    let deleted = match crate::db::query(stmt.as_query())
         .persistent(false)
         .bind(tenant)
         .bind(lo)
         .bind(hi)
         .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        .await
+    {
+        Ok(done) => done.rows_affected(),
+        Err(e) => {
+            drop(tx.rollback().await);
+            return Err(Probe::new(unchanged, &[]).failed(target, limits, e).await);
+        }
+    };
     let deleted = i64::try_from(deleted).unwrap_or(i64::MAX);
-    let blocks: i64 = crate::db::query_scalar(queries::TABLE_BLOCKS)
-        .bind(i64::from(plan.steps[step].table))
-        .fetch_one(&mut *tx)
-        .await?;
-    let cascaded = cascaded_since(&mut tx, &before).await?;
+    let after = Probe::new(unchanged, &below);
+    let blocks_stmt = after.append(&queries::table_blocks(), 2);
+    let query = crate::db::query(blocks_stmt.as_query()).bind(i64::from(plan.steps[step].table));
+    let row = match after.bind(query).fetch_one(&mut *tx).await {
+        Ok(row) => row,
+        Err(e) => {
+            drop(tx.rollback().await);
+            return Err(after.failed(target, limits, e).await);
+        }
+    };
+    let blocks: i64 = row.try_get(0)?;
+    let cascaded = difference(after.read(&row, 1)?, &before);
     tx.commit().await?;
     Ok(BatchResult {
         selected: deleted,

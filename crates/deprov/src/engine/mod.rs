@@ -15,6 +15,7 @@ mod durability;
 pub mod estimate;
 pub use durability::{Incarnation, flush, incarnation};
 pub mod plan;
+mod probe;
 pub mod queries;
 mod range_batch;
 pub use range_batch::{IndexPass, kill_dead_entries};
@@ -26,7 +27,7 @@ pub mod whole;
 
 use std::time::{Duration, Instant};
 
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool, Row};
 
 pub use plan::{Plan, PlanError, Step};
 pub use queries::Cursor;
@@ -306,8 +307,9 @@ pub struct BatchStart<'c> {
     /// ([`queries::range_bound`]).
     pub large_parent: bool,
     /// The target's incarnation while batches committed deferred since the last checkpoint: the
-    /// batch first checks it ([`before_batch`]) and fails with
-    /// [`EngineError::TargetRestarted`] if the target restarted since. `None`: no check.
+    /// batch checks it in its transaction, before it commits (in its own statement, see `probe`;
+    /// [`before_batch`] for a tree's step) and fails with [`EngineError::TargetRestarted`],
+    /// rolled back, if the target restarted since. `None`: no check.
     pub unchanged: Option<&'c Incarnation>,
     /// Set to when the batch's transaction began (after the wait for a connection, which holds no
     /// lock), so that the caller can time a batch that failed and rolled back from its `BEGIN`, as
@@ -378,22 +380,48 @@ pub async fn run_batch(
     // rows are counted).
     let table = plan.steps[step].table;
     let mut counted = plan.absorbed_below(table);
-    if plan.is_tree(table) && !plan.catalog.tables[&table].partitioned && !counted.contains(&table)
-    {
+    let own = plan.is_tree(table)
+        && !plan.catalog.tables[&table].partitioned
+        && !counted.contains(&table);
+    // A tree's own counter moves during its statement: read before it, by a statement of its own.
+    // Otherwise the batch's statement reads what comes before it (probe).
+    let separate = if own {
         counted.push(table);
-    }
-    let before = before_batch(&mut tx, unchanged, &counted).await?;
-    let (selected, deleted, seen, used, last_parent, last_row) =
-        crate::db::query_as::<(i64, i64, i64, i64, Option<Vec<String>>, Option<Vec<String>>)>(
-            stmt.as_query(),
-        )
+        Some(before_batch(&mut tx, unchanged, &counted).await?)
+    } else {
+        None
+    };
+    let probe = if own {
+        probe::Probe::new(None, &[])
+    } else {
+        probe::Probe::new(unchanged, &counted)
+    };
+    let stmt = probe.append(&stmt, 5);
+    let query = crate::db::query(stmt.as_query())
         .persistent(false)
         .bind(tenant)
         .bind(limits.rows)
         .bind(position)
-        .bind(parents.max(1))
-        .fetch_one(&mut *tx)
-        .await?;
+        .bind(parents.max(1));
+    let row = match probe.bind(query).fetch_one(&mut *tx).await {
+        Ok(row) => row,
+        Err(e) => {
+            // Rolled back first: the probe may need a connection of the pool to read the target's
+            // incarnation.
+            drop(tx.rollback().await);
+            return Err(probe.failed(target, limits, e).await);
+        }
+    };
+    let selected: i64 = row.try_get(0)?;
+    let deleted: i64 = row.try_get(1)?;
+    let seen: i64 = row.try_get(2)?;
+    let used: i64 = row.try_get(3)?;
+    let last_parent: Option<Vec<String>> = row.try_get(4)?;
+    let last_row: Option<Vec<String>> = row.try_get(5)?;
+    let before = match separate {
+        Some(before) => before,
+        None => probe.read(&row, 6)?,
+    };
     let mut cascaded = cascaded_since(&mut tx, &before).await?;
     // The step's own table counts the statement's rows too: only those beyond them cascaded.
     for (oid, n) in &mut cascaded {
@@ -456,12 +484,18 @@ pub(crate) async fn cascaded_since(
 ) -> Result<Vec<(u32, i64)>, sqlx::Error> {
     let tables: Vec<u32> = before.iter().map(|&(oid, _)| oid).collect();
     let after = deleted_so_far(tx, &tables).await?;
-    Ok(after
+    Ok(difference(after, before))
+}
+
+/// The rows deleted per table between two reads of the same tables' counters ([`deleted_so_far`]),
+/// those with any.
+pub(crate) fn difference(after: Vec<(u32, i64)>, before: &[(u32, i64)]) -> Vec<(u32, i64)> {
+    after
         .into_iter()
         .zip(before)
         .map(|((oid, n), (_, m))| (oid, n - m))
         .filter(|(_, n)| *n > 0)
-        .collect())
+        .collect()
 }
 
 /// Deletes the tenant rows of `table` that its batches kept back (or, at a cycle's entry, all its

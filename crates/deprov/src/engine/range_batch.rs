@@ -14,8 +14,9 @@
 
 use std::time::Instant;
 
-use sqlx::PgPool;
+use sqlx::{PgPool, Row};
 
+use super::probe::Probe;
 use super::{BatchLimits, BatchResult, Cursor, EngineError, Plan, cascaded_since, queries};
 
 /// How [`run_range`] runs: as [`super::BatchStart`]'s fields of the same names say.
@@ -25,9 +26,9 @@ pub(super) struct Shape<'c> {
     pub(super) jump: bool,
 }
 
-/// A batch continuing inside `parent` after child key `last`, as a key range (after
-/// [`super::before_batch`]; see [`Shape`])
-/// ([`queries::range_bound`], then [`queries::range_delete`]), in one transaction like
+/// A batch continuing inside `parent` after child key `last`, as a key range (see [`Shape`];
+/// [`queries::range_bound`], which also reads what [`super::before_batch`] would, then
+/// [`queries::range_delete`]), in one transaction like
 /// [`run_batch`]. The next cursor stays inside the parent while a full batch was found, else moves
 /// after it.
 pub(super) async fn run_range(
@@ -49,14 +50,24 @@ pub(super) async fn run_range(
     let conn = crate::db::acquire(target).await?;
     let started = *began.get_or_init(Instant::now);
     let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
-    let before = super::before_batch(&mut tx, unchanged, &plan.absorbed_below(s.table)).await?;
-    let (selected, end): (i64, Option<Vec<String>>) =
-        crate::db::query_as(queries::range_bound(plan, s, jump).as_query())
-            .persistent(false)
-            .bind(&position)
-            .bind(limits.rows)
-            .fetch_one(&mut *tx)
-            .await?;
+    // The range's read-only first statement reads what comes before the delete too (see `probe`).
+    let below = plan.absorbed_below(s.table);
+    let probe = Probe::new(unchanged, &below);
+    let bound = probe.append(&queries::range_bound(plan, s, jump), 3);
+    let query = crate::db::query(bound.as_query())
+        .persistent(false)
+        .bind(&position)
+        .bind(limits.rows);
+    let row = match probe.bind(query).fetch_one(&mut *tx).await {
+        Ok(row) => row,
+        Err(e) => {
+            drop(tx.rollback().await);
+            return Err(probe.failed(target, limits, e).await);
+        }
+    };
+    let selected: i64 = row.try_get(0)?;
+    let end: Option<Vec<String>> = row.try_get(1)?;
+    let before = probe.read(&row, 2)?;
     let deleted = match &end {
         Some(end) => {
             let done = crate::db::query(queries::range_delete(plan, s).as_query())

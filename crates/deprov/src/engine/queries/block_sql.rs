@@ -25,7 +25,7 @@ use crate::sql::{SqlBuilder, Statement};
 ///
 /// No `RETURNING`: returning even a constant makes PostgreSQL fetch each deleted row once more
 /// (`ExecDelete` reads the old tuple for the projection), which doubles the buffer reads of a
-/// table whose rows fire no trigger. The caller reads the table's size apart ([`TABLE_BLOCKS`]).
+/// table whose rows fire no trigger. The caller reads the table's size apart ([`table_blocks`]).
 pub fn block_batch(plan: &Plan, step: &Step) -> Statement {
     let (&first, rest) = step.path.split_first().expect("a block step has a parent");
     let fk = &plan.catalog.foreign_keys[first];
@@ -50,6 +50,11 @@ pub fn block_batch(plan: &Plan, step: &Step) -> Statement {
 }
 
 /// `SELECT` the size of table `$1` (an oid, int8) in blocks (`pg_relation_size` ÷ `block_size`):
-/// where a block-range step ends.
-pub const TABLE_BLOCKS: &str =
-    "SELECT pg_relation_size($1::int8::oid) / current_setting('block_size')::int8";
+/// where a block-range step ends. Ends in its select list.
+pub fn table_blocks() -> Statement {
+    let mut b = SqlBuilder::new();
+    b.sql("SELECT pg_relation_size(")
+        .param(1)
+        .sql("::int8::oid) / current_setting('block_size')::int8");
+    b.build()
+}

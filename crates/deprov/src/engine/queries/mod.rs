@@ -8,7 +8,7 @@ use crate::sql::{SqlBuilder, Statement};
 
 mod block_sql;
 mod range_sql;
-pub use block_sql::{TABLE_BLOCKS, block_batch};
+pub use block_sql::{block_batch, table_blocks};
 pub use range_sql::{children_count, range_bound, range_delete};
 
 /// Alias bases so nested sub-queries never shadow each other's aliases.
