@@ -69,7 +69,12 @@ impl<'a> Probe<'a> {
         if self.counted.is_empty() {
             query
         } else {
-            query.bind(self.counted.iter().map(|&t| i64::from(t)).collect::<Vec<_>>())
+            query.bind(
+                self.counted
+                    .iter()
+                    .map(|&t| i64::from(t))
+                    .collect::<Vec<_>>(),
+            )
         }
     }
 

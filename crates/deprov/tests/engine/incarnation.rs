@@ -139,7 +139,10 @@ async fn a_block_batch_or_a_failed_batch_on_a_restarted_target_reports_the_resta
             .unwrap()
     };
     let (notes, events) = (step_of("\"app\".\"notes\""), step_of("\"app\".\"events\""));
-    assert!(plan.block_step(&plan.steps[notes]), "notes has no index on its key");
+    assert!(
+        plan.block_step(&plan.steps[notes]),
+        "notes has no index on its key"
+    );
     let limits = BatchLimits {
         rows: 1_000,
         lock_timeout: std::time::Duration::from_millis(50),
@@ -158,7 +161,10 @@ async fn a_block_batch_or_a_failed_batch_on_a_restarted_target_reports_the_resta
                 "notes" => "SELECT count(*) FROM app.notes WHERE account_id = 1",
                 _ => "SELECT count(*) FROM app.events WHERE account_id = 1",
             };
-            sqlx::query_scalar::<_, i64>(sql).fetch_one(&db).await.unwrap()
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&db)
+                .await
+                .unwrap()
         }
     };
     let batch = |step: usize, unchanged: Incarnation| {
@@ -179,7 +185,11 @@ async fn a_block_batch_or_a_failed_batch_on_a_restarted_target_reports_the_resta
     };
 
     assert!(restarted(batch(notes, recovered.clone()).await));
-    assert_eq!(count("notes").await, 200, "a refused block batch deleted rows");
+    assert_eq!(
+        count("notes").await,
+        200,
+        "a refused block batch deleted rows"
+    );
 
     // A row of each table locked by another transaction: the batches wait past lock_timeout.
     let mut holder = env.db.begin().await.unwrap();

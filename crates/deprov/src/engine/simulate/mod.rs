@@ -49,6 +49,7 @@ pub use preset::{Preset, apply as apply_presets, detaches, presets};
 use std::collections::BTreeMap;
 use std::fmt;
 
+use futures::{StreamExt, TryStreamExt};
 use sqlx::PgPool;
 
 use super::catalog::{ForeignKey, OnDelete};
@@ -57,6 +58,10 @@ use crate::sql::QualifiedName;
 use load::Facts;
 use state::{Event, Run};
 use store::Store;
+
+/// Most of the simulation's reads run at once (each on its own connection of the target pool,
+/// which bounds them too).
+const MAX_PARALLEL_READS: usize = 4;
 
 /// Why the cascading DELETE would fail: the error PostgreSQL would raise.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -305,7 +310,12 @@ impl Ctx<'_> {
         Ok((store, roots))
     }
 
-    /// Reads the rows of the given `(probe, key)` lookups, one query per probe.
+    /// Reads the rows of the given `(probe, key)` lookups, one query per probe. Probes of different
+    /// tables are read side by side, up to [`MAX_PARALLEL_READS`] at a time and no more than the
+    /// target pool's connections: a probe's read leaves out the rows earlier reads of the same
+    /// table returned ([`Store::known`]), so a table's probes are read one after another, in waves.
+    /// The rows are added in the order of the probes within each wave, whatever order the reads
+    /// finish in, so a simulation meets its rows in the same order at any parallelism.
     async fn fetch(
         &self,
         store: &mut Store,
@@ -315,23 +325,51 @@ impl Ctx<'_> {
         for (p, k) in needs {
             by_probe.entry(p).or_default().push(k);
         }
+        let mut by_table: BTreeMap<u32, std::collections::VecDeque<(usize, Vec<Vec<String>>)>> =
+            BTreeMap::new();
         for (p, keys) in by_probe {
-            let (table, cols) = (store.probes[p].table, store.probes[p].cols.clone());
-            let rows = load::rows(
-                self.target,
-                self.plan,
-                (self.limits, self.read_timeout, &self.sizes),
-                table,
-                (&cols, &keys),
-                &store.tracked[&table],
-                &store.known(table, p),
-            )
-            .await?;
-            store.add(p, keys, rows);
-            if store.rows.len() as u64 > self.max_rows {
-                return Err(SimError::TooLarge {
-                    limit: self.max_rows,
-                });
+            by_table
+                .entry(store.probes[p].table)
+                .or_default()
+                .push_back((p, keys));
+        }
+        let parallel = usize::try_from(self.target.options().get_max_connections())
+            .unwrap_or(1)
+            .clamp(1, MAX_PARALLEL_READS);
+        while !by_table.is_empty() {
+            let mut wave: Vec<(usize, Vec<Vec<String>>)> = by_table
+                .values_mut()
+                .filter_map(std::collections::VecDeque::pop_front)
+                .collect();
+            by_table.retain(|_, left| !left.is_empty());
+            wave.sort_by_key(|(p, _)| *p);
+            let read = {
+                let store = &*store;
+                futures::stream::iter(wave.into_iter().map(|(p, keys)| async move {
+                    let (table, cols) = (store.probes[p].table, &store.probes[p].cols);
+                    let rows = load::rows(
+                        self.target,
+                        self.plan,
+                        (self.limits, self.read_timeout, &self.sizes),
+                        table,
+                        (cols, &keys),
+                        &store.tracked[&table],
+                        &store.known(table, p),
+                    )
+                    .await?;
+                    Ok::<_, SimError>((p, keys, rows))
+                }))
+                .buffered(parallel)
+                .try_collect::<Vec<_>>()
+                .await?
+            };
+            for (p, keys, rows) in read {
+                store.add(p, keys, rows);
+                if store.rows.len() as u64 > self.max_rows {
+                    return Err(SimError::TooLarge {
+                        limit: self.max_rows,
+                    });
+                }
             }
         }
         Ok(())
@@ -358,7 +396,7 @@ impl Ctx<'_> {
         reverse: bool,
     ) -> Result<(Result<(), Box<CascadeFailure>>, Run), SimError> {
         let mut run = Run::new(reverse);
-        run.delete(store, self.facts, self.plan, roots);
+        run.delete(store, self.facts, roots);
         let mut fired: u64 = 0;
         let mut commit_phase = false;
         loop {
@@ -374,7 +412,7 @@ impl Ctx<'_> {
                 }
                 continue;
             }
-            let needs = run.needs(store, self.plan, &generation);
+            let needs = run.needs(store, &generation);
             self.fetch(store, needs).await?;
             fired += generation.len() as u64;
             if fired > self.max_rows.saturating_mul(4) {

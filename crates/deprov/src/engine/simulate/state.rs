@@ -89,26 +89,19 @@ impl Run {
     }
 
     /// The `(probe, key)` lookups `events` will make that were not read yet.
-    pub fn needs(&self, store: &Store, plan: &Plan, events: &[Event]) -> Vec<(usize, Vec<String>)> {
-        let fks = &plan.catalog.foreign_keys;
+    pub fn needs(&self, store: &Store, events: &[Event]) -> Vec<(usize, Vec<String>)> {
         let mut out = Vec::new();
         for ev in events {
             let (probe, key) = match ev {
                 Event::Action { fk, row, .. } => {
-                    let fk = &fks[*fk];
-                    let key = store.key(store.probe(fk.to, &fk.to_cols), self.vals(store, *row));
-                    (store.probe(fk.from, &fk.from_cols), key)
+                    let key = store.key(store.to_probe(*fk), self.vals(store, *row));
+                    (store.from_probe(*fk), key)
                 }
                 Event::Check { fk, row, .. } => {
-                    let fk = &fks[*fk];
-                    let key =
-                        store.key(store.probe(fk.from, &fk.from_cols), self.vals(store, *row));
-                    (store.probe(fk.to, &fk.to_cols), key)
+                    let key = store.key(store.from_probe(*fk), self.vals(store, *row));
+                    (store.to_probe(*fk), key)
                 }
-                Event::NoActionAtCommit { fk, key } => {
-                    let fk = &fks[*fk];
-                    (store.probe(fk.from, &fk.from_cols), Some(key.clone()))
-                }
+                Event::NoActionAtCommit { fk, key } => (store.from_probe(*fk), Some(key.clone())),
             };
             if let Some(key) = key
                 && !store.is_loaded(probe, &key)
@@ -122,7 +115,7 @@ impl Run {
     }
 
     /// Deletes `rows` (one statement) and queues their delete triggers, row by row in name order.
-    pub fn delete(&mut self, store: &Store, facts: &Facts, plan: &Plan, rows: &[usize]) {
+    pub fn delete(&mut self, store: &Store, facts: &Facts, rows: &[usize]) {
         self.deleted.extend(rows.iter().copied());
         for &r in rows {
             for t in facts.triggers.get(&store.rows[r].rel).into_iter().flatten() {
@@ -131,8 +124,7 @@ impl Run {
                 }
                 if t.deferred {
                     // Only NO ACTION triggers can be deferred: the key is checked at commit.
-                    let fk = &plan.catalog.foreign_keys[t.fk];
-                    let key = store.key(store.probe(fk.to, &fk.to_cols), self.vals(store, r));
+                    let key = store.key(store.to_probe(t.fk), self.vals(store, r));
                     if let Some(key) = key {
                         self.at_commit
                             .push(Event::NoActionAtCommit { fk: t.fk, key });
@@ -153,20 +145,11 @@ impl Run {
     /// its old version was then written by the cascade's own transaction, and PostgreSQL checks
     /// whether or not the keys changed (`RI_FKey_fk_upd_check_required`, PostgreSQL 15
     /// `ri_triggers.c`).
-    fn update(
-        &mut self,
-        store: &Store,
-        facts: &Facts,
-        plan: &Plan,
-        row: usize,
-        new: Vec<Option<String>>,
-    ) {
+    fn update(&mut self, store: &Store, facts: &Facts, row: usize, new: Vec<Option<String>>) {
         let old = self.vals(store, row).to_vec();
         let table = store.rows[row].table;
-        for (p, probe) in store.probes.iter().enumerate() {
-            if probe.table == table
-                && let Some(k) = store.key(p, &new)
-            {
+        for &p in store.probes_of(table) {
+            if let Some(k) = store.key(p, &new) {
                 self.over_index
                     .entry(p)
                     .or_default()
@@ -191,8 +174,7 @@ impl Run {
             if t.kind != Kind::Check {
                 continue;
             }
-            let fk = &plan.catalog.foreign_keys[t.fk];
-            let p = store.probe(fk.from, &fk.from_cols);
+            let p = store.from_probe(t.fk);
             let (before, after) = (store.key(p, &old), store.key(p, &new));
             if after.is_none() || (after == before && !written_here) {
                 continue;
@@ -222,23 +204,18 @@ impl Run {
         let fks = &plan.catalog.foreign_keys;
         match ev {
             Event::Check { fk, row, version } => {
-                let f = &fks[fk];
                 if self.deleted.contains(&row) || self.version.get(&row) != Some(&version) {
                     return Ok(()); // that row version is gone: nothing to check
                 }
-                let key = store.key(store.probe(f.from, &f.from_cols), self.vals(store, row));
+                let key = store.key(store.from_probe(fk), self.vals(store, row));
                 let Some(key) = key else { return Ok(()) };
-                if self
-                    .matches(store, store.probe(f.to, &f.to_cols), &key)
-                    .is_empty()
-                {
+                if self.matches(store, store.to_probe(fk), &key).is_empty() {
                     return Err(Box::new(CascadeFailure::missing_parent(plan, fk, &key)));
                 }
                 Ok(())
             }
             Event::NoActionAtCommit { fk, key } => {
-                let f = &fks[fk];
-                let refs = self.matches(store, store.probe(f.from, &f.from_cols), &key);
+                let refs = self.matches(store, store.from_probe(fk), &key);
                 if refs.is_empty() {
                     Ok(())
                 } else {
@@ -252,17 +229,16 @@ impl Run {
             }
             Event::Action { fk, kind, row } => {
                 let f = &fks[fk];
-                let Some(key) = store.key(store.probe(f.to, &f.to_cols), self.vals(store, row))
-                else {
+                let Some(key) = store.key(store.to_probe(fk), self.vals(store, row)) else {
                     return Ok(());
                 };
-                let probe = store.probe(f.from, &f.from_cols);
+                let probe = store.from_probe(fk);
                 let refs = self.matches(store, probe, &key);
                 self.multi |= refs.len() > 1;
                 match kind {
                     _ if refs.is_empty() => Ok(()),
                     Kind::Cascade => {
-                        self.delete(store, facts, plan, &refs);
+                        self.delete(store, facts, &refs);
                         Ok(())
                     }
                     Kind::Restrict => Err(Box::new(CascadeFailure::referenced(
@@ -293,7 +269,7 @@ impl Run {
                                     new[i] = c.value.clone();
                                 }
                             }
-                            self.update(store, facts, plan, r, new);
+                            self.update(store, facts, r, new);
                         }
                         // SET DEFAULT re-checks like NO ACTION: a row set to the deleted key fails.
                         if kind == Kind::SetDefault && !self.matches(store, probe, &key).is_empty()

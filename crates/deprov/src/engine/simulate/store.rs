@@ -33,6 +33,9 @@ pub(super) struct Store {
     pub probes: Vec<Probe>,
     /// Per table, per columns: the probe.
     probe_of: HashMap<u32, HashMap<Vec<String>, usize>>,
+    /// Per foreign key (its index in the catalog): the probes of its referencing and referenced
+    /// columns, looked up once here instead of by column names at every event.
+    fk_probes: Vec<(usize, usize)>,
     table_probes: HashMap<u32, Vec<usize>>,
     pub rows: Vec<Row>,
     by_id: HashMap<(u32, (u32, u32)), usize>,
@@ -73,6 +76,7 @@ impl Store {
             tracked,
             probes: Vec::new(),
             probe_of: HashMap::new(),
+            fk_probes: Vec::new(),
             table_probes: HashMap::new(),
             rows: Vec::new(),
             by_id: HashMap::new(),
@@ -108,7 +112,33 @@ impl Store {
             store.index.push(HashMap::new());
             store.loaded.push(HashSet::default());
         }
+        store.fk_probes = plan
+            .catalog
+            .foreign_keys
+            .iter()
+            .map(|fk| {
+                (
+                    store.probe(fk.from, &fk.from_cols),
+                    store.probe(fk.to, &fk.to_cols),
+                )
+            })
+            .collect();
         store
+    }
+
+    /// The probe of foreign key `fk`'s referencing columns (`fk` indexes the catalog's keys).
+    pub fn from_probe(&self, fk: usize) -> usize {
+        self.fk_probes[fk].0
+    }
+
+    /// The probe of foreign key `fk`'s referenced columns.
+    pub fn to_probe(&self, fk: usize) -> usize {
+        self.fk_probes[fk].1
+    }
+
+    /// The probes of `table`'s columns.
+    pub fn probes_of(&self, table: u32) -> &[usize] {
+        self.table_probes.get(&table).map_or(&[], Vec::as_slice)
     }
 
     /// The probe of `cols` of `table` (every foreign key's ends exist).
