@@ -14,7 +14,8 @@ pub struct HardDeleteConfig {
     #[serde(with = "humantime_serde")]
     pub grace_period: Duration,
     /// Rows of the first batch of every step, 1..=100000 (default 50: small, because a table's cost
-    /// per row is unknown until measured); later batches are sized by time.
+    /// per row is unknown until measured; eight times as many for a table no foreign key
+    /// references, see `engine::absorb::LEAF_FIRST_BATCH`); later batches are sized by time.
     pub batch_rows: u32,
     /// Upper bound on rows per batch, at least `batch_rows` (default 100000).
     pub max_batch_rows: u32,

@@ -3,7 +3,8 @@
 //! range for the rest of its children), and a batch that is not full ends its step when no parent
 //! follows its own (it reads one parent ahead). A first batch is one row only where deleting a row
 //! scans a referencing table larger than a first batch may scan. A small tenant's step then takes
-//! one batch, or two when its table's first batch is one row.
+//! one batch, or two when its table's first batch is one row. A table no key references starts
+//! with eight times `batch_rows`.
 
 use crate::harness::{config_hard, delete_tenant_1};
 
@@ -67,4 +68,45 @@ async fn a_step_whose_deletes_scan_a_large_table_starts_with_one_row() {
     assert_eq!(batches(r#""app"."projects""#), (10, 1));
     // One row (its first batch), then the rest of that project's tasks and the next projects'.
     assert_eq!(batches(r#""app"."tasks""#), (1, 2));
+}
+
+/// Tenant 1: 300 projects (which labels reference) and 300 events (which nothing references).
+const LEAF_SCHEMA: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.projects (id int PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE INDEX ON app.projects (account_id);
+CREATE TABLE app.labels (id int PRIMARY KEY,
+    project_id int NOT NULL REFERENCES app.projects ON DELETE CASCADE);
+CREATE INDEX ON app.labels (project_id);
+CREATE TABLE app.events (id int PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE INDEX ON app.events (account_id);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.projects SELECT g, CASE WHEN g <= 300 THEN 1 ELSE 2 END FROM generate_series(1, 400) g;
+INSERT INTO app.events SELECT g, CASE WHEN g <= 300 THEN 1 ELSE 2 END FROM generate_series(1, 400) g;
+ANALYZE;
+";
+
+#[tokio::test]
+async fn a_table_no_key_references_starts_with_eight_times_the_first_batch() {
+    let config = config_hard(
+        "batch_rows = 50\nmax_batch_duration = \"800ms\"\nlock_timeout = \"50ms\"\ncascade_rows = 0",
+        "id",
+        "",
+    );
+    let progress = delete_tenant_1(LEAF_SCHEMA, &config).await;
+    let batches = |table: &str| {
+        progress
+            .table(table)
+            .map(|t| (t.rows_deleted, t.batches))
+            .unwrap_or_else(|| panic!("{table} counted: {progress:?}"))
+    };
+    // A leaf: its first batch takes 400 rows, all 300 of the tenant's.
+    assert_eq!(batches(r#""app"."events""#), (300, 1));
+    // Referenced by `labels`: 50 rows first, the rest in more batches.
+    let (rows, projects) = batches(r#""app"."projects""#);
+    assert_eq!(rows, 300);
+    assert!(projects >= 2, "projects took {projects} batch(es)");
 }

@@ -68,7 +68,7 @@ impl Batches {
             kept_back: 0,
             pass_deleted: 0,
         };
-        start_step(&mut cp, plan, batch_rows);
+        start_step(&mut cp, plan, batch_rows, i64::from(hd.max_batch_rows));
         cp
     }
 

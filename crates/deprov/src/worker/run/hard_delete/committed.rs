@@ -178,7 +178,7 @@ impl JobRun {
                     .done = true;
             }
         }
-        start_step(&mut b.cp, &b.plan, self.limits.rows);
+        start_step(&mut b.cp, &b.plan, self.limits.rows, self.sizing.max_rows);
     }
 
     /// Between two batches, after one that took `elapsed` (under the batch bound when `bounded`)

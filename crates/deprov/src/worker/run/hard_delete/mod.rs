@@ -262,17 +262,19 @@ impl JobRun {
 }
 
 /// Puts `cp` at the start of its step `cp.step`: no cursor, and the step's first batch size
-/// ([`Plan::first_batch`] of `batch_rows`). Cost per row differs per table (a parent's delete
-/// checks every child table): each step starts small again and grows by measurement. The first
-/// batch reads as many parents as it has rows when its foreign key to them has an index (each
-/// parent's children are then one index lookup, at most the batch's rows each), so a step whose
-/// parents have few children does not spend a batch on one parent first; else as many parents as
-/// the table's estimate lets scan within a first batch ([`Plan::first_unindexed_parents`]: each
-/// parent's children are a scan of the table).
-fn start_step(cp: &mut Checkpoint, plan: &Plan, batch_rows: i64) {
+/// ([`Plan::first_batch`] of `batch_rows`, at most `max_rows`). Cost per row differs per table (a
+/// parent's delete checks every child table): each step starts small again and grows by
+/// measurement. The first batch reads as many parents as it has rows when its foreign key to them
+/// has an index (each parent's children are then one index lookup, at most the batch's rows each),
+/// so a step whose parents have few children does not spend a batch on one parent first; else as
+/// many parents as the table's estimate lets scan within a first batch
+/// ([`Plan::first_unindexed_parents`]: each parent's children are a scan of the table).
+fn start_step(cp: &mut Checkpoint, plan: &Plan, batch_rows: i64, max_rows: i64) {
     cp.cursor = Cursor::Start;
     let step = plan.steps.get(cp.step);
-    cp.rows = step.map_or(batch_rows, |s| plan.first_batch(s, batch_rows));
+    cp.rows = step
+        .map_or(batch_rows, |s| plan.first_batch(s, batch_rows))
+        .min(max_rows.max(1));
     cp.parents = match step {
         Some(s)
             if s.path

@@ -70,7 +70,7 @@ impl JobRun {
             .map_or(plan.steps.len(), |last| last + 1);
         cp.kept_back = 0;
         cp.pass_deleted = 0;
-        start_step(cp, plan, self.limits.rows);
+        start_step(cp, plan, self.limits.rows, self.sizing.max_rows);
         Ok(())
     }
 }
