@@ -46,7 +46,7 @@ mod store;
 
 pub use preset::{Preset, apply as apply_presets, detaches, presets};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 use futures::{StreamExt, TryStreamExt};
@@ -58,6 +58,9 @@ use crate::sql::QualifiedName;
 use load::Facts;
 use state::{Event, Run};
 use store::Store;
+
+/// One probe's keys to read: `(probe, keys)`.
+type Lookups = (usize, Vec<Vec<String>>);
 
 /// Most of the simulation's reads run at once (each on its own connection of the target pool,
 /// which bounds them too).
@@ -325,8 +328,7 @@ impl Ctx<'_> {
         for (p, k) in needs {
             by_probe.entry(p).or_default().push(k);
         }
-        let mut by_table: BTreeMap<u32, std::collections::VecDeque<(usize, Vec<Vec<String>>)>> =
-            BTreeMap::new();
+        let mut by_table: BTreeMap<u32, VecDeque<Lookups>> = BTreeMap::new();
         for (p, keys) in by_probe {
             by_table
                 .entry(store.probes[p].table)
@@ -337,9 +339,9 @@ impl Ctx<'_> {
             .unwrap_or(1)
             .clamp(1, MAX_PARALLEL_READS);
         while !by_table.is_empty() {
-            let mut wave: Vec<(usize, Vec<Vec<String>>)> = by_table
+            let mut wave: Vec<Lookups> = by_table
                 .values_mut()
-                .filter_map(std::collections::VecDeque::pop_front)
+                .filter_map(VecDeque::pop_front)
                 .collect();
             by_table.retain(|_, left| !left.is_empty());
             wave.sort_by_key(|(p, _)| *p);

@@ -94,14 +94,16 @@ impl Run {
         for ev in events {
             let (probe, key) = match ev {
                 Event::Action { fk, row, .. } => {
-                    let key = store.key(store.to_probe(*fk), self.vals(store, *row));
-                    (store.from_probe(*fk), key)
+                    let key = store.key(store.referenced_probe(*fk), self.vals(store, *row));
+                    (store.referencing_probe(*fk), key)
                 }
                 Event::Check { fk, row, .. } => {
-                    let key = store.key(store.from_probe(*fk), self.vals(store, *row));
-                    (store.to_probe(*fk), key)
+                    let key = store.key(store.referencing_probe(*fk), self.vals(store, *row));
+                    (store.referenced_probe(*fk), key)
                 }
-                Event::NoActionAtCommit { fk, key } => (store.from_probe(*fk), Some(key.clone())),
+                Event::NoActionAtCommit { fk, key } => {
+                    (store.referencing_probe(*fk), Some(key.clone()))
+                }
             };
             if let Some(key) = key
                 && !store.is_loaded(probe, &key)
@@ -124,7 +126,7 @@ impl Run {
                 }
                 if t.deferred {
                     // Only NO ACTION triggers can be deferred: the key is checked at commit.
-                    let key = store.key(store.to_probe(t.fk), self.vals(store, r));
+                    let key = store.key(store.referenced_probe(t.fk), self.vals(store, r));
                     if let Some(key) = key {
                         self.at_commit
                             .push(Event::NoActionAtCommit { fk: t.fk, key });
@@ -174,7 +176,7 @@ impl Run {
             if t.kind != Kind::Check {
                 continue;
             }
-            let p = store.from_probe(t.fk);
+            let p = store.referencing_probe(t.fk);
             let (before, after) = (store.key(p, &old), store.key(p, &new));
             if after.is_none() || (after == before && !written_here) {
                 continue;
@@ -207,15 +209,18 @@ impl Run {
                 if self.deleted.contains(&row) || self.version.get(&row) != Some(&version) {
                     return Ok(()); // that row version is gone: nothing to check
                 }
-                let key = store.key(store.from_probe(fk), self.vals(store, row));
+                let key = store.key(store.referencing_probe(fk), self.vals(store, row));
                 let Some(key) = key else { return Ok(()) };
-                if self.matches(store, store.to_probe(fk), &key).is_empty() {
+                if self
+                    .matches(store, store.referenced_probe(fk), &key)
+                    .is_empty()
+                {
                     return Err(Box::new(CascadeFailure::missing_parent(plan, fk, &key)));
                 }
                 Ok(())
             }
             Event::NoActionAtCommit { fk, key } => {
-                let refs = self.matches(store, store.from_probe(fk), &key);
+                let refs = self.matches(store, store.referencing_probe(fk), &key);
                 if refs.is_empty() {
                     Ok(())
                 } else {
@@ -229,10 +234,10 @@ impl Run {
             }
             Event::Action { fk, kind, row } => {
                 let f = &fks[fk];
-                let Some(key) = store.key(store.to_probe(fk), self.vals(store, row)) else {
+                let Some(key) = store.key(store.referenced_probe(fk), self.vals(store, row)) else {
                     return Ok(());
                 };
-                let probe = store.from_probe(fk);
+                let probe = store.referencing_probe(fk);
                 let refs = self.matches(store, probe, &key);
                 self.multi |= refs.len() > 1;
                 match kind {

@@ -127,12 +127,12 @@ impl Store {
     }
 
     /// The probe of foreign key `fk`'s referencing columns (`fk` indexes the catalog's keys).
-    pub fn from_probe(&self, fk: usize) -> usize {
+    pub fn referencing_probe(&self, fk: usize) -> usize {
         self.fk_probes[fk].0
     }
 
     /// The probe of foreign key `fk`'s referenced columns.
-    pub fn to_probe(&self, fk: usize) -> usize {
+    pub fn referenced_probe(&self, fk: usize) -> usize {
         self.fk_probes[fk].1
     }
 
