@@ -3,9 +3,7 @@
 
 use std::time::Instant;
 
-use sqlx::PgPool;
-
-use sqlx::Row;
+use sqlx::{PgPool, Row};
 
 use super::probe::Probe;
 use super::{

@@ -8,9 +8,9 @@
 //!
 //! - The counters of the tables *below* the step are still the ones before the batch while its
 //!   statement runs: PostgreSQL fires the referential actions, which delete those rows, as
-//!   `AFTER` triggers at the end of the statement (PostgreSQL docs §37.1, "Overview of Trigger
-//!   Behavior": row-level `AFTER` triggers fire at the end of the statement; §7.8.4, data-modifying
-//!   statements in `WITH`: their `AFTER` triggers fire when the whole query ends). The step's own
+//!   `AFTER` triggers at the end of the statement (PostgreSQL docs, *Triggers*, "Overview of
+//!   Trigger Behavior": row-level `AFTER` triggers fire at the end of the statement; *Queries*,
+//!   "WITH Queries", data-modifying statements: the whole query's). The step's own
 //!   table is not one of them: its counter moves while the statement deletes, in an order the
 //!   plan decides, so a tree's step (whose cascade deletes in its own table) reads before its
 //!   statement as before.
