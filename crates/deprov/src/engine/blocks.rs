@@ -65,13 +65,7 @@ pub(super) async fn run_blocks(
     let after = Probe::new(unchanged, &below);
     let blocks_stmt = after.append(&queries::table_blocks(), 2);
     let query = crate::db::query(blocks_stmt.as_query()).bind(i64::from(plan.steps[step].table));
-    let row = match after.bind(query).fetch_one(&mut *tx).await {
-        Ok(row) => row,
-        Err(e) => {
-            drop(tx.rollback().await);
-            return Err(after.failed(target, limits, e).await);
-        }
-    };
+    let (tx, row) = after.fetch_one(tx, query, target, limits).await?;
     let blocks: i64 = row.try_get(0)?;
     let cascaded = difference(after.read(&row, 1)?, &before);
     tx.commit().await?;

@@ -403,15 +403,7 @@ pub async fn run_batch(
         .bind(limits.rows)
         .bind(position)
         .bind(parents.max(1));
-    let row = match probe.bind(query).fetch_one(&mut *tx).await {
-        Ok(row) => row,
-        Err(e) => {
-            // Rolled back first: the probe may need a connection of the pool to read the target's
-            // incarnation.
-            drop(tx.rollback().await);
-            return Err(probe.failed(target, limits, e).await);
-        }
-    };
+    let (mut tx, row) = probe.fetch_one(tx, query, target, limits).await?;
     let selected: i64 = row.try_get(0)?;
     let deleted: i64 = row.try_get(1)?;
     let seen: i64 = row.try_get(2)?;

@@ -20,9 +20,9 @@
 //!   failure may come from the restart itself (a `NO ACTION` key to rows that came back):
 //!   [`Probe::failed`] then reads the incarnation on its own and reports the restart instead.
 
-use sqlx::PgPool;
-use sqlx::postgres::PgRow;
-use sqlx::{Postgres, Row};
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use super::{BatchLimits, EngineError, Incarnation, durability};
 use crate::sql::{SqlBuilder, Statement};
@@ -64,8 +64,8 @@ impl<'a> Probe<'a> {
     /// `query` with the counted oids bound, when [`Self::append`] added their parameter.
     pub(super) fn bind<'q>(
         &self,
-        query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
-    ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+        query: Query<'q, Postgres, PgArguments>,
+    ) -> Query<'q, Postgres, PgArguments> {
         if self.counted.is_empty() {
             query
         } else {
@@ -99,6 +99,29 @@ impl<'a> Probe<'a> {
         }
         let counts: Vec<i64> = row.try_get(at)?;
         Ok(self.counted.iter().copied().zip(counts).collect())
+    }
+
+    /// Runs `query` (a statement [`Self::append`] extended, its own parameters bound) in `tx` with
+    /// the probe's parameter bound, and returns `tx` and the row. When the statement fails, rolls
+    /// `tx` back and returns [`Self::failed`]'s error.
+    ///
+    /// # Errors
+    /// As [`Self::failed`].
+    pub(super) async fn fetch_one(
+        &self,
+        mut tx: Transaction<'static, Postgres>,
+        query: Query<'_, Postgres, PgArguments>,
+        target: &PgPool,
+        limits: &BatchLimits,
+    ) -> Result<(Transaction<'static, Postgres>, PgRow), EngineError> {
+        match self.bind(query).fetch_one(&mut *tx).await {
+            Ok(row) => Ok((tx, row)),
+            Err(e) => {
+                // Rolled back first: reading the incarnation may need a connection of the pool.
+                drop(tx.rollback().await);
+                Err(self.failed(target, limits, e).await)
+            }
+        }
     }
 
     /// After the probed statement failed with `error` (its transaction rolled back): when there is

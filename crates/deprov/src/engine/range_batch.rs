@@ -49,7 +49,7 @@ pub(super) async fn run_range(
     // Timed from BEGIN: the wait for a connection holds no lock.
     let conn = crate::db::acquire(target).await?;
     let started = *began.get_or_init(Instant::now);
-    let mut tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
+    let tx = crate::db::begin_acquired(conn, limits.bounds()).await?;
     // The range's read-only first statement reads what comes before the delete too (see `probe`).
     let below = plan.absorbed_below(s.table);
     let probe = Probe::new(unchanged, &below);
@@ -58,13 +58,7 @@ pub(super) async fn run_range(
         .persistent(false)
         .bind(&position)
         .bind(limits.rows);
-    let row = match probe.bind(query).fetch_one(&mut *tx).await {
-        Ok(row) => row,
-        Err(e) => {
-            drop(tx.rollback().await);
-            return Err(probe.failed(target, limits, e).await);
-        }
-    };
+    let (mut tx, row) = probe.fetch_one(tx, query, target, limits).await?;
     let selected: i64 = row.try_get(0)?;
     let end: Option<Vec<String>> = row.try_get(1)?;
     let before = probe.read(&row, 2)?;

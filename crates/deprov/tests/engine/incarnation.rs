@@ -26,6 +26,17 @@ async fn events(db: &sqlx::PgPool) -> i64 {
         .unwrap()
 }
 
+/// The target's incarnation now, and one as crash recovery leaves it: the same start time,
+/// another statistics reset.
+async fn now_and_recovered(db: &sqlx::PgPool, limits: &BatchLimits) -> (Incarnation, Incarnation) {
+    let now = engine::incarnation(db, limits).await.unwrap();
+    let recovered = Incarnation {
+        stats_reset: Some("2000-01-01 00:00:00+00".into()),
+        ..now.clone()
+    };
+    (now, recovered)
+}
+
 fn restarted(result: Result<impl std::fmt::Debug, EngineError>) -> bool {
     matches!(result, Err(EngineError::TargetRestarted { .. }))
 }
@@ -45,12 +56,7 @@ async fn a_batch_on_a_restarted_target_deletes_nothing() {
         statement_timeout: std::time::Duration::from_secs(5),
         deferred: true,
     };
-    let now = engine::incarnation(&env.db, &limits).await.unwrap();
-    // The same start time, another statistics reset: what crash recovery leaves.
-    let recovered = Incarnation {
-        stats_reset: Some("2000-01-01 00:00:00+00".into()),
-        ..now.clone()
-    };
+    let (now, recovered) = now_and_recovered(&env.db, &limits).await;
     let batch = |cursor: Cursor, large_parent: bool, unchanged: Incarnation| {
         let (db, plan) = (env.db.clone(), plan.clone());
         async move {
@@ -149,11 +155,7 @@ async fn a_block_batch_or_a_failed_batch_on_a_restarted_target_reports_the_resta
         statement_timeout: std::time::Duration::from_secs(5),
         deferred: true,
     };
-    let now = engine::incarnation(&env.db, &limits).await.unwrap();
-    let recovered = Incarnation {
-        stats_reset: Some("2000-01-01 00:00:00+00".into()),
-        ..now.clone()
-    };
+    let (now, recovered) = now_and_recovered(&env.db, &limits).await;
     let count = |table: &'static str| {
         let db = env.db.clone();
         async move {
