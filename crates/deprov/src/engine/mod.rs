@@ -385,16 +385,12 @@ pub async fn run_batch(
         && !counted.contains(&table);
     // A tree's own counter moves during its statement: read before it, by a statement of its own.
     // Otherwise the batch's statement reads what comes before it (probe).
-    let separate = if own {
+    let (separate, probe) = if own {
         counted.push(table);
-        Some(before_batch(&mut tx, unchanged, &counted).await?)
+        let before = before_batch(&mut tx, unchanged, &counted).await?;
+        (Some(before), probe::Probe::new(None, &[]))
     } else {
-        None
-    };
-    let probe = if own {
-        probe::Probe::new(None, &[])
-    } else {
-        probe::Probe::new(unchanged, &counted)
+        (None, probe::Probe::new(unchanged, &counted))
     };
     let stmt = probe.append(&stmt, 5);
     let query = crate::db::query(stmt.as_query())
@@ -569,11 +565,28 @@ pub async fn canonical_tenant_key(
 /// [`deleted_so_far`]).
 macro_rules! deleted_counts {
     () => {
-        "ARRAY(SELECT (SELECT sum(pg_stat_get_xact_tuples_deleted(p.relid))::int8 \
-           FROM (SELECT o::oid AS relid UNION SELECT relid FROM pg_partition_tree(o::oid)) p) \
-         FROM unnest($1::int8[]) WITH ORDINALITY u(o, i) ORDER BY i)"
+        concat!(deleted_counts_head!(), "$1", deleted_counts_tail!())
     };
 }
+
+/// [`deleted_counts!`] up to its parameter: the probe (`probe`) puts its own parameter number
+/// between this and [`deleted_counts_tail!`].
+macro_rules! deleted_counts_head {
+    () => {
+        "ARRAY(SELECT (SELECT sum(pg_stat_get_xact_tuples_deleted(p.relid))::int8 \
+           FROM (SELECT o::oid AS relid UNION SELECT relid FROM pg_partition_tree(o::oid)) p) \
+         FROM unnest("
+    };
+}
+use deleted_counts_head;
+
+/// [`deleted_counts!`] after its parameter.
+macro_rules! deleted_counts_tail {
+    () => {
+        "::int8[]) WITH ORDINALITY u(o, i) ORDER BY i)"
+    };
+}
+use deleted_counts_tail;
 
 /// In a batch's transaction, before its destructive statement: the rows deleted so far per table
 /// of `tables` (`deleted_so_far`) and, with `unchanged`, whether the target is still that

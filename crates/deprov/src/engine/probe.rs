@@ -52,11 +52,9 @@ impl<'a> Probe<'a> {
             b.sql(", ").sql(durability::incarnation_columns!());
         }
         if !self.counted.is_empty() {
-            b.sql(", ARRAY(SELECT (SELECT sum(pg_stat_get_xact_tuples_deleted(p.relid))::int8 ")
-                .sql("FROM (SELECT o::oid AS relid UNION SELECT relid FROM pg_partition_tree(o::oid)) p) ")
-                .sql("FROM unnest(")
+            b.sql(concat!(", ", super::deleted_counts_head!()))
                 .param(param)
-                .sql("::int8[]) WITH ORDINALITY u(o, i) ORDER BY i)");
+                .sql(super::deleted_counts_tail!());
         }
         b.build()
     }
