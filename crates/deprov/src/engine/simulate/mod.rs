@@ -57,7 +57,7 @@ use super::{BatchLimits, EngineError, Plan};
 use crate::sql::QualifiedName;
 use load::Facts;
 use state::{Event, Run};
-use store::Store;
+use store::{Key, Store};
 
 /// One probe's keys to read: `(probe, keys)`.
 type Lookups = (usize, Vec<Vec<String>>);
@@ -305,9 +305,9 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// A store holding the root rows of `tenant`, and their indexes: where both runs start.
     async fn start(&self, tenant: &str) -> Result<(Store, Vec<usize>), SimError> {
-        let mut store = Store::new(self.plan);
+        let mut store = Store::new(self.plan, self.facts);
         let root = store.probe(self.plan.root, std::slice::from_ref(&self.plan.key_column));
-        self.fetch(&mut store, vec![(root, vec![tenant.to_owned()])])
+        self.fetch_texts(&mut store, vec![(root, vec![tenant.to_owned()])])
             .await?;
         let roots = (0..store.rows.len()).collect();
         Ok((store, roots))
@@ -319,7 +319,16 @@ impl Ctx<'_> {
     /// table returned ([`Store::known`]), so a table's probes are read one after another, in waves.
     /// The rows are added in the order of the probes within each wave, whatever order the reads
     /// finish in, so a simulation meets its rows in the same order at any parallelism.
-    async fn fetch(
+    async fn fetch(&self, store: &mut Store, needs: Vec<(usize, Key)>) -> Result<(), SimError> {
+        let needs = needs
+            .into_iter()
+            .map(|(p, key)| (p, store.texts(&key)))
+            .collect();
+        self.fetch_texts(store, needs).await
+    }
+
+    /// [`Self::fetch`] of keys given as text.
+    async fn fetch_texts(
         &self,
         store: &mut Store,
         needs: Vec<(usize, Vec<String>)>,

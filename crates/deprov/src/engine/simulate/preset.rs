@@ -104,7 +104,10 @@ pub async fn presets(
             .iter()
             .enumerate()
             .filter(|&(i, _)| r.vals[i] != new[i])
-            .map(|(i, c)| (c.clone(), r.vals[i].clone(), new[i].clone()))
+            .map(|(i, c)| {
+                let text = |v: Option<u32>| v.map(|v| store.text(v).to_owned());
+                (c.clone(), text(r.vals[i]), text(new[i]))
+            })
             .collect();
         if changed.is_empty() {
             continue;

@@ -3,11 +3,11 @@
 
 use std::collections::VecDeque;
 
-use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use foldhash::{HashMap, HashMapExt};
 
 use super::CascadeFailure;
 use super::load::{Facts, Kind};
-use super::store::Store;
+use super::store::{Key, Store, Val};
 use crate::engine::Plan;
 
 /// A queued after-trigger event.
@@ -18,18 +18,19 @@ pub(super) enum Event {
     /// The check of foreign key `fk` on referencing row `row` updated to version `version`.
     Check { fk: usize, row: usize, version: u32 },
     /// A deferred NO ACTION check of `fk` for a deleted key (fired at commit).
-    NoActionAtCommit { fk: usize, key: Vec<String> },
+    NoActionAtCommit { fk: usize, key: Key },
 }
 
 /// One simulated run of the cascade: what it deleted and updated, and its trigger queues.
 pub(super) struct Run {
     /// Multi-row statements meet rows in descending physical order instead of ascending.
     reverse: bool,
-    deleted: HashSet<usize>,
-    over: HashMap<usize, Vec<Option<String>>>,
+    /// Per row of the store: whether the run deleted it (rows past the end: not deleted).
+    deleted: Vec<bool>,
+    over: HashMap<usize, Vec<Option<Val>>>,
     version: HashMap<usize, u32>,
     /// Per probe: the rows updated to each key.
-    over_index: HashMap<usize, HashMap<Vec<String>, Vec<usize>>>,
+    over_index: HashMap<usize, HashMap<Key, Vec<usize>>>,
     /// The query's event list, fired first in first out: events queued while firing are appended and
     /// fired in later passes (`AfterTriggerEndQuery` in `src/backend/commands/trigger.c`).
     pub queue: VecDeque<Event>,
@@ -43,7 +44,7 @@ impl Run {
     pub fn new(reverse: bool) -> Self {
         Self {
             reverse,
-            deleted: HashSet::new(),
+            deleted: Vec::new(),
             over: HashMap::new(),
             version: HashMap::new(),
             over_index: HashMap::new(),
@@ -54,19 +55,23 @@ impl Run {
     }
 
     /// Rows the run updated and did not delete, with their values at the end.
-    pub fn survivors(&self) -> impl Iterator<Item = (usize, &Vec<Option<String>>)> {
+    pub fn survivors(&self) -> impl Iterator<Item = (usize, &Vec<Option<Val>>)> {
         self.over
             .iter()
-            .filter(|(r, _)| !self.deleted.contains(r))
+            .filter(|&(&r, _)| !self.is_deleted(r))
             .map(|(&r, v)| (r, v))
     }
 
-    fn vals<'a>(&'a self, store: &'a Store, row: usize) -> &'a [Option<String>] {
+    fn is_deleted(&self, row: usize) -> bool {
+        self.deleted.get(row).copied().unwrap_or(false)
+    }
+
+    fn vals<'a>(&'a self, store: &'a Store, row: usize) -> &'a [Option<Val>] {
         self.over.get(&row).unwrap_or(&store.rows[row].vals)
     }
 
     /// The live rows whose `probe` columns now equal `key`, in the run's scan order.
-    fn matches(&self, store: &Store, probe: usize, key: &[String]) -> Vec<usize> {
+    fn matches(&self, store: &Store, probe: usize, key: &[Val]) -> Vec<usize> {
         let extra = self
             .over_index
             .get(&probe)
@@ -77,7 +82,7 @@ impl Run {
             .iter()
             .chain(extra)
             .copied()
-            .filter(|r| !self.deleted.contains(r))
+            .filter(|&r| !self.is_deleted(r))
             .filter(|&r| store.key_is(probe, self.vals(store, r), key))
             .collect();
         out.sort_unstable_by_key(|&r| (store.rows[r].rel, store.rows[r].tid));
@@ -89,7 +94,7 @@ impl Run {
     }
 
     /// The `(probe, key)` lookups `events` will make that were not read yet.
-    pub fn needs(&self, store: &Store, events: &[Event]) -> Vec<(usize, Vec<String>)> {
+    pub fn needs(&self, store: &Store, events: &[Event]) -> Vec<(usize, Key)> {
         let mut out = Vec::new();
         for ev in events {
             let (probe, key) = match ev {
@@ -118,7 +123,12 @@ impl Run {
 
     /// Deletes `rows` (one statement) and queues their delete triggers, row by row in name order.
     pub fn delete(&mut self, store: &Store, facts: &Facts, rows: &[usize]) {
-        self.deleted.extend(rows.iter().copied());
+        for &r in rows {
+            if self.deleted.len() <= r {
+                self.deleted.resize(store.rows.len().max(r + 1), false);
+            }
+            self.deleted[r] = true;
+        }
         for &r in rows {
             for t in facts.triggers.get(&store.rows[r].rel).into_iter().flatten() {
                 if t.kind == Kind::Check {
@@ -147,7 +157,7 @@ impl Run {
     /// its old version was then written by the cascade's own transaction, and PostgreSQL checks
     /// whether or not the keys changed (`RI_FKey_fk_upd_check_required`, PostgreSQL 15
     /// `ri_triggers.c`).
-    fn update(&mut self, store: &Store, facts: &Facts, row: usize, new: Vec<Option<String>>) {
+    fn update(&mut self, store: &Store, facts: &Facts, row: usize, new: Vec<Option<Val>>) {
         let old = self.vals(store, row).to_vec();
         let table = store.rows[row].table;
         for &p in store.probes_of(table) {
@@ -206,7 +216,7 @@ impl Run {
         let fks = &plan.catalog.foreign_keys;
         match ev {
             Event::Check { fk, row, version } => {
-                if self.deleted.contains(&row) || self.version.get(&row) != Some(&version) {
+                if self.is_deleted(row) || self.version.get(&row) != Some(&version) {
                     return Ok(()); // that row version is gone: nothing to check
                 }
                 let key = store.key(store.referencing_probe(fk), self.vals(store, row));
@@ -215,7 +225,11 @@ impl Run {
                     .matches(store, store.referenced_probe(fk), &key)
                     .is_empty()
                 {
-                    return Err(Box::new(CascadeFailure::missing_parent(plan, fk, &key)));
+                    return Err(Box::new(CascadeFailure::missing_parent(
+                        plan,
+                        fk,
+                        &store.texts(&key),
+                    )));
                 }
                 Ok(())
             }
@@ -264,14 +278,15 @@ impl Run {
                         let tracked = &store.tracked[&f.from];
                         for &r in &refs {
                             let mut new = self.vals(store, r).to_vec();
-                            for c in &facts.set_cols[fk] {
-                                if c.not_null && c.value.is_none() {
+                            for (n, c) in facts.set_cols[fk].iter().enumerate() {
+                                let value = store.set_val(fk, n);
+                                if c.not_null && value.is_none() {
                                     return Err(Box::new(CascadeFailure::not_null(
                                         plan, fk, &c.column,
                                     )));
                                 }
                                 if let Some(i) = tracked.iter().position(|x| *x == c.column) {
-                                    new[i] = c.value.clone();
+                                    new[i] = value;
                                 }
                             }
                             self.update(store, facts, r, new);

@@ -1,12 +1,19 @@
 //! The rows read so far ([`Store`]), indexed by every foreign key's columns on both ends.
 //!
 //! Values are compared by their text form (`::text`), the way rows are read: equal keys whose text
-//! differs (`numeric` 1.0 and 1, `citext`, a `float8` -0) are not recognized as equal.
+//! differs (`numeric` 1.0 and 1, `citext`, a `float8` -0) are not recognized as equal. Each distinct
+//! text is held once and named by a [`Val`], so keys are compared and hashed as small integers.
 
 use foldhash::{HashMap, HashMapExt, HashSet};
 
-use super::load::Loaded;
+use super::load::{Facts, Loaded};
 use crate::engine::Plan;
+
+/// A value's text, interned by [`Store`]: two values are equal exactly when their texts are.
+pub(super) type Val = u32;
+
+/// A probe's key: its columns' values, none NULL.
+pub(super) type Key = Vec<Val>;
 
 /// Rows of `table` looked up by the values of `cols` (at `pos` among the table's tracked columns).
 pub(super) struct Probe {
@@ -22,7 +29,7 @@ pub(super) struct Row {
     pub rel: u32,
     /// `ctid` as (block, offset): the physical order a sequential scan meets rows in.
     pub tid: (u32, u32),
-    pub vals: Vec<Option<String>>,
+    pub vals: Vec<Option<Val>>,
 }
 
 /// Every row read, indexed by each probe's key. The database is never written, so a key once read is
@@ -40,13 +47,19 @@ pub(super) struct Store {
     pub rows: Vec<Row>,
     by_id: HashMap<(u32, (u32, u32)), usize>,
     /// Per probe: the rows held under each key.
-    index: Vec<HashMap<Vec<String>, Vec<usize>>>,
+    index: Vec<HashMap<Key, Vec<usize>>>,
     /// Per probe: the keys read whole.
-    loaded: Vec<HashSet<Vec<String>>>,
+    loaded: Vec<HashSet<Key>>,
     /// Per single-column probe: its keys read, in the order read.
     loaded_keys: HashMap<usize, Vec<String>>,
     /// Per table: how many of its rows are held.
     held: HashMap<u32, usize>,
+    /// Every text seen, by its [`Val`], and the reverse.
+    texts: Vec<String>,
+    ids: HashMap<String, Val>,
+    /// Per foreign key (by index): the values its SET NULL / SET DEFAULT action writes, in the order
+    /// of [`Facts::set_cols`].
+    set_vals: Vec<Vec<Option<Val>>>,
 }
 
 fn parse_tid(text: &str) -> (u32, u32) {
@@ -56,8 +69,9 @@ fn parse_tid(text: &str) -> (u32, u32) {
 }
 
 impl Store {
-    /// Probes for both ends of every foreign key, and the root's key.
-    pub fn new(plan: &Plan) -> Self {
+    /// Probes for both ends of every foreign key, and the root's key; the values `facts`' SET NULL /
+    /// SET DEFAULT actions write.
+    pub fn new(plan: &Plan, facts: &Facts) -> Self {
         let mut tracked: HashMap<u32, Vec<String>> = HashMap::new();
         let mut wanted: Vec<(u32, Vec<String>)> = vec![(plan.root, vec![plan.key_column.clone()])];
         for fk in &plan.catalog.foreign_keys {
@@ -84,7 +98,19 @@ impl Store {
             loaded: Vec::new(),
             loaded_keys: HashMap::new(),
             held: HashMap::new(),
+            texts: Vec::new(),
+            ids: HashMap::new(),
+            set_vals: Vec::new(),
         };
+        store.set_vals = facts
+            .set_cols
+            .iter()
+            .map(|cols| {
+                cols.iter()
+                    .map(|c| c.value.as_deref().map(|v| store.intern(v)))
+                    .collect()
+            })
+            .collect();
         for (table, cols) in wanted {
             if store
                 .probe_of
@@ -126,6 +152,35 @@ impl Store {
         store
     }
 
+    /// The [`Val`] of `text`, interning it when new.
+    fn intern(&mut self, text: &str) -> Val {
+        if let Some(&v) = self.ids.get(text) {
+            return v;
+        }
+        let v = Val::try_from(self.texts.len()).unwrap_or(Val::MAX);
+        self.texts.push(text.to_owned());
+        self.ids.insert(text.to_owned(), v);
+        v
+    }
+
+    /// The text of `v`.
+    pub fn text(&self, v: Val) -> &str {
+        self.texts.get(v as usize).map_or("", String::as_str)
+    }
+
+    /// The texts of `key`.
+    pub fn texts(&self, key: &[Val]) -> Vec<String> {
+        key.iter().map(|&v| self.text(v).to_owned()).collect()
+    }
+
+    /// The value foreign key `fk`'s SET NULL / SET DEFAULT action writes into its `i`-th column of
+    /// [`Facts::set_cols`] (`None` = NULL).
+    pub fn set_val(&self, fk: usize, i: usize) -> Option<Val> {
+        self.set_vals
+            .get(fk)
+            .and_then(|c| c.get(i).copied().flatten())
+    }
+
     /// The probe of foreign key `fk`'s referencing columns (`fk` indexes the catalog's keys).
     pub fn referencing_probe(&self, fk: usize) -> usize {
         self.fk_probes[fk].0
@@ -148,26 +203,18 @@ impl Store {
 
     /// The probe's key in `vals` (values of the probe's table); `None` when a value is NULL (MATCH
     /// SIMPLE: such a row references nothing, and nothing references it).
-    pub fn key(&self, probe: usize, vals: &[Option<String>]) -> Option<Vec<String>> {
-        self.probes[probe]
-            .pos
-            .iter()
-            .map(|&i| vals[i].clone())
-            .collect()
+    pub fn key(&self, probe: usize, vals: &[Option<Val>]) -> Option<Key> {
+        self.probes[probe].pos.iter().map(|&i| vals[i]).collect()
     }
 
     /// Whether the probe's key in `vals` is `key` (no NULL in it): [`Self::key`] without building
     /// the key.
-    pub fn key_is(&self, probe: usize, vals: &[Option<String>], key: &[String]) -> bool {
+    pub fn key_is(&self, probe: usize, vals: &[Option<Val>], key: &[Val]) -> bool {
         let pos = &self.probes[probe].pos;
-        pos.len() == key.len()
-            && pos
-                .iter()
-                .zip(key)
-                .all(|(&i, k)| vals[i].as_deref() == Some(k.as_str()))
+        pos.len() == key.len() && pos.iter().zip(key).all(|(&i, &k)| vals[i] == Some(k))
     }
 
-    pub fn is_loaded(&self, probe: usize, key: &[String]) -> bool {
+    pub fn is_loaded(&self, probe: usize, key: &[Val]) -> bool {
         self.loaded[probe].contains(key)
     }
 
@@ -181,6 +228,10 @@ impl Store {
             }
             let n = self.rows.len();
             self.by_id.insert(id, n);
+            let vals: Vec<Option<Val>> = vals
+                .iter()
+                .map(|v| v.as_deref().map(|t| self.intern(t)))
+                .collect();
             for &p in &self.table_probes[&table] {
                 if let Some(k) = self.key(p, &vals) {
                     self.index[p].entry(k).or_default().push(n);
@@ -196,13 +247,11 @@ impl Store {
         }
         let single = self.probes[probe].cols.len() == 1;
         for k in keys {
-            if single && !self.loaded[probe].contains(&k) {
-                self.loaded_keys
-                    .entry(probe)
-                    .or_default()
-                    .extend(k.iter().cloned());
+            let key: Key = k.iter().map(|t| self.intern(t)).collect();
+            if single && !self.loaded[probe].contains(&key) {
+                self.loaded_keys.entry(probe).or_default().extend(k);
             }
-            self.loaded[probe].insert(k);
+            self.loaded[probe].insert(key);
         }
     }
 
@@ -224,7 +273,7 @@ impl Store {
             .collect()
     }
 
-    pub(super) fn indexed(&self, probe: usize, key: &[String]) -> &[usize] {
+    pub(super) fn indexed(&self, probe: usize, key: &[Val]) -> &[usize] {
         self.index[probe].get(key).map_or(&[], Vec::as_slice)
     }
 }
