@@ -92,9 +92,16 @@ impl CascadeCheck {
                     .into()
             }
             (_, Some(e)) => format!("cascade pre-check: CANNOT DECIDE, deprov will refuse: {e}"),
-            (Some(Verdict::Succeeds { rows_read }), _) => {
+            (
+                Some(Verdict::Succeeds {
+                    rows_read,
+                    row_orders,
+                }),
+                _,
+            ) => {
                 format!(
-                    "cascade pre-check: the cascading DELETE would succeed ({rows_read} rows read)"
+                    "cascade pre-check: the cascading DELETE would succeed ({rows_read} rows read, \
+                     {row_orders} row order(s) simulated)"
                 )
             }
             (Some(Verdict::Fails(f)), _) => format!(

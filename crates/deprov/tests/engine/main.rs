@@ -33,6 +33,7 @@ mod parent_lookahead;
 mod plan_report;
 mod precheck_reads;
 mod reconcile;
+mod row_order;
 mod schema_edges;
 mod skew;
 mod stalled;

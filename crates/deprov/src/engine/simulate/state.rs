@@ -25,8 +25,11 @@ pub(super) enum Event {
 pub(super) struct Run {
     /// Multi-row statements meet rows in descending physical order instead of ascending.
     reverse: bool,
-    /// Per row of the store: whether the run deleted it (rows past the end: not deleted).
-    deleted: Vec<bool>,
+    /// Per row of the store: 0 while the run has not deleted it, else 1 + the generation whose
+    /// firing deleted it (the root rows: generation 0). Rows past the end: not deleted.
+    deleted: Vec<u32>,
+    /// The generation of events firing now (see `Ctx::run_keeping`); 0 before the first.
+    generation: u32,
     over: HashMap<usize, Vec<Option<Val>>>,
     version: HashMap<usize, u32>,
     /// Per probe: the rows updated to each key.
@@ -38,6 +41,9 @@ pub(super) struct Run {
     pub at_commit: Vec<Event>,
     /// Whether a statement met more than one row (then their order may matter).
     pub multi: bool,
+    /// Whether the outcome may depend on the order a statement meets its rows in ([`Self::contest`]):
+    /// the run updated a row, or a check found a referencing row that its own generation deleted.
+    pub contested: bool,
 }
 
 impl Run {
@@ -45,13 +51,20 @@ impl Run {
         Self {
             reverse,
             deleted: Vec::new(),
+            generation: 0,
             over: HashMap::new(),
             version: HashMap::new(),
             over_index: HashMap::new(),
             queue: VecDeque::new(),
             at_commit: Vec::new(),
             multi: false,
+            contested: false,
         }
+    }
+
+    /// Starts firing the next generation of events.
+    pub fn next_generation(&mut self) {
+        self.generation += 1;
     }
 
     /// Rows the run updated and did not delete, with their values at the end.
@@ -63,7 +76,30 @@ impl Run {
     }
 
     fn is_deleted(&self, row: usize) -> bool {
-        self.deleted.get(row).copied().unwrap_or(false)
+        self.deleted.get(row).is_some_and(|&g| g > 0)
+    }
+
+    /// Marks the run [`Self::contested`] when a row under `key` of `probe` was deleted by the
+    /// generation firing now. Called by the checks that can fail (RESTRICT, NO ACTION, SET NULL,
+    /// SET DEFAULT) when they fire.
+    ///
+    /// Why that suffices: while the run updates no row, the rows deleted by the end of each
+    /// generation are the same in any row order — a row goes with the first generation that fires
+    /// a CASCADE action of a parent of it, and a generation's events are those of the rows the one
+    /// before it deleted, whatever their order. A check fires in the generation after its row's
+    /// delete, so a referencing row deleted by an earlier generation is gone in every order, one
+    /// never deleted is there in every order; only one deleted by the check's own generation may
+    /// be gone in one order and not in another. So when the run succeeded and is not contested, it
+    /// succeeds in every order.
+    fn contest(&mut self, store: &Store, probe: usize, key: &[Val]) {
+        let now = self.generation + 1;
+        if store
+            .indexed(probe, key)
+            .iter()
+            .any(|&r| self.deleted.get(r) == Some(&now))
+        {
+            self.contested = true;
+        }
     }
 
     fn vals<'a>(&'a self, store: &'a Store, row: usize) -> &'a [Option<Val>] {
@@ -125,9 +161,9 @@ impl Run {
     pub fn delete(&mut self, store: &Store, facts: &Facts, rows: &[usize]) {
         for &r in rows {
             if self.deleted.len() <= r {
-                self.deleted.resize(store.rows.len().max(r + 1), false);
+                self.deleted.resize(store.rows.len().max(r + 1), 0);
             }
-            self.deleted[r] = true;
+            self.deleted[r] = self.generation + 1;
         }
         for &r in rows {
             for t in facts.triggers.get(&store.rows[r].rel).into_iter().flatten() {
@@ -158,6 +194,8 @@ impl Run {
     /// whether or not the keys changed (`RI_FKey_fk_upd_check_required`, PostgreSQL 15
     /// `ri_triggers.c`).
     fn update(&mut self, store: &Store, facts: &Facts, row: usize, new: Vec<Option<Val>>) {
+        // An updated row may leave or enter a key, and be checked: order may matter.
+        self.contested = true;
         let old = self.vals(store, row).to_vec();
         let table = store.rows[row].table;
         for &p in store.probes_of(table) {
@@ -234,6 +272,7 @@ impl Run {
                 Ok(())
             }
             Event::NoActionAtCommit { fk, key } => {
+                self.contest(store, store.referencing_probe(fk), &key);
                 let refs = self.matches(store, store.referencing_probe(fk), &key);
                 if refs.is_empty() {
                     Ok(())
@@ -252,6 +291,9 @@ impl Run {
                     return Ok(());
                 };
                 let probe = store.referencing_probe(fk);
+                if kind != Kind::Cascade {
+                    self.contest(store, probe, &key);
+                }
                 let refs = self.matches(store, probe, &key);
                 self.multi |= refs.len() > 1;
                 match kind {
