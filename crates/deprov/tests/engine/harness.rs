@@ -337,3 +337,23 @@ pub async fn accounts_plan(db: &PgPool) -> deprov::engine::Plan {
         .await
         .unwrap()
 }
+
+/// The cascade pre-check's verdict on `tenant` ([`deprov::engine::simulate::simulate`]), each
+/// read bounded at 40 ms, at most 10,000,000 rows held.
+pub async fn simulated(
+    env: &Env,
+    plan: &deprov::engine::Plan,
+    tenant: &str,
+) -> deprov::engine::simulate::Verdict {
+    let limits = deprov::engine::BatchLimits::from(&env.config.hard_delete);
+    deprov::engine::simulate::simulate(
+        &env.db,
+        plan,
+        tenant,
+        &limits,
+        Duration::from_millis(40),
+        10_000_000,
+    )
+    .await
+    .unwrap()
+}

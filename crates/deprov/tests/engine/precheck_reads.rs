@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
+use deprov::engine::load_plan;
 use deprov::engine::simulate::{self, Verdict};
-use deprov::engine::{BatchLimits, Plan, load_plan};
 use deprov::sql::QualifiedName;
 use deprov_testkit::transactions::TransactionSampler;
 
-use crate::harness::{Env, config_hard, env_with_schema};
+use crate::harness::{config_hard, env_with_schema, simulated};
 
 /// 1,200,000 events on 2,000 projects, with no index on `project_id`; tenant 1 owns the even
 /// projects and the odd events. An audit table's NO ACTION key makes the pre-check simulate the
@@ -40,21 +40,6 @@ CREATE TABLE app.audit (id bigint PRIMARY KEY, ref bigint REFERENCES app.project
 INSERT INTO app.audit SELECT g, 1 + 2 * (g % 1000) FROM generate_series(1, 1000) g;
 ANALYZE;
 ";
-
-/// The simulation of `tenant`'s cascade, each read bounded at 40 ms.
-async fn simulated(env: &Env, plan: &Plan, tenant: &str) -> Verdict {
-    let limits = BatchLimits::from(&env.config.hard_delete);
-    simulate::simulate(
-        &env.db,
-        plan,
-        tenant,
-        &limits,
-        Duration::from_millis(40),
-        10_000_000,
-    )
-    .await
-    .unwrap()
-}
 
 #[tokio::test]
 async fn the_pre_checks_reads_of_an_unindexed_table_stay_within_their_bound() {

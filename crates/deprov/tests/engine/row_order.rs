@@ -3,13 +3,11 @@
 //! trigger events deleted. A check whose referencing rows went in an earlier generation holds in
 //! every order, and one run decides.
 
-use std::time::Duration;
-
 use deprov::engine::simulate::{self, Verdict};
-use deprov::engine::{BatchLimits, Plan, load_plan};
+use deprov::engine::{Plan, load_plan};
 use deprov::sql::QualifiedName;
 
-use crate::harness::{Env, config_hard, env_with_schema};
+use crate::harness::{Env, config_hard, env_with_schema, simulated};
 
 /// A card's `home_id` cascades from a board, its `pinned_id` (NO ACTION) references another board
 /// of the same account. Account 1's boards lie in the order 10, 20: card 100 goes with board 10's
@@ -52,20 +50,6 @@ async fn planned(schema: &str) -> (Env, Plan) {
         .unwrap();
     assert!(simulate::needs_simulation(&plan));
     (env, plan)
-}
-
-async fn simulated(env: &Env, plan: &Plan, tenant: &str) -> Verdict {
-    let limits = BatchLimits::from(&env.config.hard_delete);
-    simulate::simulate(
-        &env.db,
-        plan,
-        tenant,
-        &limits,
-        Duration::from_millis(40),
-        1_000_000,
-    )
-    .await
-    .unwrap()
 }
 
 /// PostgreSQL's own answer: the SQLSTATE of the account's cascading `DELETE` (rolled back), or
