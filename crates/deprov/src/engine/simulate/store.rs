@@ -152,7 +152,9 @@ impl Store {
         store
     }
 
-    /// The [`Val`] of `text`, interning it when new.
+    /// The [`Val`] of `text`, interning it when new. `u32::MAX` texts would take over 100 GB here
+    /// (each `String` is 24 bytes before its text), so every store that fits in memory numbers its
+    /// texts apart.
     fn intern(&mut self, text: &str) -> Val {
         if let Some(&v) = self.ids.get(text) {
             return v;
