@@ -43,6 +43,7 @@ INSERT INTO app.cards VALUES (100, 1, 10), (200, 1, 20);
 ANALYZE;
 ";
 
+/// A target holding `schema`, and the plan of `app.accounts` (which needs the pre-check).
 async fn planned(schema: &str) -> (Env, Plan) {
     let env = env_with_schema(&config_hard("", "id", ""), schema).await;
     let plan = load_plan(&env.db, &QualifiedName::new("app", "accounts"), "id")
