@@ -60,7 +60,7 @@ impl<'a> Probe<'a> {
     }
 
     /// `query` with the counted oids bound, when [`Self::append`] added their parameter.
-    pub(super) fn bind<'q>(
+    fn bind<'q>(
         &self,
         query: Query<'q, Postgres, PgArguments>,
     ) -> Query<'q, Postgres, PgArguments> {

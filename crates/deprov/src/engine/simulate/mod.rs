@@ -63,7 +63,7 @@ use state::{Event, Run};
 use store::{Key, Store};
 
 /// One probe's keys to read: `(probe, keys)`.
-type Lookups = (usize, Vec<Vec<String>>);
+type Lookups = (usize, Vec<Key>);
 
 /// Most of the simulation's reads run at once (each on its own connection of the target pool,
 /// which bounds them too).
@@ -317,8 +317,8 @@ impl Ctx<'_> {
     async fn start(&self, tenant: &str) -> Result<(Store, Vec<usize>), SimError> {
         let mut store = Store::new(self.plan, self.facts);
         let root = store.probe(self.plan.root, std::slice::from_ref(&self.plan.key_column));
-        self.fetch_texts(&mut store, vec![(root, vec![tenant.to_owned()])])
-            .await?;
+        let key = vec![store.intern(tenant)];
+        self.fetch(&mut store, vec![(root, key)]).await?;
         let roots = (0..store.rows.len()).collect();
         Ok((store, roots))
     }
@@ -330,20 +330,7 @@ impl Ctx<'_> {
     /// The rows are added in the order of the probes within each wave, whatever order the reads
     /// finish in, so a simulation meets its rows in the same order at any parallelism.
     async fn fetch(&self, store: &mut Store, needs: Vec<(usize, Key)>) -> Result<(), SimError> {
-        let needs = needs
-            .into_iter()
-            .map(|(p, key)| (p, store.texts(&key)))
-            .collect();
-        self.fetch_texts(store, needs).await
-    }
-
-    /// [`Self::fetch`] of keys given as text.
-    async fn fetch_texts(
-        &self,
-        store: &mut Store,
-        needs: Vec<(usize, Vec<String>)>,
-    ) -> Result<(), SimError> {
-        let mut by_probe: BTreeMap<usize, Vec<Vec<String>>> = BTreeMap::new();
+        let mut by_probe: BTreeMap<usize, Vec<Key>> = BTreeMap::new();
         for (p, k) in needs {
             by_probe.entry(p).or_default().push(k);
         }
@@ -368,12 +355,13 @@ impl Ctx<'_> {
                 let store = &*store;
                 futures::stream::iter(wave.into_iter().map(|(p, keys)| async move {
                     let (table, cols) = (store.probes[p].table, &store.probes[p].cols);
+                    let texts: Vec<Vec<String>> = keys.iter().map(|k| store.texts(k)).collect();
                     let rows = load::rows(
                         self.target,
                         self.plan,
                         (self.limits, self.read_timeout, &self.sizes),
                         table,
-                        (cols, &keys),
+                        (cols, &texts),
                         &store.tracked[&table],
                         &store.known(table, p),
                     )

@@ -155,7 +155,7 @@ impl Store {
     /// The [`Val`] of `text`, interning it when new. `u32::MAX` texts would take over 100 GB here
     /// (each `String` is 24 bytes before its text), so every store that fits in memory numbers its
     /// texts apart.
-    fn intern(&mut self, text: &str) -> Val {
+    pub fn intern(&mut self, text: &str) -> Val {
         if let Some(&v) = self.ids.get(text) {
             return v;
         }
@@ -221,7 +221,7 @@ impl Store {
     }
 
     /// Records rows read for `keys` of `probe`; rows already known keep their first copy.
-    pub fn add(&mut self, probe: usize, keys: Vec<Vec<String>>, rows: Vec<Loaded>) {
+    pub fn add(&mut self, probe: usize, keys: Vec<Key>, rows: Vec<Loaded>) {
         let table = self.probes[probe].table;
         for (rel, tid, vals) in rows {
             let id = (rel as u32, parse_tid(&tid));
@@ -248,10 +248,10 @@ impl Store {
             *self.held.entry(table).or_default() += 1;
         }
         let single = self.probes[probe].cols.len() == 1;
-        for k in keys {
-            let key: Key = k.iter().map(|t| self.intern(t)).collect();
+        for key in keys {
             if single && !self.loaded[probe].contains(&key) {
-                self.loaded_keys.entry(probe).or_default().extend(k);
+                let texts = self.texts(&key);
+                self.loaded_keys.entry(probe).or_default().extend(texts);
             }
             self.loaded[probe].insert(key);
         }

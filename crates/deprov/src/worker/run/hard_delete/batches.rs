@@ -74,8 +74,9 @@ impl Batches {
 
     /// The limits of the next batch: the run's, cut short at the batch bound (⅘ of
     /// `max_batch_duration`) unless it is one row of the step that runs unbounded
-    /// ([`Self::unbounded_step`]), committed deferred with a checkpoint interval. A batch that runs longer than the sizing expected (a cascade below a parent row
-    /// far larger than estimated, a stall) is retried smaller.
+    /// ([`Self::unbounded_step`]), committed deferred with a checkpoint interval. A batch that
+    /// runs longer than the sizing expected (a cascade below a parent row far larger than
+    /// estimated, a stall) is retried smaller.
     pub fn limits(&self, run: &BatchLimits, hd: &HardDeleteConfig) -> BatchLimits {
         BatchLimits {
             rows: self.cp.rows,
