@@ -46,3 +46,49 @@ async fn a_table_without_an_index_on_its_key_is_deleted_by_block_ranges() {
     assert!(events.batches >= 2, "{progress:?}");
     assert_eq!(progress.rows_deleted, 2021, "{progress:?}");
 }
+
+/// 3 tenants × 3,000 events straight under the root, by a key of another integer type than the
+/// root's and without an index; tenant 1 also owns rows of a second table keyed to the root by
+/// a column other than its key.
+const ROOT_SCHEMA: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, code text UNIQUE NOT NULL, deleted_at timestamptz);
+CREATE TABLE app.events (id int PRIMARY KEY,
+    account_id int NOT NULL REFERENCES app.accounts ON DELETE CASCADE, body text);
+CREATE TABLE app.notes (id int PRIMARY KEY,
+    account_code text NOT NULL REFERENCES app.accounts (code) ON DELETE CASCADE, body text);
+INSERT INTO app.accounts VALUES (1, 'a', NULL), (2, 'b', NULL), (3, 'c', NULL);
+INSERT INTO app.events SELECT g, 1 + g % 3, repeat('x', 40) FROM generate_series(1, 9000) g;
+INSERT INTO app.notes SELECT g, chr(97 + g % 3), repeat('x', 40) FROM generate_series(1, 3000) g;
+ANALYZE;
+";
+
+#[tokio::test]
+async fn a_table_keyed_straight_to_the_root_is_deleted_by_block_ranges_of_its_own_key() {
+    let config = config_hard(
+        "batch_rows = 2\nmax_batch_rows = 1000\nmax_batch_duration = \"800ms\"\n\
+         lock_timeout = \"100ms\"\ncascade_rows = 0",
+        "id",
+        "",
+    );
+    let env = env_with_schema(&config, ROOT_SCHEMA).await;
+    let plan = crate::harness::accounts_plan(&env.db).await;
+    for table in ["events", "notes"] {
+        let step = plan
+            .steps
+            .iter()
+            .find(|s| plan.name(s.table).name == table)
+            .expect("a step on the table");
+        assert!(plan.block_step(step), "{}", plan.describe_path(step));
+    }
+    drop(env);
+
+    // Equal to the cascade's copy (delete_tenant_1): tenants 2 and 3 keep all their rows.
+    let progress = delete_tenant_1(ROOT_SCHEMA, &config).await;
+    for (table, rows) in [(r#""app"."events""#, 3000), (r#""app"."notes""#, 1000)] {
+        let t = progress.table(table).expect("the table in the progress");
+        assert_eq!(t.rows_deleted, rows, "{table}: {progress:?}");
+        assert!(t.batches >= 2, "{table}: {progress:?}");
+    }
+    assert_eq!(progress.rows_deleted, 4001, "{progress:?}");
+}

@@ -29,24 +29,43 @@ use crate::sql::{SqlBuilder, Statement};
 pub fn block_batch(plan: &Plan, step: &Step) -> Statement {
     let (&first, rest) = step.path.split_first().expect("a block step has a parent");
     let fk = &plan.catalog.foreign_keys[first];
+    let mut b = SqlBuilder::new();
+    if rest.is_empty() && fk.to == plan.root && fk.to_cols == [plan.key_column.clone()] {
+        // The parent is the tenant's root row, by its key: a row is the tenant's when its key
+        // equals the tenant key, as the general batch's parent read takes it (`from_path`). A
+        // plain filter on the range's rows, where a semi-join with a one-row parent set would
+        // hash every row of the range.
+        b.sql("DELETE FROM ");
+        range(&mut b, plan, step);
+        b.sql(" AND ")
+            .col(0, &fk.from_cols[0])
+            .sql(" = $1::")
+            .ty(&plan.key_type);
+        return b.build();
+    }
     let parent = &plan.catalog.tables[&fk.to];
     let parent_types: Vec<&crate::sql::SqlType> =
         fk.to_cols.iter().map(|c| &parent.columns[c]).collect();
-    let mut b = SqlBuilder::new();
     b.sql("WITH par AS MATERIALIZED (SELECT ");
     b.join(&fk.to_cols, ", ", |b, i, c| {
         b.col(1, c).sql(" AS p").int(i as i64);
     });
     parents_after(&mut b, plan, fk, rest, 1, &Cursor::Start, &parent_types);
-    b.sql(") DELETE FROM ")
-        .relation(plan.name(step.table), false)
-        .sql(" t0 WHERE t0.ctid >= ('(' || $2::int8 || ',0)')::tid")
-        .sql(" AND t0.ctid < ('(' || $3::int8 || ',0)')::tid AND EXISTS (SELECT 1 FROM par WHERE ");
+    b.sql(") DELETE FROM ");
+    range(&mut b, plan, step);
+    b.sql(" AND EXISTS (SELECT 1 FROM par WHERE ");
     b.join(&fk.from_cols, " AND ", |b, i, c| {
         b.sql("par.p").int(i as i64).sql(" = ").col(0, c);
     });
     b.sql(")");
     b.build()
+}
+
+/// `<table> t0 WHERE <t0 in the blocks $2 up to $3>`: the rows of `step`'s table in the range.
+fn range(b: &mut SqlBuilder, plan: &Plan, step: &Step) {
+    b.relation(plan.name(step.table), false)
+        .sql(" t0 WHERE t0.ctid >= ('(' || $2::int8 || ',0)')::tid")
+        .sql(" AND t0.ctid < ('(' || $3::int8 || ',0)')::tid");
 }
 
 /// `SELECT` the size of table `$1` (an oid, int8) in blocks (`pg_relation_size` ÷ `block_size`):
