@@ -24,6 +24,7 @@ mod held_chains;
 mod incarnation;
 mod index_pass;
 mod job_wake;
+mod key_prefix;
 mod keyless;
 mod kill_switch_ack;
 mod late_lookup;

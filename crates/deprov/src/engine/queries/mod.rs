@@ -86,6 +86,21 @@ fn cols_ordered(b: &mut SqlBuilder, alias: usize, columns: &[String], desc: bool
     });
 }
 
+/// How many leading columns of a child's key `key_cols` a cursor inside one parent leaves out: all
+/// of the foreign key's columns `from_cols` when the key starts with them, in order, and has more;
+/// else none. Inside one parent those columns equal the parent's values, in the rows and in the
+/// cursor alike, so there `(fk, id) > (p, v)` is `id > v`. The shorter form is what lets the
+/// B-tree scan start at the cursor: beside `fk = p`, a row comparison that leads with `fk` is
+/// checked on every entry of the parent from its first (the scan is positioned by the equality),
+/// the dead entries of earlier batches included, so each batch would cost more than the last.
+fn parent_prefix(from_cols: &[String], key_cols: &[String]) -> usize {
+    if key_cols.len() > from_cols.len() && key_cols.starts_with(from_cols) {
+        from_cols.len()
+    } else {
+        0
+    }
+}
+
 /// `(($3::text[])[from+1]::t1, ...)`: values of the cursor array, cast to the key's types.
 fn cursor_values(b: &mut SqlBuilder, types: &[&crate::sql::SqlType], from: usize) {
     array_values(b, "$3", types, from);
@@ -323,11 +338,12 @@ impl<'p> BatchShape<'p> {
         let (plan, step, first) = (self.plan, self.step, self.first);
         children(b, plan, step, first, &self.key_cols, &cursor_parent);
         if !self.unordered {
+            let lead = parent_prefix(&self.fk.from_cols, &self.key_cols);
             b.sql(" AND (");
-            cols(b, 0, &self.key_cols);
+            cols(b, 0, &self.key_cols[lead..]);
             b.sql(if self.desc { ") < " } else { ") > " });
             let key_types: Vec<&crate::sql::SqlType> = self.key_types.iter().collect();
-            cursor_values(b, &key_types, self.pnames.len());
+            cursor_values(b, &key_types[lead..], self.pnames.len() + lead);
             if jump {
                 first_child(
                     b,

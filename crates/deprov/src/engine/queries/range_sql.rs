@@ -17,7 +17,7 @@
 //! primary key, none kept back.
 
 use super::super::plan::{Plan, Step};
-use super::{array_values, cols, last_as_text};
+use super::{array_values, cols, last_as_text, parent_prefix};
 use crate::sql::{SqlBuilder, SqlType, Statement};
 
 /// The referencing columns of the step's first hop, the parent's referenced types and the child's
@@ -42,17 +42,20 @@ fn shape<'p>(plan: &'p Plan, step: &Step) -> Shape<'p> {
 }
 
 /// `tA.<fk col> = ($1)[1]::<type> AND … AND (tA.<key>) > (($1)[np+1]::<type>, …)` for table alias
-/// `alias`: the parent's children after the cursor. `$1` is the cursor: parent values, then the last deleted key.
+/// `alias`: the parent's children after the cursor. `$1` is the cursor: parent values, then the last
+/// deleted key. The key's leading foreign-key columns, if it has them, are left out of the
+/// comparison (`parent_prefix`).
 fn after_cursor(b: &mut SqlBuilder, s: &Shape<'_>, alias: usize) {
     b.join(s.from_cols, " AND ", |b, i, c| {
         b.col(alias, c).sql(" = ");
         array_values(b, "$1", &s.parent_types[i..=i], i);
     });
+    let lead = parent_prefix(s.from_cols, &s.key_cols);
     b.sql(" AND (");
-    cols(b, alias, &s.key_cols);
+    cols(b, alias, &s.key_cols[lead..]);
     b.sql(") > ");
     let key_types: Vec<&SqlType> = s.key_types.iter().collect();
-    array_values(b, "$1", &key_types, s.parent_types.len());
+    array_values(b, "$1", &key_types[lead..], s.parent_types.len() + lead);
 }
 
 /// The end of the next range: `$1` = cursor (text[]: parent values, then the last deleted key), `$2`
@@ -108,10 +111,11 @@ pub fn range_delete(plan: &Plan, step: &Step) -> Statement {
         .relation(plan.name(step.table), plan.partitioned(step.table))
         .sql(" t0 WHERE ");
     after_cursor(&mut b, &s, 0);
+    let lead = parent_prefix(s.from_cols, &s.key_cols);
     b.sql(" AND (");
-    cols(&mut b, 0, &s.key_cols);
+    cols(&mut b, 0, &s.key_cols[lead..]);
     b.sql(") <= ");
-    array_values(&mut b, "$2", &key_types, 0);
+    array_values(&mut b, "$2", &key_types[lead..], lead);
     b.build()
 }
 

@@ -1,0 +1,101 @@
+//! A table keyed by `(account_id, id)` under its foreign key `account_id`: the common multi-tenant
+//! primary key. A batch inside one parent continues after its cursor; written as a row comparison
+//! on the whole key beside `account_id = $p`, PostgreSQL would position the B-tree scan by the
+//! equality alone and pass every entry of the parent before the cursor, the dead entries of the
+//! batches before included, so each batch would cost more than the last. The cursor compares only
+//! what follows the foreign key's columns in the key.
+
+use deprov::engine::queries;
+
+use crate::harness::{config_for, delete_tenant_1, env_with_schema};
+
+/// Tenant 1 owns 60,000 events, tenant 2 100.
+const SCHEMA: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.events (account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE,
+    id int NOT NULL, body text, PRIMARY KEY (account_id, id));
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.events SELECT 1, g, 'e' || g FROM generate_series(1, 60000) g;
+INSERT INTO app.events SELECT 2, g, 'e' || g FROM generate_series(1, 100) g;
+ANALYZE;
+";
+
+/// Shared buffers (hit + read) of EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)'s top node.
+fn buffers(explained: &serde_json::Value) -> i64 {
+    let plan = &explained[0]["Plan"];
+    plan["Shared Hit Blocks"].as_i64().unwrap_or(0)
+        + plan["Shared Read Blocks"].as_i64().unwrap_or(0)
+}
+
+/// After 50,000 of tenant 1's events were deleted by committed batches, the next range's bound
+/// and delete read about the blocks of the 100 rows they take, not the 50,000 dead entries before
+/// them (about 140 leaf pages of the primary key's index). The delete fetches each of its rows from
+/// the heap (a buffer access each), the bound reads the index only.
+#[tokio::test]
+async fn a_range_inside_a_parent_starts_at_its_cursor_not_at_the_parent_first_key() {
+    let env = env_with_schema(&config_for(100, "id", ""), SCHEMA).await;
+    let plan = crate::harness::accounts_plan(&env.db).await;
+    let step = plan
+        .steps
+        .iter()
+        .find(|s| plan.name(s.table).name == "events")
+        .expect("a step on events");
+    assert!(plan.range_step(step), "{}", plan.describe_path(step));
+    sqlx::query("DELETE FROM app.events WHERE account_id = 1 AND id <= 50000")
+        .execute(&env.db)
+        .await
+        .unwrap();
+    let cursor = vec!["1".to_string(), "1".into(), "50000".into()];
+
+    let mut tx = env.db.begin().await.unwrap();
+    let bound = queries::range_bound(&plan, step, false);
+    let explained: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
+        bound.text()
+    )))
+    .bind(&cursor)
+    .bind(100_i64)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let bound_buffers = buffers(&explained);
+    let delete = queries::range_delete(&plan, step);
+    let deleted: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
+        delete.text()
+    )))
+    .bind(&cursor)
+    .bind(vec!["1".to_string(), "50100".into()])
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let delete_buffers = buffers(&deleted);
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM app.events WHERE account_id = 1")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    println!("buffers: the range's bound {bound_buffers}, its delete {delete_buffers}");
+    assert_eq!(left, 10_000 - 100, "the range deletes rows 50,001..=50,100");
+    assert!(
+        bound_buffers <= 40,
+        "the bound read {bound_buffers} buffers:\n{explained:#}"
+    );
+    assert!(
+        delete_buffers <= 100 + 40,
+        "the delete read {delete_buffers} buffers:\n{deleted:#}"
+    );
+}
+
+/// The whole job, 100-row batches: equal to the cascade (tenant 2's rows stay), every one of tenant
+/// 1's events deleted by its own step.
+#[tokio::test]
+async fn a_table_keyed_under_its_parent_is_deleted_in_batches_equal_to_the_cascade() {
+    let progress = delete_tenant_1(SCHEMA, &config_for(100, "id", "")).await;
+    let events = progress
+        .table(r#""app"."events""#)
+        .expect("app.events in the progress");
+    assert_eq!(events.rows_deleted, 60_000, "{progress:?}");
+    assert!(events.batches >= 600, "{progress:?}");
+}
