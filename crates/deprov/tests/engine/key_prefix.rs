@@ -3,7 +3,8 @@
 //! on the whole key beside `account_id = $p`, PostgreSQL would position the B-tree scan by the
 //! equality alone and pass every entry of the parent before the cursor, the dead entries of the
 //! batches before included, so each batch would cost more than the last. The cursor compares only
-//! what follows the foreign key's columns in the key.
+//! what follows the foreign key's columns in the key; so does the read of the next parents when
+//! their key leads with the column set to the tenant key.
 
 use deprov::engine::queries;
 
@@ -98,4 +99,90 @@ async fn a_table_keyed_under_its_parent_is_deleted_in_batches_equal_to_the_casca
         .expect("app.events in the progress");
     assert_eq!(events.rows_deleted, 60_000, "{progress:?}");
     assert!(events.batches >= 600, "{progress:?}");
+}
+
+/// Tenant 1 owns 20,000 projects keyed `(account_id, id)`, each with one task referencing it by
+/// `(account_id, project_id)`.
+const PARENTS_SCHEMA: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.projects (account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE,
+    id int NOT NULL, PRIMARY KEY (account_id, id));
+CREATE TABLE app.tasks (id int PRIMARY KEY, account_id bigint NOT NULL, project_id int NOT NULL,
+    FOREIGN KEY (account_id, project_id) REFERENCES app.projects ON DELETE CASCADE);
+CREATE INDEX ON app.tasks (account_id, project_id);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.projects SELECT 1, g FROM generate_series(1, 20000) g;
+INSERT INTO app.projects SELECT 2, g FROM generate_series(1, 100) g;
+INSERT INTO app.tasks SELECT g, 1, g FROM generate_series(1, 20000) g;
+ANALYZE;
+";
+
+/// Shared buffers (hit + read) of the node of `plan` (EXPLAIN's JSON) whose subplan name is `name`.
+fn subplan_buffers(plan: &serde_json::Value, name: &str) -> Option<i64> {
+    if plan["Subplan Name"] == name {
+        return Some(
+            plan["Shared Hit Blocks"].as_i64().unwrap_or(0)
+                + plan["Shared Read Blocks"].as_i64().unwrap_or(0),
+        );
+    }
+    plan["Plans"]
+        .as_array()?
+        .iter()
+        .find_map(|p| subplan_buffers(p, name))
+}
+
+/// A batch of the tasks' step after the cursor's parent, the 15,000th project: it reads the
+/// projects' key from there, not every project of tenant 1 before it.
+#[tokio::test]
+async fn the_next_parents_are_read_from_the_cursor_when_their_key_leads_with_the_tenant() {
+    let env = env_with_schema(&config_for(100, "id", ""), PARENTS_SCHEMA).await;
+    let plan = crate::harness::accounts_plan(&env.db).await;
+    let step = plan
+        .steps
+        .iter()
+        .find(|s| plan.name(s.table).name == "tasks")
+        .expect("a step on tasks");
+    let cursor = deprov::engine::Cursor::AfterParent(vec!["1".into(), "15000".into()]);
+    let stmt = queries::batch(&plan, step, &cursor, false);
+    let mut tx = env.db.begin().await.unwrap();
+    let explained: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
+        stmt.text()
+    )))
+    .bind("1")
+    .bind(100_i64)
+    .bind(vec!["1".to_string(), "15000".into()])
+    .bind(100_i64)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let (first_left, left): (i32, i64) =
+        sqlx::query_as("SELECT min(project_id), count(*) FROM app.tasks")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+    tx.rollback().await.unwrap();
+    let read = subplan_buffers(&explained[0]["Plan"], "CTE ahead").expect("the parents' CTE");
+    println!("buffers of the parents' read: {read}");
+    assert_eq!(
+        (first_left, left),
+        (1, 20_000 - 100),
+        "the batch deletes 100 tasks, after the cursor only"
+    );
+    assert!(
+        read <= 10,
+        "the parents' read took {read} buffers:\n{explained:#}"
+    );
+}
+
+/// The whole job with composite parent keys, 100-row batches: equal to the cascade.
+#[tokio::test]
+async fn children_of_parents_keyed_under_the_tenant_are_deleted_equal_to_the_cascade() {
+    let progress = delete_tenant_1(PARENTS_SCHEMA, &config_for(100, "id", "")).await;
+    let tasks = progress
+        .table(r#""app"."tasks""#)
+        .expect("app.tasks in the progress");
+    assert_eq!(tasks.rows_deleted, 20_000, "{progress:?}");
+    assert!(tasks.batches >= 200, "{progress:?}");
 }

@@ -59,6 +59,21 @@ fn from_path(b: &mut SqlBuilder, plan: &Plan, table: u32, path: &[usize], base: 
     b.sql(" = $1::").ty(&plan.key_type);
 }
 
+/// The column of `path`'s first table that [`from_path`] sets equal to the tenant key (`$1`), when
+/// it is on that table: the root's key column (an empty path: the table is the root), or the
+/// referencing column of a single hop straight to it.
+fn pinned_column<'p>(plan: &'p Plan, path: &[usize]) -> Option<&'p str> {
+    match path {
+        [] => Some(&plan.key_column),
+        [h] => {
+            let fk = &plan.catalog.foreign_keys[*h];
+            (fk.to == plan.root && fk.to_cols == [plan.key_column.clone()])
+                .then(|| fk.from_cols[0].as_str())
+        }
+        _ => None,
+    }
+}
+
 /// Where a step's batches resume (see [`batch`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Cursor {
@@ -453,10 +468,14 @@ fn parents_after(
         b.sql(" AND ").col(base, c).sql(" IS NOT NULL");
     }
     if !matches!(cursor, Cursor::Start) {
+        // A parent key that leads with the column set to the tenant key (`(account_id, id)`)
+        // compares only what follows it, as a cursor inside a parent does (`parent_prefix`).
+        let pinned = pinned_column(plan, rest).map(|c| vec![c.to_string()]);
+        let lead = pinned.map_or(0, |p| parent_prefix(&p, &fk.to_cols));
         b.sql(" AND (");
-        cols(b, base, &fk.to_cols);
+        cols(b, base, &fk.to_cols[lead..]);
         b.sql(") > ");
-        cursor_values(b, parent_types, 0);
+        cursor_values(b, &parent_types[lead..], lead);
     }
 }
 
