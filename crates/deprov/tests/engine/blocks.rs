@@ -80,6 +80,11 @@ async fn a_table_keyed_straight_to_the_root_is_deleted_by_block_ranges_of_its_ow
             .find(|s| plan.name(s.table).name == table)
             .expect("a step on the table");
         assert!(plan.block_step(step), "{}", plan.describe_path(step));
+        // Straight under the root's key: a filter on the range; by another column: a semi-join.
+        let sql = deprov::engine::queries::block_batch(&plan, step)
+            .text()
+            .to_string();
+        assert_eq!(sql.contains("EXISTS"), table == "notes", "{sql}");
     }
     drop(env);
 

@@ -157,18 +157,20 @@ async fn the_next_parents_are_read_from_the_cursor_when_their_key_leads_with_the
     .fetch_one(&mut *tx)
     .await
     .unwrap();
-    let (first_left, left): (i32, i64) =
-        sqlx::query_as("SELECT min(project_id), count(*) FROM app.tasks")
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
+    let (before, taken, left): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE project_id <= 15000), \
+                count(*) FILTER (WHERE project_id BETWEEN 15001 AND 15100), count(*) FROM app.tasks",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
     tx.rollback().await.unwrap();
     let read = subplan_buffers(&explained[0]["Plan"], "CTE ahead").expect("the parents' CTE");
     println!("buffers of the parents' read: {read}");
     assert_eq!(
-        (first_left, left),
-        (1, 20_000 - 100),
-        "the batch deletes 100 tasks, after the cursor only"
+        (before, taken, left),
+        (15_000, 0, 20_000 - 100),
+        "the batch deletes the tasks of the 100 projects after the cursor's"
     );
     assert!(
         read <= 10,
@@ -185,4 +187,53 @@ async fn children_of_parents_keyed_under_the_tenant_are_deleted_equal_to_the_cas
         .expect("app.tasks in the progress");
     assert_eq!(tasks.rows_deleted, 20_000, "{progress:?}");
     assert!(tasks.batches >= 200, "{progress:?}");
+}
+
+/// A tree keyed `(account_id, id)` (a CASCADE key to itself), whose children go in descending key
+/// order: 1,000 of tenant 1's nodes, none under another.
+const TREE_SCHEMA: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.nodes (account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE,
+    id int NOT NULL, parent_id int, PRIMARY KEY (account_id, id),
+    FOREIGN KEY (account_id, parent_id) REFERENCES app.nodes ON DELETE CASCADE);
+CREATE INDEX ON app.nodes (account_id, parent_id);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.nodes SELECT 1, g, NULL FROM generate_series(1, 1000) g;
+INSERT INTO app.nodes SELECT 2, g, NULL FROM generate_series(1, 10) g;
+ANALYZE;
+";
+
+/// Inside the root parent after node 500, in descending order, a 100-row batch takes nodes 499
+/// down to 400: the cursor's key value, not its parent's, bounds it.
+#[tokio::test]
+async fn a_tree_inside_a_parent_continues_below_its_cursor() {
+    let env = env_with_schema(&config_for(100, "id", ""), TREE_SCHEMA).await;
+    let plan = crate::harness::accounts_plan(&env.db).await;
+    let step = plan
+        .steps
+        .iter()
+        .find(|s| plan.name(s.table).name == "nodes" && s.path.len() == 1)
+        .expect("a step on nodes under the root");
+    assert!(plan.is_tree(step.table));
+    let cursor = deprov::engine::Cursor::Within(vec!["1".into()], vec!["1".into(), "500".into()]);
+    let stmt = queries::batch(&plan, step, &cursor, false);
+    let mut tx = env.db.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(stmt.text().to_string()))
+        .bind("1")
+        .bind(100_i64)
+        .bind(vec!["1".to_string(), "1".into(), "500".into()])
+        .bind(1_i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let gone: Vec<i32> = sqlx::query_scalar(
+        "SELECT g FROM generate_series(1, 1000) g \
+         WHERE NOT EXISTS (SELECT 1 FROM app.nodes WHERE account_id = 1 AND id = g) ORDER BY g",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(gone, (400..500).collect::<Vec<i32>>());
 }
