@@ -1,7 +1,7 @@
 //! A step whose foreign key to its parent has no index deletes by ranges of the table's blocks
 //! (`engine::queries::block_batch`): one pass over the table, not a scan per parent.
 
-use crate::harness::{config_hard, delete_tenant_1, env_with_schema};
+use crate::harness::{config_hard, delete_tenant_1, env_with_schema, step_on};
 
 /// 3 tenants × 20 projects × 100 events; `events.project_id` has no index.
 const SCHEMA: &str = "
@@ -28,11 +28,7 @@ async fn a_table_without_an_index_on_its_key_is_deleted_by_block_ranges() {
     );
     let env = env_with_schema(&config, SCHEMA).await;
     let plan = crate::harness::accounts_plan(&env.db).await;
-    let events = plan
-        .steps
-        .iter()
-        .find(|s| plan.name(s.table).name == "events")
-        .expect("a step on events");
+    let events = step_on(&plan, "events");
     assert!(plan.block_step(events), "{}", plan.describe_path(events));
     drop(env);
 
@@ -74,11 +70,7 @@ async fn a_table_keyed_straight_to_the_root_is_deleted_by_block_ranges_of_its_ow
     let env = env_with_schema(&config, ROOT_SCHEMA).await;
     let plan = crate::harness::accounts_plan(&env.db).await;
     for table in ["events", "notes"] {
-        let step = plan
-            .steps
-            .iter()
-            .find(|s| plan.name(s.table).name == table)
-            .expect("a step on the table");
+        let step = step_on(&plan, table);
         assert!(plan.block_step(step), "{}", plan.describe_path(step));
         // Straight under the root's key: a filter on the range; by another column: a semi-join.
         let sql = deprov::engine::queries::block_batch(&plan, step)

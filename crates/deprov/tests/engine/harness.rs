@@ -338,6 +338,14 @@ pub async fn accounts_plan(db: &PgPool) -> deprov::engine::Plan {
         .unwrap()
 }
 
+/// The first step of `plan` on the table named `table` (schema `app`).
+pub fn step_on<'p>(plan: &'p deprov::engine::Plan, table: &str) -> &'p deprov::engine::Step {
+    plan.steps
+        .iter()
+        .find(|s| plan.name(s.table).name == table)
+        .unwrap_or_else(|| panic!("a step on {table}"))
+}
+
 /// The cascade pre-check's verdict on `tenant` ([`deprov::engine::simulate::simulate`]), each
 /// read bounded at 40 ms, at most 10,000,000 rows held.
 pub async fn simulated(

@@ -8,7 +8,7 @@
 
 use deprov::engine::queries;
 
-use crate::harness::{config_for, delete_tenant_1, env_with_schema};
+use crate::harness::{config_for, delete_tenant_1, env_with_schema, step_on};
 
 /// Tenant 1 owns 60,000 events, tenant 2 100.
 const SCHEMA: &str = "
@@ -37,11 +37,7 @@ fn buffers(explained: &serde_json::Value) -> i64 {
 async fn a_range_inside_a_parent_starts_at_its_cursor_not_at_the_parent_first_key() {
     let env = env_with_schema(&config_for(100, "id", ""), SCHEMA).await;
     let plan = crate::harness::accounts_plan(&env.db).await;
-    let step = plan
-        .steps
-        .iter()
-        .find(|s| plan.name(s.table).name == "events")
-        .expect("a step on events");
+    let step = step_on(&plan, "events");
     assert!(plan.range_step(step), "{}", plan.describe_path(step));
     sqlx::query("DELETE FROM app.events WHERE account_id = 1 AND id <= 50000")
         .execute(&env.db)
@@ -142,11 +138,7 @@ fn subplan_buffers(plan: &serde_json::Value, name: &str) -> Option<i64> {
 async fn the_next_parents_are_read_from_the_cursor_when_their_key_leads_with_the_tenant() {
     let env = env_with_schema(&config_for(100, "id", ""), PARENTS_SCHEMA).await;
     let plan = crate::harness::accounts_plan(&env.db).await;
-    let step = plan
-        .steps
-        .iter()
-        .find(|s| plan.name(s.table).name == "tasks")
-        .expect("a step on tasks");
+    let step = step_on(&plan, "tasks");
     let cursor = deprov::engine::Cursor::AfterParent(vec!["1".into(), "15000".into()]);
     let stmt = queries::batch(&plan, step, &cursor, false);
     let mut tx = env.db.begin().await.unwrap();

@@ -17,7 +17,7 @@
 //! Used only where [`crate::engine::Plan::block_step`] holds.
 
 use super::super::plan::{Plan, Step};
-use super::{Cursor, parents_after};
+use super::{Cursor, parents_after, pinned_column};
 use crate::sql::{SqlBuilder, Statement};
 
 /// The block-range batch of `step`: a `DELETE` whose command tag counts the rows it deleted.
@@ -30,7 +30,7 @@ pub fn block_batch(plan: &Plan, step: &Step) -> Statement {
     let (&first, rest) = step.path.split_first().expect("a block step has a parent");
     let fk = &plan.catalog.foreign_keys[first];
     let mut b = SqlBuilder::new();
-    if rest.is_empty() && fk.to == plan.root && fk.to_cols == [plan.key_column.clone()] {
+    if let Some(column) = pinned_column(plan, &step.path) {
         // The parent is the tenant's root row, by its key: a row is the tenant's when its key
         // equals the tenant key, as the general batch's parent read takes it (`from_path`). A
         // plain filter on the range's rows, where a semi-join with a one-row parent set would
@@ -38,7 +38,7 @@ pub fn block_batch(plan: &Plan, step: &Step) -> Statement {
         b.sql("DELETE FROM ");
         range(&mut b, plan, step);
         b.sql(" AND ")
-            .col(0, &fk.from_cols[0])
+            .col(0, column)
             .sql(" = $1::")
             .ty(&plan.key_type);
         return b.build();

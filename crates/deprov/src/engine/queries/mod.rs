@@ -24,9 +24,7 @@ const JUMP_BASE: usize = 4000;
 /// predicate is put on the referencing column (`tN."account_id" = $1::bigint`), which its index serves.
 fn from_path(b: &mut SqlBuilder, plan: &Plan, table: u32, path: &[usize], base: usize) {
     let fks = &plan.catalog.foreign_keys;
-    let skip_root = path
-        .last()
-        .is_some_and(|&h| fks[h].to == plan.root && fks[h].to_cols == [plan.key_column.clone()]);
+    let skip_root = path.last().is_some_and(|&h| to_root_key(plan, h));
     let joined = if skip_root {
         &path[..path.len() - 1]
     } else {
@@ -59,17 +57,20 @@ fn from_path(b: &mut SqlBuilder, plan: &Plan, table: u32, path: &[usize], base: 
     b.sql(" = $1::").ty(&plan.key_type);
 }
 
+/// Whether foreign key `fk` (an index into the catalog's) references exactly the root's key column:
+/// its referencing column then holds the tenant key itself.
+fn to_root_key(plan: &Plan, fk: usize) -> bool {
+    let fk = &plan.catalog.foreign_keys[fk];
+    fk.to == plan.root && fk.to_cols == [plan.key_column.clone()]
+}
+
 /// The column of `path`'s first table that [`from_path`] sets equal to the tenant key (`$1`), when
 /// it is on that table: the root's key column (an empty path: the table is the root), or the
 /// referencing column of a single hop straight to it.
-fn pinned_column<'p>(plan: &'p Plan, path: &[usize]) -> Option<&'p str> {
+fn pinned_column<'p>(plan: &'p Plan, path: &[usize]) -> Option<&'p String> {
     match path {
         [] => Some(&plan.key_column),
-        [h] => {
-            let fk = &plan.catalog.foreign_keys[*h];
-            (fk.to == plan.root && fk.to_cols == [plan.key_column.clone()])
-                .then(|| fk.from_cols[0].as_str())
-        }
+        [h] => to_root_key(plan, *h).then(|| &plan.catalog.foreign_keys[*h].from_cols[0]),
         _ => None,
     }
 }
@@ -470,8 +471,8 @@ fn parents_after(
     if !matches!(cursor, Cursor::Start) {
         // A parent key that leads with the column set to the tenant key (`(account_id, id)`)
         // compares only what follows it, as a cursor inside a parent does (`parent_prefix`).
-        let pinned = pinned_column(plan, rest).map(|c| vec![c.to_string()]);
-        let lead = pinned.map_or(0, |p| parent_prefix(&p, &fk.to_cols));
+        let lead = pinned_column(plan, rest)
+            .map_or(0, |c| parent_prefix(std::slice::from_ref(c), &fk.to_cols));
         b.sql(" AND (");
         cols(b, base, &fk.to_cols[lead..]);
         b.sql(") > ");

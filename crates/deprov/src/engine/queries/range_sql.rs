@@ -27,16 +27,21 @@ struct Shape<'p> {
     parent_types: Vec<&'p SqlType>,
     key_cols: Vec<String>,
     key_types: Vec<SqlType>,
+    /// The key's leading columns that are the foreign key's, left out of the cursor's comparisons
+    /// (`parent_prefix`).
+    lead: usize,
 }
 
 fn shape<'p>(plan: &'p Plan, step: &Step) -> Shape<'p> {
     let fk = &plan.catalog.foreign_keys[step.path[0]];
     let parent = &plan.catalog.tables[&fk.to];
     let key = plan.catalog.tables[&step.table].key_columns();
+    let key_cols: Vec<String> = key.iter().map(|(c, _)| c.clone()).collect();
     Shape {
         from_cols: &fk.from_cols,
         parent_types: fk.to_cols.iter().map(|c| &parent.columns[c]).collect(),
-        key_cols: key.iter().map(|(c, _)| c.clone()).collect(),
+        lead: parent_prefix(&fk.from_cols, &key_cols),
+        key_cols,
         key_types: key.into_iter().map(|(_, t)| t).collect(),
     }
 }
@@ -50,7 +55,7 @@ fn after_cursor(b: &mut SqlBuilder, s: &Shape<'_>, alias: usize) {
         b.col(alias, c).sql(" = ");
         array_values(b, "$1", &s.parent_types[i..=i], i);
     });
-    let lead = parent_prefix(s.from_cols, &s.key_cols);
+    let lead = s.lead;
     b.sql(" AND (");
     cols(b, alias, &s.key_cols[lead..]);
     b.sql(") > ");
@@ -111,7 +116,7 @@ pub fn range_delete(plan: &Plan, step: &Step) -> Statement {
         .relation(plan.name(step.table), plan.partitioned(step.table))
         .sql(" t0 WHERE ");
     after_cursor(&mut b, &s, 0);
-    let lead = parent_prefix(s.from_cols, &s.key_cols);
+    let lead = s.lead;
     b.sql(" AND (");
     cols(&mut b, 0, &s.key_cols[lead..]);
     b.sql(") <= ");
