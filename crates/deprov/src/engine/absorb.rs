@@ -8,9 +8,10 @@
 //! row is then visited once, by the same code path the naive cascade uses.
 //!
 //! A table is *absorbed* (it gets no steps; its parents' batches cascade to it) when all of this holds:
-//! - it is not the root and not partitioned, references no root row directly (one root row may own millions of rows, so
-//!   an estimate per root row means nothing), has no reference to itself and is on no reference cycle
-//!   within the closure;
+//! - it is not the root and not partitioned, has no reference to itself and is on no reference
+//!   cycle within the closure; it references no root row directly (one root row may own millions
+//!   of rows, so an estimate per root row means nothing), unless the plan is made for one tenant
+//!   whose rows in it the planner's statistics give ([`Plan::absorb_tenant`]);
 //! - no foreign key without an index references it (deleting one of its rows would scan that whole
 //!   referencing table, whatever the row estimate says);
 //! - every foreign key into it is `ON DELETE CASCADE`, or a SET NULL that cannot fail (no NOT NULL
@@ -18,8 +19,9 @@
 //! - its row estimate is known (`pg_class.reltuples` ≥ 0, i.e. it was analyzed), and so is each
 //!   parent's;
 //! - for each parent, the estimated rows one parent row cascades to — the child's own subtree times
-//!   the fan-out `reltuples(child) / reltuples(parent)`, summed over all absorbed children — stays
-//!   within `max_rows` (`[hard_delete] cascade_rows`).
+//!   the fan-out `reltuples(child) / reltuples(parent)` (under the root: times the tenant's rows
+//!   in the child), summed over all absorbed children — stays within `max_rows`
+//!   (`[hard_delete] cascade_rows`).
 //!
 //! A table is *covered* (its steps are reduced to those straight to the root) when it has a NOT
 //! NULL `ON DELETE CASCADE` foreign key to the root and other cascading paths besides, and it is not
@@ -52,13 +54,23 @@ impl Plan {
     /// This plan with the tables that PostgreSQL's cascade may delete under their parents' batches
     /// removed from the steps, and the covered tables' steps reduced to those straight to the root
     /// (see the module docs). `max_rows` ≤ 0 returns the plan unchanged.
-    pub fn absorb(mut self, max_rows: f64) -> Plan {
+    pub fn absorb(self, max_rows: f64) -> Plan {
+        self.absorb_tenant(max_rows, &BTreeMap::new())
+    }
+
+    /// [`Self::absorb`] for one tenant: a table with a cascading key straight to the root's key
+    /// column may be absorbed too — its rows then go with the root row's delete — when
+    /// `tenant_rows` holds the most rows the tenant can have in it (by the planner's statistics
+    /// and the rows written since, [`super::estimate::DirectRows::at_most`]) and those rows with
+    /// their subtrees fit `max_rows` with the root's other absorbed tables. The root row's delete makes PostgreSQL read every table
+    /// referencing it anyway (scan one without an index on its key); a tenant with a few rows in
+    /// such a table then has them deleted by that read instead of by steps that read the table
+    /// once more.
+    pub fn absorb_tenant(mut self, max_rows: f64, tenant_rows: &BTreeMap<u32, i64>) -> Plan {
         if max_rows <= 0.0 {
             return self;
         }
-        let fks = &self.catalog.foreign_keys;
         let rows = |t: u32| self.catalog.tables[&t].estimated_rows;
-        let in_cycle = |t: u32| reaches(&self, t, t);
         let mut cost: BTreeMap<u32, f64> = self.closure.iter().map(|&t| (t, 1.0)).collect();
         let mut absorbed = BTreeSet::new();
         let mut seen = BTreeSet::new();
@@ -68,46 +80,74 @@ impl Plan {
             .map(|s| s.table)
             .filter(|t| seen.insert(*t))
             .collect();
+        // Leaves first, so that a table's cost holds its absorbed subtree before its parents weigh
+        // it. A table under the root waits for the second pass.
+        let mut under_root = Vec::new();
         for table in order {
-            // A partitioned table's deletions are counted per partition: keep it a step of its own.
-            if table == self.root
-                || rows(table) < 0.0
-                || self.catalog.tables[&table].partitioned
-                || in_cycle(table)
-            {
+            let Some(parents) = self.absorbable(table) else {
+                continue;
+            };
+            if parents.contains(&self.root) {
+                under_root.push((table, parents));
                 continue;
             }
-            let safe_refs = fks.iter().filter(|fk| fk.to == table).all(|fk| {
-                fk.from != table
-                    && match fk.on_delete {
-                        OnDelete::Cascade => true,
-                        OnDelete::SetNull => !fk.blocks(),
-                        _ => false,
-                    }
-            });
-            let cascading: Vec<_> = fks
-                .iter()
-                .filter(|fk| {
-                    fk.from == table
-                        && fk.on_delete == OnDelete::Cascade
-                        && self.closure.contains(&fk.to)
-                })
-                .collect();
-            // A row whose delete makes PostgreSQL scan a referencing table without an index costs
-            // that table's size, not the estimate: such a table keeps batches of its own (which start
-            // at one row and grow by time), and nothing above it cascades through it.
-            if self.delete_scans(table) {
-                continue;
-            }
-            let parents: Vec<u32> = cascading.iter().map(|fk| fk.to).collect();
-            if !safe_refs
-                || parents.is_empty()
-                || parents.iter().any(|&p| p == self.root || rows(p) < 0.0)
-            {
+            if parents.iter().any(|&p| rows(p) < 0.0) {
                 continue;
             }
             let own = cost[&table];
             let share = |p: u32| rows(table) / rows(p).max(1.0) * own;
+            if parents.iter().all(|&p| cost[&p] + share(p) <= max_rows) {
+                for &p in &parents {
+                    *cost.get_mut(&p).expect("closure table") += share(p);
+                }
+                absorbed.insert(table);
+            }
+        }
+        // Under the root, the tenant's own rows (an average per root row means nothing: one root
+        // row may own millions of rows), in the root's allowance: first the tables the root row's
+        // delete scans anyway (no index on their key to it), largest first — absorbing those saves
+        // a pass of batches over the whole table — then the others. The root row is deleted last,
+        // after every other table's rows, and its cascade takes whatever rows below the table were
+        // left to it (absorbed tables', and a covered table's rows reached only through it): a
+        // table with a key into the tenant's tables that is not CASCADE on itself or anywhere
+        // below it stays a step (a RESTRICT / NO ACTION key would refuse the delete of the rows it
+        // references while they remain). So does one whose other parent is absorbed itself (that
+        // parent's cost was settled), or whose delete scans a table without an index on its key:
+        // such a parent's own delete may outlast the batch bound, which runs it unbounded while
+        // it cascades to no absorbed table, and would re-plan the job once it did.
+        let fks = &self.catalog.foreign_keys;
+        let scanned = |t: u32| {
+            fks.iter()
+                .any(|fk| fk.from == t && fk.to == self.root && !fk.indexed)
+        };
+        let mut candidates: Vec<(u32, Vec<u32>, f64)> = under_root
+            .into_iter()
+            .filter_map(|(t, parents)| {
+                let direct = *tenant_rows.get(&t)? as f64;
+                let others_fit = parents
+                    .iter()
+                    .filter(|&&p| p != self.root)
+                    .all(|&p| rows(p) >= 0.0 && !absorbed.contains(&p) && !self.delete_scans(p));
+                (others_fit && self.only_cascades_below_of(t, &self.closure))
+                    .then_some((t, parents, direct))
+            })
+            .collect();
+        candidates.sort_by(|a, b| {
+            let pages = |t: u32| self.catalog.tables[&t].estimated_pages;
+            scanned(b.0)
+                .cmp(&scanned(a.0))
+                .then(pages(b.0).total_cmp(&pages(a.0)))
+                .then(a.0.cmp(&b.0))
+        });
+        for (table, parents, direct) in candidates {
+            let own = cost[&table];
+            let share = |p: u32| {
+                if p == self.root {
+                    direct * own
+                } else {
+                    rows(table) / rows(p).max(1.0) * own
+                }
+            };
             if parents.iter().all(|&p| cost[&p] + share(p) <= max_rows) {
                 for &p in &parents {
                     *cost.get_mut(&p).expect("closure table") += share(p);
@@ -120,6 +160,45 @@ impl Plan {
         self.cascade_estimate = cost.into_iter().filter(|(_, c)| *c > 1.0).collect();
         self.cover();
         self
+    }
+
+    /// The parents (in the closure, through `ON DELETE CASCADE` keys) whose batches may cascade to
+    /// `table`'s rows, when the table itself may be absorbed: not the root, analyzed, not
+    /// partitioned (its deletions are counted per partition), on no reference cycle, every key into
+    /// it CASCADE or a SET NULL that cannot fail, none of them without an index, and with a parent.
+    fn absorbable(&self, table: u32) -> Option<Vec<u32>> {
+        let fks = &self.catalog.foreign_keys;
+        if table == self.root
+            || self.catalog.tables[&table].estimated_rows < 0.0
+            || self.catalog.tables[&table].partitioned
+            || reaches(self, table, table)
+        {
+            return None;
+        }
+        let safe_refs = fks.iter().filter(|fk| fk.to == table).all(|fk| {
+            fk.from != table
+                && match fk.on_delete {
+                    OnDelete::Cascade => true,
+                    OnDelete::SetNull => !fk.blocks(),
+                    _ => false,
+                }
+        });
+        // A row whose delete makes PostgreSQL scan a referencing table without an index costs that
+        // table's size, not the estimate: such a table keeps batches of its own (which start at
+        // one row and grow by time), and nothing above it cascades through it.
+        if !safe_refs || self.delete_scans(table) {
+            return None;
+        }
+        let parents: Vec<u32> = fks
+            .iter()
+            .filter(|fk| {
+                fk.from == table
+                    && fk.on_delete == OnDelete::Cascade
+                    && self.closure.contains(&fk.to)
+            })
+            .map(|fk| fk.to)
+            .collect();
+        (!parents.is_empty()).then_some(parents)
     }
 
     /// Reduces each covered table's steps to those through a NOT NULL foreign key straight to the
@@ -175,6 +254,12 @@ impl Plan {
     /// table's (a RESTRICT / NO ACTION key would refuse the delete of the rows it references while
     /// they remain, and a SET NULL / SET DEFAULT one would rewrite rows the cascade deletes).
     fn only_cascades_below(&self, table: u32) -> bool {
+        self.only_cascades_below_of(table, &self.absorbed)
+    }
+
+    /// [`Self::only_cascades_below`] with `absorbed` the absorbed tables (the closure: every table
+    /// a cascade from `table` reaches).
+    fn only_cascades_below_of(&self, table: u32, absorbed: &BTreeSet<u32>) -> bool {
         let fks = &self.catalog.foreign_keys;
         let mut stack = vec![table];
         let mut visited = BTreeSet::from([table]);
@@ -185,7 +270,7 @@ impl Plan {
                 }
                 if fk.to == t
                     && fk.on_delete == OnDelete::Cascade
-                    && self.absorbed.contains(&fk.from)
+                    && absorbed.contains(&fk.from)
                     && visited.insert(fk.from)
                 {
                     stack.push(fk.from);

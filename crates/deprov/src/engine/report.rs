@@ -182,9 +182,19 @@ impl PlanReport {
             config.hard_delete.max_simulated_rows,
         )
         .await?;
+        let cascade_rows = config.hard_delete.cascade_rows;
+        let tenant_rows = if cascade_rows == 0 {
+            Default::default()
+        } else {
+            super::estimate::tenant_rows(target, &plan, tenant, &limits)
+                .await?
+                .into_iter()
+                .map(|(t, r)| (t, r.at_most()))
+                .collect()
+        };
         let absorbing = plan
             .clone()
-            .absorb(f64::from(config.hard_delete.cascade_rows));
+            .absorb_tenant(f64::from(cascade_rows), &tenant_rows);
         let mut report = Self::from_parts(&plan, tenant, &counts, blockers, cascade);
         // The hash of the plan the worker runs (its checkpoints and `progress.plan_hash`): the
         // batches with PostgreSQL's cascade let in under `cascade_rows`.

@@ -5,6 +5,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod absorb;
+mod absorb_root;
 mod attempts;
 mod batch_bound;
 mod blocks;

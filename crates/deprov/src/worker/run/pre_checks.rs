@@ -218,7 +218,12 @@ impl JobRun {
         if !hd.trial_cascade || !self.before_hard_delete() || self.whole_tries > 0 {
             return Ok(Ok(false));
         }
-        let (budget, shortened) = self.trial_budget(plan, tenant).await?;
+        let super::whole_try::TrialBudget {
+            bound: budget,
+            shortened,
+            tenant_rows,
+        } = self.trial_budget(plan, tenant).await?;
+        self.tenant_rows = tenant_rows;
         let started = std::time::Instant::now();
         let verdict = engine::trial::trial_cascade(
             &self.worker.pools.target,

@@ -38,8 +38,14 @@ impl JobRun {
         let soft_delete_first = matches!(self.job.step.as_str(), "soft_delete" | "resolve");
         // Two catalog reads, side by side on the target pool's connections: before the gate,
         // which a kill switch's acknowledgement waits for.
-        let ((budget, shortened), triggers) =
+        let (budget, triggers) =
             tokio::try_join!(self.trial_budget(plan, tenant), self.user_triggers(plan))?;
+        let TrialBudget {
+            bound: budget,
+            shortened,
+            tenant_rows,
+        } = budget;
+        self.tenant_rows = tenant_rows;
         // Read before the triggers' refusal, so that a held or cancelled job is not failed by it.
         let gate = self.may_destroy().await?;
         if let Some(refusal) = self.trigger_refusal(&triggers) {
@@ -121,35 +127,45 @@ impl JobRun {
     /// the whole bound could delete ([`engine::estimate`]) — then the full try would only run until
     /// its `statement_timeout` and roll back, while a short one still lets PostgreSQL meet a
     /// failure at the start of the cascade (a RESTRICT key on the root, a CHECK refusing a SET
-    /// NULL). With the reason when shortened. Never shortened for a plan with
-    /// [`engine::Plan::unordered`] keys, which only the whole cascade can delete.
+    /// NULL). With the reason when shortened, and the estimate per table
+    /// ([`engine::estimate::tenant_rows`]) for the hard delete's plan. Never shortened for a plan
+    /// with [`engine::Plan::unordered`] keys, which only the whole cascade can delete.
     pub(super) async fn trial_budget(
         &self,
         plan: &engine::Plan,
         tenant: &str,
-    ) -> Result<(std::time::Duration, Option<String>), Stop> {
+    ) -> Result<TrialBudget, Stop> {
         let budget = engine::trial::budget(&self.worker.config.hard_delete);
         if !plan.unordered.is_empty() {
-            return Ok((budget, None));
+            return Ok(TrialBudget {
+                bound: budget,
+                shortened: None,
+                tenant_rows: None,
+            });
         }
-        let rows =
-            engine::estimate::direct_rows(&self.worker.pools.target, plan, tenant, &self.limits)
+        let per_table =
+            engine::estimate::tenant_rows(&self.worker.pools.target, plan, tenant, &self.limits)
                 .await?;
-        if rows < budget.as_secs_f64() * 1000.0 * engine::estimate::MAX_CASCADE_ROWS_PER_MS {
-            return Ok((budget, None));
+        let rows: i64 = per_table.values().map(|r| r.estimate).sum();
+        let mut out = TrialBudget {
+            bound: budget,
+            shortened: None,
+            tenant_rows: Some(per_table.iter().map(|(&t, r)| (t, r.at_most())).collect()),
+        };
+        if (rows as f64) < budget.as_secs_f64() * 1000.0 * engine::estimate::MAX_CASCADE_ROWS_PER_MS
+        {
+            return Ok(out);
         }
-        let short = (budget / 8)
+        out.bound = (budget / 8)
             .max(std::time::Duration::from_millis(5))
             .min(budget);
-        Ok((
-            short,
-            Some(format!(
-                "bounded to {} ms: the planner's statistics estimate {rows:.0} rows of the tenant \
-                 in the tables referencing the root, more than {} ms can delete",
-                short.as_millis(),
-                budget.as_millis()
-            )),
-        ))
+        out.shortened = Some(format!(
+            "bounded to {} ms: the planner's statistics estimate {rows} rows of the tenant \
+             in the tables referencing the root, more than {} ms can delete",
+            out.bound.as_millis(),
+            budget.as_millis()
+        ));
+        Ok(out)
     }
 
     /// Whether [`Self::whole_cascade`] runs: with `[hard_delete] trial_cascade` and
@@ -190,4 +206,15 @@ pub(super) fn with_why(label: String, shortened: Option<&str>) -> String {
         Some(why) => format!("{label} ({why})"),
         None => label,
     }
+}
+
+/// The bound of a try of the whole cascade or of the trial ([`JobRun::trial_budget`]).
+pub(super) struct TrialBudget {
+    /// How long the try may run.
+    pub bound: std::time::Duration,
+    /// Why it is shorter than the trial's own budget, when it is.
+    pub shortened: Option<String>,
+    /// The most rows the tenant can hold per table straight under the root by the statistics
+    /// ([`engine::estimate::DirectRows::at_most`]), when read.
+    pub tenant_rows: Option<std::collections::BTreeMap<u32, i64>>,
 }

@@ -1,7 +1,7 @@
 //! The hard-delete loop's state between batches, and where a run's batches start: the stored
 //! checkpoint when it was made for the same plan, else the first step.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::super::{JobRun, Stop};
@@ -20,6 +20,9 @@ pub(super) struct Batches {
     pub cp: Checkpoint,
     /// The cascade allowance in force (`[hard_delete] cascade_rows`, lowered by re-plans).
     pub cascade_rows: u32,
+    /// The tenant's rows per table straight under the root the plan was absorbed with
+    /// (`engine::Plan::absorb_tenant`); re-plans keep them.
+    pub tenant_rows: BTreeMap<u32, i64>,
     /// Statement and lock timeouts in a row (not batch-bound cuts), at most
     /// [`super::super::MAX_LOCAL_TIMEOUTS`] before the run fails.
     pub timeouts: u32,
@@ -51,10 +54,11 @@ pub(super) struct Batches {
 
 impl Batches {
     /// The first checkpoint of `plan` under the allowance `cascade_rows` (recorded only when it
-    /// differs from the configured one), with first batches of `batch_rows`.
+    /// differs from the configured one) and the tenant's rows `tenant_rows` (recorded when there
+    /// are any), with first batches of `batch_rows`.
     pub fn fresh(
         plan: &Plan,
-        cascade_rows: u32,
+        (cascade_rows, tenant_rows): (u32, &BTreeMap<u32, i64>),
         hd: &HardDeleteConfig,
         batch_rows: i64,
     ) -> Checkpoint {
@@ -65,6 +69,7 @@ impl Batches {
             parents: 1,
             rows: batch_rows,
             cascade_rows: (cascade_rows != hd.cascade_rows).then_some(cascade_rows),
+            tenant_rows: (!tenant_rows.is_empty()).then(|| tenant_rows.clone()),
             kept_back: 0,
             pass_deleted: 0,
         };
@@ -103,6 +108,30 @@ impl Batches {
 }
 
 impl JobRun {
+    /// The most rows the tenant holds per table straight under the root by the statistics
+    /// ([`engine::estimate::DirectRows::at_most`]), for the plan's absorption
+    /// ([`engine::Plan::absorb_tenant`]): those the whole cascade's try read, else read now; none
+    /// when nothing is absorbed (`cascade_rows` 0).
+    ///
+    /// # Errors
+    /// [`Stop`] on a database error.
+    async fn tenant_rows(
+        &mut self,
+        plan: &Plan,
+        tenant: &str,
+        cascade_rows: u32,
+    ) -> Result<BTreeMap<u32, i64>, Stop> {
+        if cascade_rows == 0 {
+            return Ok(BTreeMap::new());
+        }
+        if let Some(rows) = self.tenant_rows.take() {
+            return Ok(rows);
+        }
+        let target = &self.worker.pools.target;
+        let rows = engine::estimate::tenant_rows(target, plan, tenant, &self.limits).await?;
+        Ok(rows.into_iter().map(|(t, r)| (t, r.at_most())).collect())
+    }
+
     /// The state the batches of this run start from: the stored checkpoint (in
     /// `deferred.written`) when it was made for the same plan, else the first step — after the
     /// cascade's SET NULL / SET DEFAULT updates that keep rows out of a later CASCADE when the
@@ -123,8 +152,16 @@ impl JobRun {
             .as_ref()
             .and_then(|cp| cp.cascade_rows)
             .unwrap_or(hd.cascade_rows);
-        let plan = leaves_first.clone().absorb(f64::from(cascade_rows));
+        // A run that resumes plans with the figures its checkpoint was made with.
+        let tenant_rows = match &stored {
+            Some(cp) => cp.tenant_rows.clone().unwrap_or_default(),
+            None => self.tenant_rows(leaves_first, tenant, cascade_rows).await?,
+        };
+        let plan = leaves_first
+            .clone()
+            .absorb_tenant(f64::from(cascade_rows), &tenant_rows);
         let starting = !matches!(&stored, Some(cp) if cp.plan == plan.hash());
+        let allowance = (cascade_rows, &tenant_rows);
         let cp = match stored {
             Some(cp) if cp.plan == plan.hash() => cp,
             Some(_) => {
@@ -133,9 +170,9 @@ impl JobRun {
                     "schema changed since the last checkpoint; restarted from the first step"
                         .into(),
                 );
-                Batches::fresh(&plan, cascade_rows, hd, self.limits.rows)
+                Batches::fresh(&plan, allowance, hd, self.limits.rows)
             }
-            None => Batches::fresh(&plan, cascade_rows, hd, self.limits.rows),
+            None => Batches::fresh(&plan, allowance, hd, self.limits.rows),
         };
         self.progress.plan_hash = Some(plan.hash());
         for step in &leaves_first.steps {
@@ -195,6 +232,7 @@ impl JobRun {
             plan,
             cp,
             cascade_rows,
+            tenant_rows,
             timeouts: 0,
             large_parent: false,
             jump: false,

@@ -51,11 +51,14 @@ impl JobRun {
             return Ok(());
         }
         // The root row goes last: the steps before it deleted the rows of every table below it
-        // that a re-plan could give back a step, so a cut of its delete is PostgreSQL's own work
-        // on that row (its referential triggers' scans of tables without an index on the key),
-        // the same under any plan. Cut by the bound, it runs under the full statement_timeout
-        // (`after_bound_cut`) instead of re-planning, which would only walk every step again; a
-        // cut by that timeout still re-plans as any other step's does.
+        // that a re-plan could give back a step, but those straight under it whose rows go with
+        // it for this tenant (`Plan::absorb_tenant`: at most `cascade_rows` rows with their
+        // subtrees, by the statistics and every row written since). So a cut of its delete is
+        // mostly PostgreSQL's own work on that row (its referential triggers' scans of tables
+        // without an index on the key), the same under any plan. Cut by the bound, it runs under
+        // the full statement_timeout (`after_bound_cut`) instead of re-planning, which would only
+        // walk every step again and give those tables their scans back; a cut by that timeout
+        // still re-plans as any other step's does.
         let root_cut = bound_cut && step.path.is_empty();
         // The same holds for a row under which only covered tables' rows may cascade: their rows
         // naming the tenant went with their own steps before, so what the bound cut is the row's
@@ -135,7 +138,9 @@ impl JobRun {
             } else {
                 0
             };
-            let next = leaves_first.clone().absorb(f64::from(b.cascade_rows));
+            let next = leaves_first
+                .clone()
+                .absorb_tenant(f64::from(b.cascade_rows), &b.tenant_rows);
             if b.cascade_rows == 0 || next.cascades_below(step_table) != below {
                 break next;
             }
@@ -164,7 +169,7 @@ impl JobRun {
             .collect();
         b.cp = Batches::fresh(
             &b.plan,
-            b.cascade_rows,
+            (b.cascade_rows, &b.tenant_rows),
             &self.worker.config.hard_delete,
             self.limits.rows,
         );

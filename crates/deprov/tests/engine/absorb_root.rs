@@ -1,0 +1,224 @@
+//! A tenant's few rows in a table straight under the root go with the root row's delete
+//! (`Plan::absorb_tenant`): that delete makes PostgreSQL scan the table anyway when its key to the
+//! root has no index, and batches of the table's own would scan it once more.
+
+use std::collections::BTreeMap;
+
+use deprov::engine::{self, BatchLimits};
+
+use deprov::queue::JobState;
+use deprov::worker::Progress;
+
+use crate::harness::{Env, accounts_plan, config_hard, digest, env_with_schema};
+
+/// Tenant 1 owns 40 of 200,040 events (no index on `account_id`), tenant 2 the rest. Tenant 1's
+/// 20 projects each have 2 tasks.
+const SCHEMA: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.events (id bigserial PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE, body text);
+CREATE TABLE app.projects (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE INDEX ON app.projects (account_id);
+CREATE TABLE app.tasks (id bigint PRIMARY KEY,
+    project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
+CREATE INDEX ON app.tasks (project_id);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.events (account_id, body) SELECT 2, 'e' || g FROM generate_series(1, 200000) g;
+INSERT INTO app.events (account_id, body) SELECT 1, 'e' || g FROM generate_series(1, 40) g;
+INSERT INTO app.projects SELECT g, CASE WHEN g <= 20 THEN 1 ELSE 2 END FROM generate_series(1, 2000) g;
+INSERT INTO app.tasks SELECT g, (g + 1) / 2 FROM generate_series(1, 4000) g;
+";
+
+/// A server with `schema` loaded and analyzed once the loading session's writes show in the
+/// statistics (`n_mod_since_analyze` of `app.{table}` reaches `rows`): the statistics then hold no
+/// rows written since, as on a database analyzed after its last load.
+async fn analyzed(schema: &str, table: &str, rows: i64) -> Env {
+    let env = env_with_schema(&config(), schema).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let written: i64 = sqlx::query_scalar(
+            "SELECT coalesce(max(n_mod_since_analyze), 0) FROM pg_stat_user_tables \
+             WHERE schemaname = 'app' AND relname = $1",
+        )
+        .bind(table)
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+        if written >= rows {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{table}: {written} rows written"
+        );
+        tokio::task::yield_now().await;
+    }
+    sqlx::query("ANALYZE").execute(&env.db).await.unwrap();
+    env
+}
+
+/// Deletes tenant 1 of `env` with one worker run until idle; asserts that the job completed and
+/// that the data equals the cascade's. Returns the job's progress.
+async fn delete_tenant_1(env: &Env) -> Progress {
+    let expected = env.cascade_copy(1).await;
+    let id = env.request("1").await;
+    env.drain(&env.worker("w1")).await;
+    let job = env.job(id).await;
+    assert_eq!(job.state(), JobState::Completed, "{job:?}");
+    assert_eq!(digest(&env.db).await, digest(&expected).await);
+    Progress::from_json(&job.progress)
+}
+
+/// The configuration of these tests: absorption on (`cascade_rows` 2,000), batches sized by time.
+fn config() -> String {
+    config_hard(
+        "batch_rows = 50\nmax_batch_duration = \"800ms\"\nlock_timeout = \"100ms\"\ncascade_rows = 2000",
+        "id",
+        "",
+    )
+}
+
+/// The most rows `tenant` holds per table straight under the root, as the worker weighs them.
+async fn at_most(
+    db: &sqlx::PgPool,
+    plan: &engine::Plan,
+    tenant: &str,
+    limits: &BatchLimits,
+) -> BTreeMap<u32, i64> {
+    engine::estimate::tenant_rows(db, plan, tenant, limits)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(t, r)| (t, r.at_most()))
+        .collect()
+}
+
+/// The tables of `plan` that have no steps of their own (absorbed), by name.
+fn absorbed(plan: &engine::Plan) -> Vec<String> {
+    plan.absorbed
+        .iter()
+        .map(|&t| plan.name(t).name.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn only_a_tenant_with_few_rows_under_the_root_has_them_go_with_the_root_row() {
+    let env = analyzed(SCHEMA, "events", 200_040).await;
+    let plan = accounts_plan(&env.db).await;
+    let limits = BatchLimits::from(&env.config.hard_delete);
+    let small = at_most(&env.db, &plan, "1", &limits).await;
+    let large = at_most(&env.db, &plan, "2", &limits).await;
+    let events = *plan
+        .closure
+        .iter()
+        .find(|&&t| plan.name(t).name == "events")
+        .unwrap();
+    assert!(small[&events] <= 100, "{small:?}");
+    assert!(large[&events] >= 150_000, "{large:?}");
+
+    // Without a tenant's figures, no table straight under the root is absorbed.
+    let generic = plan.clone().absorb(2000.0);
+    assert_eq!(absorbed(&generic), ["tasks"], "{generic:#?}");
+    // Tenant 1: events and projects (with their tasks) go with the root row's delete.
+    let mut one = absorbed(&plan.clone().absorb_tenant(2000.0, &small));
+    one.sort();
+    assert_eq!(one, ["events", "projects", "tasks"]);
+    // Tenant 2: its 200,000 events keep their steps; its 1,980 projects, with two tasks each,
+    // are more than the allowance.
+    assert_eq!(
+        absorbed(&plan.clone().absorb_tenant(2000.0, &large)),
+        ["tasks"]
+    );
+    assert_eq!(
+        absorbed(&plan.clone().absorb_tenant(0.0, &small)),
+        Vec::<String>::new(),
+        "no allowance, no absorption"
+    );
+
+    // Rows written since ANALYZE count as the tenant's, whoever's they are: the statistics no
+    // longer say how many the tenant has.
+    sqlx::raw_sql(
+        "SELECT pg_stat_force_next_flush(); \
+         INSERT INTO app.events (account_id, body) SELECT 2, 'late' FROM generate_series(1, 3000)",
+    )
+    .execute(&env.db)
+    .await
+    .unwrap();
+    let late = at_most(&env.db, &plan, "1", &limits).await;
+    assert!(late[&events] >= 3000, "{late:?}");
+    let mut one = absorbed(&plan.clone().absorb_tenant(2000.0, &late));
+    one.sort();
+    assert_eq!(one, ["projects", "tasks"]);
+}
+
+#[tokio::test]
+async fn a_small_tenants_rows_in_a_large_table_go_with_the_root_row_and_equal_the_cascade() {
+    let env = analyzed(SCHEMA, "events", 200_040).await;
+    let progress = delete_tenant_1(&env).await;
+    let events = progress.table("\"app\".\"events\"").unwrap();
+    assert_eq!(events.batches, 0, "{progress:?}");
+    assert_eq!(events.rows_deleted, 40, "{progress:?}");
+    let root = progress.table("\"app\".\"accounts\"").unwrap();
+    assert_eq!(root.batches, 1, "{progress:?}");
+    // One batch in all: the root row's, with PostgreSQL's cascade under it.
+    assert_eq!(progress.batches, 1, "{progress:?}");
+    assert_eq!(progress.rows_deleted, 1 + 40 + 20 + 40, "{progress:?}");
+}
+
+/// `tasks` has a NO ACTION key to `teams`, whose step comes before the root's: PostgreSQL would
+/// refuse to delete a team while a task references it, so `tasks` keeps steps of its own (leaves
+/// first, before `teams`) rather than waiting for the root row's delete. (The cascade itself
+/// succeeds: the root row's trigger for `projects`, created first, fires first, and its cascade to
+/// `tasks` runs before the checks the teams' deletes queue.)
+const NO_ACTION: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.projects (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE TABLE app.teams (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE TABLE app.tasks (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE,
+    project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE,
+    team_id bigint NOT NULL REFERENCES app.teams);
+CREATE INDEX ON app.teams (account_id);
+CREATE INDEX ON app.projects (account_id);
+CREATE INDEX ON app.tasks (account_id);
+CREATE INDEX ON app.tasks (project_id);
+CREATE INDEX ON app.tasks (team_id);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.projects SELECT g, 1 + g % 2 FROM generate_series(1, 100) g;
+INSERT INTO app.teams SELECT g, 1 + g % 2 FROM generate_series(1, 100) g;
+INSERT INTO app.tasks SELECT g, 1 + g % 2, 1 + (g % 50) * 2 - g % 2, 1 + (g % 50) * 2 - g % 2
+    FROM generate_series(1, 1000) g;
+";
+
+#[tokio::test]
+async fn a_table_with_a_no_action_key_into_the_tenants_tables_keeps_its_steps() {
+    let env = analyzed(NO_ACTION, "tasks", 1000).await;
+    let plan = accounts_plan(&env.db).await;
+    let limits = BatchLimits::from(&env.config.hard_delete);
+    let rows = at_most(&env.db, &plan, "1", &limits).await;
+    for absorbing in [
+        plan.clone().absorb(2000.0),
+        plan.clone().absorb_tenant(2000.0, &rows),
+    ] {
+        assert!(
+            !absorbed(&absorbing).contains(&"tasks".to_string()),
+            "{:?}",
+            absorbed(&absorbing)
+        );
+    }
+    let everything: BTreeMap<u32, i64> = rows.keys().map(|&t| (t, 1)).collect();
+    let generous = absorbed(&plan.clone().absorb_tenant(1e9, &everything));
+    assert!(!generous.contains(&"tasks".to_string()), "{generous:?}");
+    // `projects` neither: the cascade of its rows reaches `tasks`.
+    assert!(!generous.contains(&"projects".to_string()), "{generous:?}");
+    let progress = delete_tenant_1(&env).await;
+    assert!(
+        progress.table("\"app\".\"tasks\"").unwrap().batches > 0,
+        "{progress:?}"
+    );
+}
