@@ -62,10 +62,10 @@ impl Plan {
     /// column may be absorbed too — its rows then go with the root row's delete — when
     /// `tenant_rows` holds the most rows the tenant can have in it (by the planner's statistics
     /// and the rows written since, [`super::estimate::DirectRows::at_most`]) and those rows with
-    /// their subtrees fit `max_rows` with the root's other absorbed tables. The root row's delete makes PostgreSQL read every table
-    /// referencing it anyway (scan one without an index on its key); a tenant with a few rows in
-    /// such a table then has them deleted by that read instead of by steps that read the table
-    /// once more.
+    /// their subtrees fit `max_rows` with the root's other absorbed tables. The root row's delete
+    /// makes PostgreSQL read every table referencing it anyway (scan one without an index on its
+    /// key); a tenant with a few rows in such a table then has them deleted by that read instead
+    /// of by steps that read the table once more.
     pub fn absorb_tenant(mut self, max_rows: f64, tenant_rows: &BTreeMap<u32, i64>) -> Plan {
         if max_rows <= 0.0 {
             return self;
@@ -112,9 +112,9 @@ impl Plan {
         // table with a key into the tenant's tables that is not CASCADE on itself or anywhere
         // below it stays a step (a RESTRICT / NO ACTION key would refuse the delete of the rows it
         // references while they remain). So does one whose other parent is absorbed itself (that
-        // parent's cost was settled), or whose delete scans a table without an index on its key:
-        // such a parent's own delete may outlast the batch bound, which runs it unbounded while
-        // it cascades to no absorbed table, and would re-plan the job once it did.
+        // parent's cost was settled), or whose other parent's delete scans a table without an
+        // index on its key: such a parent's own delete may outlast the batch bound, which runs it
+        // unbounded while it cascades to no absorbed table, and would re-plan the job once it did.
         let fks = &self.catalog.foreign_keys;
         let scanned = |t: u32| {
             fks.iter()

@@ -9,6 +9,8 @@
 //! shared evenly among the other distinct values. Tables never analyzed, partitioned tables and
 //! keys of several columns count nothing, so the sum is a lower bound of the tenant's rows beyond
 //! what statistics cannot see, and a tenant grown since the last `ANALYZE` is underestimated.
+//! Where an upper bound is needed ([`DirectRows::at_most`]), every row written to the table since
+//! its statistics were taken counts as the tenant's.
 
 use std::collections::BTreeMap;
 
@@ -20,22 +22,6 @@ use super::{BatchLimits, EngineError, Plan};
 /// Rows per millisecond no cascading `DELETE` is taken to exceed (2 million rows/s): with the
 /// estimate, a bound in milliseconds is known to be too short when `estimate ≥ bound_ms × this`.
 pub const MAX_CASCADE_ROWS_PER_MS: f64 = 2_000.0;
-
-/// The estimated rows holding `tenant` (the key as text) in the closure's tables that reference
-/// the root's key column directly (see the module docs); 0 when none has statistics. One catalog
-/// query in its own transaction under `limits`.
-///
-/// # Errors
-/// Database errors.
-pub async fn direct_rows(
-    target: &PgPool,
-    plan: &Plan,
-    tenant: &str,
-    limits: &BatchLimits,
-) -> Result<f64, EngineError> {
-    let per_table = tenant_rows(target, plan, tenant, limits).await?;
-    Ok(per_table.values().map(|r| r.estimate as f64).sum())
-}
 
 /// The tenant's rows in one table straight under the root, by the statistics
 /// ([`tenant_rows`]).
