@@ -6,10 +6,7 @@ use std::collections::BTreeMap;
 
 use deprov::engine::{self, BatchLimits};
 
-use deprov::queue::JobState;
-use deprov::worker::Progress;
-
-use crate::harness::{Env, accounts_plan, config_hard, digest, env_with_schema};
+use crate::harness::{Env, accounts_plan, config_hard, env_with_schema};
 
 /// Tenant 1 owns 40 of 200,040 events (no index on `account_id`), tenant 2 the rest. Tenant 1's
 /// 20 projects each have 2 tasks.
@@ -57,18 +54,6 @@ async fn analyzed(schema: &str, table: &str, rows: i64) -> Env {
     }
     sqlx::query("ANALYZE").execute(&env.db).await.unwrap();
     env
-}
-
-/// Deletes tenant 1 of `env` with one worker run until idle; asserts that the job completed and
-/// that the data equals the cascade's. Returns the job's progress.
-async fn delete_tenant_1(env: &Env) -> Progress {
-    let expected = env.cascade_copy(1).await;
-    let id = env.request("1").await;
-    env.drain(&env.worker("w1")).await;
-    let job = env.job(id).await;
-    assert_eq!(job.state(), JobState::Completed, "{job:?}");
-    assert_eq!(digest(&env.db).await, digest(&expected).await);
-    Progress::from_json(&job.progress)
 }
 
 /// The configuration of these tests: absorption on (`cascade_rows` 2,000), batches sized by time.
@@ -156,7 +141,7 @@ async fn only_a_tenant_with_few_rows_under_the_root_has_them_go_with_the_root_ro
 #[tokio::test]
 async fn a_small_tenants_rows_in_a_large_table_go_with_the_root_row_and_equal_the_cascade() {
     let env = analyzed(SCHEMA, "events", 200_040).await;
-    let progress = delete_tenant_1(&env).await;
+    let progress = env.delete_tenant_1().await;
     let events = progress.table("\"app\".\"events\"").unwrap();
     assert_eq!(events.batches, 0, "{progress:?}");
     assert_eq!(events.rows_deleted, 40, "{progress:?}");
@@ -216,7 +201,7 @@ async fn a_table_with_a_no_action_key_into_the_tenants_tables_keeps_its_steps() 
     assert!(!generous.contains(&"tasks".to_string()), "{generous:?}");
     // `projects` neither: the cascade of its rows reaches `tasks`.
     assert!(!generous.contains(&"projects".to_string()), "{generous:?}");
-    let progress = delete_tenant_1(&env).await;
+    let progress = env.delete_tenant_1().await;
     assert!(
         progress.table("\"app\".\"tasks\"").unwrap().batches > 0,
         "{progress:?}"

@@ -218,20 +218,30 @@ impl Env {
 /// idle; asserts that the job completed and that the data equals the cascade's. Returns the job's
 /// progress.
 pub async fn delete_tenant_1(schema: &str, config: &str) -> deprov::worker::Progress {
-    let env = env_with_schema(config, schema).await;
-    let expected = env.cascade_copy(1).await;
-    let id = env.request("1").await;
-    let outcomes = env.drain(&env.worker("w1")).await;
-    let job = env.job(id).await;
-    assert_eq!(
-        job.state(),
-        deprov::queue::JobState::Completed,
-        "{job:?} {outcomes:?}"
-    );
-    // A completed job advanced, whichever way it went (batches, or one transaction).
-    assert_eq!(job.stalled_attempts, 0, "{job:?}");
-    assert_eq!(digest(&env.db).await, digest(&expected).await);
-    deprov::worker::Progress::from_json(&job.progress)
+    env_with_schema(config, schema)
+        .await
+        .delete_tenant_1()
+        .await
+}
+
+impl Env {
+    /// [`delete_tenant_1`] on this server as it is.
+    pub async fn delete_tenant_1(&self) -> deprov::worker::Progress {
+        let env = self;
+        let expected = env.cascade_copy(1).await;
+        let id = env.request("1").await;
+        let outcomes = env.drain(&env.worker("w1")).await;
+        let job = env.job(id).await;
+        assert_eq!(
+            job.state(),
+            deprov::queue::JobState::Completed,
+            "{job:?} {outcomes:?}"
+        );
+        // A completed job advanced, whichever way it went (batches, or one transaction).
+        assert_eq!(job.stalled_attempts, 0, "{job:?}");
+        assert_eq!(digest(&env.db).await, digest(&expected).await);
+        deprov::worker::Progress::from_json(&job.progress)
+    }
 }
 
 /// Every table of schema `app` → (rows, order-independent md5 of all rows).
