@@ -225,9 +225,10 @@ pub struct Checkpoint {
     /// configured value because one parent row's cascade outlasted its batch (0 = leaves first).
     #[serde(default)]
     pub cascade_rows: Option<u32>,
-    /// The tenant's rows per table with a key straight to the root (oid → rows, by the planner's
-    /// statistics) that the plan in use was absorbed with (`engine::Plan::absorb_tenant`): a
-    /// later run plans with the same figures, so the plan and its step numbers stay the same.
+    /// The most rows the tenant holds per table with a key straight to the root (oid → rows: the
+    /// planner's estimate and the rows written since, `engine::estimate::DirectRows::at_most`)
+    /// that the plan in use was absorbed with (`engine::Plan::absorb_tenant`): a later run plans
+    /// with the same figures, so the plan and its step numbers stay the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_rows: Option<std::collections::BTreeMap<u32, i64>>,
     /// Rows per batch (adapted to the measured batch time).

@@ -72,8 +72,8 @@ pub(super) struct JobRun {
     /// waited too long for a lock, or met a deadlock): the rows it had deleted when it was stopped
     /// (`engine::whole::Whole::RolledBack`'s `reached`).
     whole_reached: Option<i64>,
-    /// The tenant's rows per table straight under the root as the whole cascade's try read them
-    /// ([`engine::estimate::tenant_rows`]), kept for the hard delete's plan.
+    /// The most rows the tenant holds per table straight under the root, as the whole cascade's
+    /// try read them ([`engine::estimate::DirectRows::at_most`]), kept for the hard delete's plan.
     tenant_rows: Option<std::collections::BTreeMap<u32, i64>>,
 }
 

@@ -20,8 +20,8 @@ pub(super) struct Batches {
     pub cp: Checkpoint,
     /// The cascade allowance in force (`[hard_delete] cascade_rows`, lowered by re-plans).
     pub cascade_rows: u32,
-    /// The tenant's rows per table straight under the root the plan was absorbed with
-    /// (`engine::Plan::absorb_tenant`); re-plans keep them.
+    /// The most rows the tenant holds per table straight under the root, that the plan was
+    /// absorbed with (`engine::Plan::absorb_tenant`); re-plans keep them.
     pub tenant_rows: BTreeMap<u32, i64>,
     /// Statement and lock timeouts in a row (not batch-bound cuts), at most
     /// [`super::super::MAX_LOCAL_TIMEOUTS`] before the run fails.
