@@ -71,6 +71,8 @@ impl Plan {
             return self;
         }
         let rows = |t: u32| self.catalog.tables[&t].estimated_rows;
+        // Rows of `child` per row of `parent`, by the tables' estimates.
+        let fan_out = |child: u32, parent: u32| rows(child) / rows(parent).max(1.0);
         let mut cost: BTreeMap<u32, f64> = self.closure.iter().map(|&t| (t, 1.0)).collect();
         let mut absorbed = BTreeSet::new();
         let mut seen = BTreeSet::new();
@@ -95,11 +97,7 @@ impl Plan {
                 continue;
             }
             let own = cost[&table];
-            let share = |p: u32| rows(table) / rows(p).max(1.0) * own;
-            if parents.iter().all(|&p| cost[&p] + share(p) <= max_rows) {
-                for &p in &parents {
-                    *cost.get_mut(&p).expect("closure table") += share(p);
-                }
+            if charge(&mut cost, &parents, |p| fan_out(table, p) * own, max_rows) {
                 absorbed.insert(table);
             }
         }
@@ -145,13 +143,10 @@ impl Plan {
                 if p == self.root {
                     direct * own
                 } else {
-                    rows(table) / rows(p).max(1.0) * own
+                    fan_out(table, p) * own
                 }
             };
-            if parents.iter().all(|&p| cost[&p] + share(p) <= max_rows) {
-                for &p in &parents {
-                    *cost.get_mut(&p).expect("closure table") += share(p);
-                }
+            if charge(&mut cost, &parents, share, max_rows) {
                 absorbed.insert(table);
             }
         }
@@ -401,6 +396,23 @@ impl Plan {
                     && fk.on_delete == OnDelete::Cascade
             })
     }
+}
+
+/// Adds `share(p)` (the rows one row of parent `p` would cascade to through an absorbed table) to
+/// the cost of each of `parents` when every one of them stays within `max_rows`; whether it did.
+fn charge(
+    cost: &mut BTreeMap<u32, f64>,
+    parents: &[u32],
+    share: impl Fn(u32) -> f64,
+    max_rows: f64,
+) -> bool {
+    if !parents.iter().all(|&p| cost[&p] + share(p) <= max_rows) {
+        return false;
+    }
+    for &p in parents {
+        *cost.get_mut(&p).expect("closure table") += share(p);
+    }
+    true
 }
 
 /// How many times `batch_rows` a leaf table's first batch takes ([`Plan::first_batch_rows`]).

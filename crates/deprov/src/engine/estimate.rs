@@ -117,3 +117,27 @@ pub async fn tenant_rows(
         })
         .collect())
 }
+
+/// The tenant's most rows per table straight under the root ([`DirectRows::at_most`] of
+/// [`tenant_rows`]) for [`Plan::absorb_tenant`] under the allowance `cascade_rows`; none without
+/// one (0: nothing is absorbed, and nothing is read).
+///
+/// # Errors
+/// Database errors.
+pub async fn absorbable_rows(
+    target: &PgPool,
+    plan: &Plan,
+    tenant: &str,
+    limits: &BatchLimits,
+    cascade_rows: u32,
+) -> Result<BTreeMap<u32, i64>, EngineError> {
+    if cascade_rows == 0 {
+        return Ok(BTreeMap::new());
+    }
+    Ok(at_most(&tenant_rows(target, plan, tenant, limits).await?))
+}
+
+/// [`DirectRows::at_most`] per table.
+pub fn at_most(rows: &BTreeMap<u32, DirectRows>) -> BTreeMap<u32, i64> {
+    rows.iter().map(|(&t, r)| (t, r.at_most())).collect()
+}

@@ -183,15 +183,8 @@ impl PlanReport {
         )
         .await?;
         let cascade_rows = config.hard_delete.cascade_rows;
-        let tenant_rows = if cascade_rows == 0 {
-            Default::default()
-        } else {
-            super::estimate::tenant_rows(target, &plan, tenant, &limits)
-                .await?
-                .into_iter()
-                .map(|(t, r)| (t, r.at_most()))
-                .collect()
-        };
+        let tenant_rows =
+            super::estimate::absorbable_rows(target, &plan, tenant, &limits, cascade_rows).await?;
         let absorbing = plan
             .clone()
             .absorb_tenant(f64::from(cascade_rows), &tenant_rows);

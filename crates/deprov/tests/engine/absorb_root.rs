@@ -72,12 +72,9 @@ async fn at_most(
     tenant: &str,
     limits: &BatchLimits,
 ) -> BTreeMap<u32, i64> {
-    engine::estimate::tenant_rows(db, plan, tenant, limits)
+    engine::estimate::absorbable_rows(db, plan, tenant, limits, 2000)
         .await
         .unwrap()
-        .into_iter()
-        .map(|(t, r)| (t, r.at_most()))
-        .collect()
 }
 
 /// The tables of `plan` that have no steps of their own (absorbed), by name.

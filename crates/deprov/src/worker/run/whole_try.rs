@@ -150,7 +150,7 @@ impl JobRun {
         let mut out = TrialBudget {
             bound: budget,
             shortened: None,
-            tenant_rows: Some(per_table.iter().map(|(&t, r)| (t, r.at_most())).collect()),
+            tenant_rows: Some(engine::estimate::at_most(&per_table)),
         };
         if (rows as f64) < budget.as_secs_f64() * 1000.0 * engine::estimate::MAX_CASCADE_ROWS_PER_MS
         {

@@ -121,15 +121,14 @@ impl JobRun {
         tenant: &str,
         cascade_rows: u32,
     ) -> Result<BTreeMap<u32, i64>, Stop> {
-        if cascade_rows == 0 {
-            return Ok(BTreeMap::new());
-        }
-        if let Some(rows) = self.tenant_rows.take() {
+        if let Some(rows) = self.tenant_rows.take().filter(|_| cascade_rows > 0) {
             return Ok(rows);
         }
         let target = &self.worker.pools.target;
-        let rows = engine::estimate::tenant_rows(target, plan, tenant, &self.limits).await?;
-        Ok(rows.into_iter().map(|(t, r)| (t, r.at_most())).collect())
+        Ok(
+            engine::estimate::absorbable_rows(target, plan, tenant, &self.limits, cascade_rows)
+                .await?,
+        )
     }
 
     /// The state the batches of this run start from: the stored checkpoint (in
