@@ -25,7 +25,9 @@ pub struct LiveWorker {
     pub heartbeat_at: OffsetDateTime,
     /// The highest kill switch version it has acknowledged.
     pub observed_version: i64,
-    /// When it acknowledged that version.
+    /// When it acknowledged that version: the state database's `clock_timestamp()` as the
+    /// acknowledgement was written, under the gate (so after its last destructive statement on an
+    /// older reading ended, and never before [`Self::last_destroyed_at`] as written with it).
     pub observed_at: Option<OffsetDateTime>,
     /// Whether it holds a `LISTEN` connection (else it learns of changes by polling).
     pub listening: bool,
@@ -90,10 +92,11 @@ pub async fn observe(
 ) -> Result<bool, sqlx::Error> {
     crate::db::query_scalar(
         "WITH raised AS ( \
-           UPDATE deprov.workers SET observed_version = $2, observed_at = now(), \
-             last_destroyed_at = greatest(last_destroyed_at, \
-               clock_timestamp() - make_interval(secs => $3::float8 / 1000)) \
-           WHERE id = $1 AND observed_version < $2 RETURNING 1) \
+           UPDATE deprov.workers w SET observed_version = $2, observed_at = t.at, \
+             last_destroyed_at = greatest(w.last_destroyed_at, \
+               t.at - make_interval(secs => $3::float8 / 1000)) \
+           FROM (SELECT clock_timestamp() AS at) t \
+           WHERE w.id = $1 AND w.observed_version < $2 RETURNING 1) \
          SELECT EXISTS (SELECT 1 FROM raised) \
            OR EXISTS (SELECT 1 FROM deprov.workers WHERE id = $1 AND observed_version >= $2)",
     )

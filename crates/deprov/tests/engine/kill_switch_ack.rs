@@ -268,8 +268,9 @@ async fn engaged_mid_delete_the_last_destructive_statement_starts_within_a_secon
     .await
     .unwrap();
     // Each worker's own account of its last destructive statement, written with its
-    // acknowledgement: it ended before that acknowledgement (within the clock's reading of one
-    // round trip), and the latest of them no earlier than the last statement the target logged
+    // acknowledgement (one clock reading for both): it ended no later than that acknowledgement
+    // (a heartbeat after it estimates the same end again, late by at most its own round trip), and
+    // the latest of them no earlier than the last statement the target logged
     // (statement_timestamp(), its start).
     let accounts: Vec<(
         String,
