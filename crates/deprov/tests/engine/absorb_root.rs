@@ -204,3 +204,60 @@ async fn a_table_with_a_no_action_key_into_the_tenants_tables_keeps_its_steps() 
         "{progress:?}"
     );
 }
+
+/// Tenant 1 owns 1,900 rows of `big` (of 20,000) and 100 of each of `a`, `b` and `c`; every key to
+/// the root has an index.
+const SMALL_FIRST: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.big (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE, body text);
+CREATE INDEX ON app.big (account_id);
+CREATE TABLE app.a (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE INDEX ON app.a (account_id);
+CREATE TABLE app.b (LIKE app.a INCLUDING ALL);
+ALTER TABLE app.b ADD FOREIGN KEY (account_id) REFERENCES app.accounts ON DELETE CASCADE;
+CREATE TABLE app.c (LIKE app.a INCLUDING ALL);
+ALTER TABLE app.c ADD FOREIGN KEY (account_id) REFERENCES app.accounts ON DELETE CASCADE;
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.big SELECT g, CASE WHEN g <= 1900 THEN 1 ELSE 2 END, repeat('x', 200)
+    FROM generate_series(1, 20000) g;
+INSERT INTO app.a SELECT g, 1 FROM generate_series(1, 100) g;
+INSERT INTO app.b SELECT g, 1 FROM generate_series(1, 100) g;
+INSERT INTO app.c SELECT g, 1 FROM generate_series(1, 100) g;
+ANALYZE;
+";
+
+/// Absorbing a table whose key to the root has an index saves its step's batches whatever its
+/// size: the allowance goes to as many such tables as fit, the fewest rows first, not to the one
+/// with the most pages.
+#[tokio::test]
+async fn the_allowance_goes_to_as_many_indexed_tables_as_fit_fewest_rows_first() {
+    let env = env_with_schema(&config(), SMALL_FIRST).await;
+    let plan = accounts_plan(&env.db).await;
+    let oid = |name: &str| {
+        *plan
+            .closure
+            .iter()
+            .find(|&&t| plan.name(t).name == name)
+            .unwrap()
+    };
+    assert!(
+        plan.catalog.tables[&oid("big")].estimated_pages
+            > plan.catalog.tables[&oid("a")].estimated_pages,
+        "{:?}",
+        plan.catalog.tables
+    );
+    let rows: BTreeMap<u32, i64> = [("big", 1900), ("a", 100), ("b", 100), ("c", 100)]
+        .into_iter()
+        .map(|(name, n)| (oid(name), n))
+        .collect();
+    let mut fewest_first = absorbed(&plan.clone().absorb_tenant(2000.0, &rows));
+    fewest_first.sort();
+    assert_eq!(fewest_first, ["a", "b", "c"]);
+    // With room for all four (and the root row), all four go.
+    let mut all = absorbed(&plan.clone().absorb_tenant(2300.0, &rows));
+    all.sort();
+    assert_eq!(all, ["a", "b", "big", "c"]);
+}
