@@ -181,6 +181,7 @@ async fn corpus_schemas_have_the_features_and_runs_equal_the_cascade() {
         url: Some(server.url("postgres")),
         json: true,
         keep: true,
+        repeat: 2,
     })
     .await
     .expect("the corpus runs");
@@ -205,6 +206,14 @@ async fn corpus_schemas_have_the_features_and_runs_equal_the_cascade() {
     }
     for r in &report.runs {
         let t = r.report.as_ref().unwrap_or_else(|| panic!("{r:#?}"));
+        // Two runs each: the one kept is the lower of the two middle ratios, here the lower one.
+        assert_eq!(r.ratios.len(), 2, "{r:#?}");
+        let (low, high) = r.ratio_range().unwrap();
+        assert_eq!(t.ratio, low, "{r:#?}");
+        assert!(low <= high);
+        assert!(r.all_equal, "{r:#?}");
+        let each_longest = t.sampled.longest.as_ref().map_or(0.0, |l| l.ms);
+        assert!(r.longest_ms.is_some_and(|ms| ms >= each_longest), "{r:#?}");
         assert!(t.equals_cascade, "{}", t.to_text());
         assert!(t.ratio > 0.0, "{}", t.to_text());
         assert!(

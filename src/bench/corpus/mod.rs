@@ -3,8 +3,9 @@
 //! For each seed: a database on the server (a throwaway PostgreSQL, or `--url`'s), the seed's
 //! schema ([`schema::generate`]) and rows loaded set-based ([`data::load`]), a configuration file
 //! naming its root table and soft delete, then [`crate::bench::target::run`] for the large tenant
-//! and for the small tenant behind the skew, and the database dropped. [`CorpusReport`] holds every
-//! run's report and the worst and median ratio and longest transaction.
+//! and for the small tenant behind the skew (`--repeat` times each), and the database dropped.
+//! [`CorpusReport`] holds each tenant's report and the worst and median ratio and longest
+//! transaction.
 
 pub mod data;
 pub mod ddl;
@@ -48,6 +49,12 @@ pub struct CorpusArgs {
     /// delete) to inspect or to run `deprov plan` and `bench delete --target-url` on.
     #[arg(long, requires = "url")]
     pub keep: bool,
+    /// Runs of each tenant, 1..=20: each tenant's figure is then the run with the median ratio
+    /// (the lower of the two middle ones for an even count), beside the lowest and highest ratio
+    /// and the longest transaction of every run. Two runs alike can differ by more than 2× on a
+    /// small machine; three show the spread.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
 }
 
 /// Why the corpus could not run (a failed run is recorded in its [`CorpusRun`] instead).
@@ -261,24 +268,35 @@ pub async fn run(args: &CorpusArgs) -> Result<CorpusReport, CorpusError> {
                 keep_copies: false,
                 quiet: true,
             };
-            let outcome = target::run(&run).await;
-            if !quiet {
-                match &outcome {
-                    Ok(r) => eprintln!(
-                        "  {size} tenant {key}: {} rows, cascade {:.2} s, deprov {:.2} s, equal: {}",
-                        r.cascade.rows, r.cascade.elapsed_s, r.deprov.elapsed_s, r.equals_cascade
-                    ),
-                    Err(e) => eprintln!("  {size} tenant {key}: FAILED: {e}"),
+            let mut reports = Vec::new();
+            let mut error = None;
+            for _ in 0..args.repeat {
+                let outcome = target::run(&run).await;
+                if !quiet {
+                    match &outcome {
+                        Ok(r) => eprintln!(
+                            "  {size} tenant {key}: {} rows, cascade {:.2} s, deprov {:.2} s, equal: {}",
+                            r.cascade.rows,
+                            r.cascade.elapsed_s,
+                            r.deprov.elapsed_s,
+                            r.equals_cascade
+                        ),
+                        Err(e) => eprintln!("  {size} tenant {key}: FAILED: {e}"),
+                    }
+                }
+                match outcome {
+                    Ok(r) => reports.push(r),
+                    Err(e) => {
+                        error = Some(e.to_string());
+                        break;
+                    }
                 }
             }
-            runs.push(CorpusRun {
-                seed,
-                tenant_size: size.into(),
-                tenant: key,
-                closure_tables: described.closure_tables,
-                error: outcome.as_ref().err().map(ToString::to_string),
-                report: outcome.ok(),
-            });
+            runs.push(CorpusRun::new(
+                (seed, size, key, described.closure_tables),
+                reports,
+                error,
+            ));
         }
         if !args.keep {
             drop_database(&admin, &database).await?;

@@ -32,7 +32,7 @@ pub struct CorpusSchema {
     pub load: LoadTimes,
 }
 
-/// One benchmarked (schema, tenant).
+/// One benchmarked (schema, tenant), run one or more times (`--repeat`).
 #[derive(Debug, Clone, Serialize)]
 pub struct CorpusRun {
     /// The schema's seed.
@@ -43,23 +43,59 @@ pub struct CorpusRun {
     pub tenant: String,
     /// Tables in the closure.
     pub closure_tables: usize,
-    /// `deprov-lab bench delete --target-url`'s report, when the run got that far.
+    /// `deprov-lab bench delete --target-url`'s report of the run with the median ratio (the lower
+    /// of the two middle ones for an even count); `None` when a run failed.
     pub report: Option<TargetReport>,
-    /// Why the run failed, when it did.
+    /// Every run's ratio (cascade ÷ deprov), in run order.
+    pub ratios: Vec<f64>,
+    /// The longest transaction sampled on deprov's copy over every run, in ms.
+    pub longest_ms: Option<f64>,
+    /// Whether every run ended with deprov's copy equal to the cascade's.
+    pub all_equal: bool,
+    /// Why a run failed, when one did (the runs stop there).
     pub error: Option<String>,
 }
 
 impl CorpusRun {
-    /// The longest transaction sampled on deprov's copy, in ms.
-    pub fn longest_ms(&self) -> Option<f64> {
-        self.report
-            .as_ref()
-            .and_then(|r| r.sampled.longest.as_ref().map(|t| t.ms))
+    /// The (schema, tenant) `(seed, size, tenant, closure tables)` from its runs' reports, in run
+    /// order, and the error that stopped them, if any.
+    pub fn new(
+        (seed, size, tenant, closure_tables): (u64, &str, String, usize),
+        reports: Vec<TargetReport>,
+        error: Option<String>,
+    ) -> Self {
+        let ratios: Vec<f64> = reports.iter().map(|r| r.ratio).collect();
+        let longest_ms = reports
+            .iter()
+            .filter_map(|r| r.sampled.longest.as_ref().map(|t| t.ms))
+            .reduce(f64::max);
+        let all_equal = !reports.is_empty() && reports.iter().all(|r| r.equals_cascade);
+        let mut by_ratio = reports;
+        by_ratio.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+        let median = by_ratio.len().saturating_sub(1) / 2;
+        let report = if error.is_none() {
+            by_ratio.into_iter().nth(median)
+        } else {
+            None
+        };
+        Self {
+            seed,
+            tenant_size: size.to_owned(),
+            tenant,
+            closure_tables,
+            report,
+            ratios,
+            longest_ms,
+            all_equal: all_equal && error.is_none(),
+            error,
+        }
     }
 
-    /// Whether the run ended with deprov's copy equal to the cascade's.
-    pub fn equal(&self) -> bool {
-        self.report.as_ref().is_some_and(|r| r.equals_cascade)
+    /// The lowest and highest ratio of its runs.
+    pub fn ratio_range(&self) -> Option<(f64, f64)> {
+        let low = self.ratios.iter().copied().reduce(f64::min)?;
+        let high = self.ratios.iter().copied().reduce(f64::max)?;
+        Some((low, high))
     }
 }
 
@@ -106,11 +142,12 @@ pub struct CorpusReport {
     pub scale: f64,
     /// The schemas, by seed.
     pub schemas: Vec<CorpusSchema>,
-    /// The runs, two per schema (large, then small).
+    /// The tenants' runs, two tenants per schema (large, then small).
     pub runs: Vec<CorpusRun>,
-    /// Cascade wall time ÷ deprov request to completion, over the runs.
+    /// Cascade wall time ÷ deprov request to completion, over the tenants (each its median run's).
     pub ratio: Spread,
-    /// The longest transaction sampled on deprov's copy, in ms, over the runs.
+    /// The longest transaction sampled on deprov's copy, in ms, over the tenants (each its longest
+    /// over every run).
     pub longest_transaction_ms: Spread,
     /// Whether every run completed with deprov's copy equal to the cascade's.
     pub all_equal: bool,
@@ -125,11 +162,8 @@ impl CorpusReport {
                 .collect(),
             true,
         );
-        let longest = Spread::of(
-            runs.iter().filter_map(CorpusRun::longest_ms).collect(),
-            false,
-        );
-        let all_equal = !runs.is_empty() && runs.iter().all(CorpusRun::equal);
+        let longest = Spread::of(runs.iter().filter_map(|r| r.longest_ms).collect(), false);
+        let all_equal = !runs.is_empty() && runs.iter().all(|r| r.all_equal);
         Self {
             scale,
             schemas,
@@ -164,7 +198,7 @@ impl CorpusReport {
         }
         out.push('\n');
         out.push_str(&format!(
-            "{:>4} {:<5} {:>7} {:>8} {:>9} {:>8} {:>6} {:>9} {:>9} {:>7} {:>8} {:>8} {:>5}  {}\n",
+            "{:>4} {:<5} {:>7} {:>8} {:>9} {:>8} {:>6} {:>11} {:>9} {:>9} {:>7} {:>8} {:>8} {:>5}  {}\n",
             "seed",
             "tnt",
             "closure",
@@ -172,6 +206,7 @@ impl CorpusReport {
             "cascade s",
             "deprov s",
             "ratio",
+            "ratios",
             "longest",
             "precheck",
             "batches",
@@ -184,8 +219,11 @@ impl CorpusReport {
             match &r.report {
                 Some(t) => {
                     let longest = t.sampled.longest.as_ref();
+                    let range = r
+                        .ratio_range()
+                        .map_or_else(|| "-".into(), |(l, h)| format!("{l:.2}–{h:.2}"));
                     out.push_str(&format!(
-                        "{:>4} {:<5} {:>7} {:>8} {:>9.2} {:>8.2} {:>6.2} {:>9} {:>9} {:>7} {:>8.0} {:>8.0} {:>5}  {}\n",
+                        "{:>4} {:<5} {:>7} {:>8} {:>9.2} {:>8.2} {:>6.2} {:>11} {:>9} {:>9} {:>7} {:>8.0} {:>8.0} {:>5}  {}\n",
                         r.seed,
                         r.tenant_size,
                         r.closure_tables,
@@ -193,13 +231,14 @@ impl CorpusReport {
                         t.cascade.elapsed_s,
                         t.deprov.elapsed_s,
                         t.ratio,
-                        longest.map_or_else(|| "-".into(), |l| format!("{:.1}", l.ms)),
+                        range,
+                        r.longest_ms.map_or_else(|| "-".into(), |ms| format!("{ms:.1}")),
                         t.before_soft_delete_ms
                             .map_or_else(|| "-".into(), |m| format!("{m:.0}")),
                         t.batches,
                         t.rolled_back_ms,
                         t.bookkeeping_ms,
-                        if t.equals_cascade { "yes" } else { "NO" },
+                        if r.all_equal { "yes" } else { "NO" },
                         longest.map_or_else(String::new, |l| one_line(&l.query, 70)),
                     ));
                 }
@@ -213,15 +252,17 @@ impl CorpusReport {
             }
         }
         out.push_str(
-            "\n(longest: longest transaction on deprov's copy, ms, sampled from pg_stat_activity \
-             every 5 ms; precheck: ms from the request to the soft delete; rolledbk, bookkeep: ms)\n",
+            "\n(each tenant's figures are its median run's, by ratio; ratios: the lowest and highest \
+             of its runs; longest: longest transaction on deprov's copy over its runs, ms, sampled \
+             from pg_stat_activity every 5 ms; precheck: ms from the request to the soft delete; \
+             rolledbk, bookkeep: ms; equal: every run)\n",
         );
         out.push_str(&format!(
-            "ratio cascade ÷ deprov over {} runs: worst {:.2}, median {:.2}\n",
+            "ratio cascade ÷ deprov over {} tenants: worst {:.2}, median {:.2}\n",
             self.ratio.runs, self.ratio.worst, self.ratio.median
         ));
         out.push_str(&format!(
-            "longest transaction over {} runs: worst {:.1} ms, median {:.1} ms\n",
+            "longest transaction over {} tenants: worst {:.1} ms, median {:.1} ms\n",
             self.longest_transaction_ms.runs,
             self.longest_transaction_ms.worst,
             self.longest_transaction_ms.median
