@@ -24,5 +24,5 @@ pub use ownership::{orphaned_rows, other_tenants_digest};
 pub use verify::{
     CascadeOutcome, DatabaseDigest, TableDigest, all_user_tables, cascade_delete,
     cascade_delete_key, clone_database, database_digest, differing_tables, drop_database,
-    table_digest, user_tables,
+    table_digest, table_rows, user_tables,
 };

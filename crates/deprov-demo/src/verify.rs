@@ -111,6 +111,23 @@ pub async fn table_digest(
     fetch_digest(pool, &stmt, &[]).await
 }
 
+/// Every row of `table` in its text form (`t::text`), as a set: to show which rows two copies
+/// differ by once their [`table_digest`]s do.
+///
+/// # Errors
+/// Any database error, e.g. the table does not exist.
+pub async fn table_rows(
+    pool: &PgPool,
+    table: &QualifiedName,
+) -> Result<BTreeSet<String>, sqlx::Error> {
+    let mut b = SqlBuilder::new();
+    b.sql("SELECT t::text FROM ").table(table).sql(" t");
+    let rows: Vec<String> = sqlx::query_scalar(b.build().as_query())
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().collect())
+}
+
 /// [`table_digest`] of every table [`user_tables`] lists in `schema`.
 ///
 /// # Errors

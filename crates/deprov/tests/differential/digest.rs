@@ -54,14 +54,7 @@ pub fn differing(a: &Digest, b: &Digest) -> Vec<QualifiedName> {
 }
 
 async fn rows(db: &PgPool, table: &QualifiedName) -> BTreeSet<String> {
-    let mut b = SqlBuilder::new();
-    b.sql("SELECT t::text FROM ").table(table).sql(" t");
-    sqlx::query_scalar(b.build().as_query())
-        .fetch_all(db)
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .collect()
+    deprov_demo::table_rows(db, table).await.unwrap_or_default()
 }
 
 /// For each differing table: its rows only in `expected` and only in `actual` (at most 12 each).

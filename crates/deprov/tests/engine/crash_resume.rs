@@ -11,7 +11,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use deprov::queue::{JobState, jobs};
-use deprov::sql::{QualifiedName, SqlBuilder};
 use deprov::worker::{Checkpoint, Progress, StepOutcome};
 use deprov_demo::{DatabaseDigest, DemoSize, DemoTenants};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -77,8 +76,8 @@ impl Scenario {
         let expected = self.server.pool("expected").await;
         let mut rows = String::new();
         for table in &tables {
-            let cascade = table_rows(&expected, table).await;
-            let deprov = table_rows(&db.db, table).await;
+            let cascade = deprov_demo::table_rows(&expected, table).await.unwrap();
+            let deprov = deprov_demo::table_rows(&db.db, table).await.unwrap();
             let only = |a: &BTreeSet<String>, b: &BTreeSet<String>| -> Vec<String> {
                 a.difference(b).take(12).cloned().collect()
             };
@@ -91,18 +90,6 @@ impl Scenario {
         let names: Vec<String> = tables.iter().map(ToString::to_string).collect();
         panic!("{what}: result differs from the cascade's in {names:?}{rows}");
     }
-}
-
-/// Every row of `table` as text.
-async fn table_rows(pool: &sqlx::PgPool, table: &QualifiedName) -> BTreeSet<String> {
-    let mut b = SqlBuilder::new();
-    b.sql("SELECT t::text FROM ").table(table).sql(" t");
-    sqlx::query_scalar(b.build().as_query())
-        .fetch_all(pool)
-        .await
-        .unwrap()
-        .into_iter()
-        .collect()
 }
 
 /// Runs the in-process worker `name` until it has completed `job_id`, polling while it finds nothing
