@@ -214,6 +214,10 @@ async fn corpus_schemas_have_the_features_and_runs_equal_the_cascade() {
         assert!(r.all_equal, "{r:#?}");
         let each_longest = t.sampled.longest.as_ref().map_or(0.0, |l| l.ms);
         assert!(r.longest_ms.is_some_and(|ms| ms >= each_longest), "{r:#?}");
+        assert!(
+            r.longest_query.as_ref().is_some_and(|q| !q.is_empty()),
+            "{r:#?}"
+        );
         assert!(t.equals_cascade, "{}", t.to_text());
         assert!(t.ratio > 0.0, "{}", t.to_text());
         assert!(

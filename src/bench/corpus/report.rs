@@ -50,6 +50,8 @@ pub struct CorpusRun {
     pub ratios: Vec<f64>,
     /// The longest transaction sampled on deprov's copy over every run, in ms.
     pub longest_ms: Option<f64>,
+    /// That transaction's statement as sampled.
+    pub longest_query: Option<String>,
     /// Whether every run ended with deprov's copy equal to the cascade's.
     pub all_equal: bool,
     /// Why a run failed, when one did (the runs stop there).
@@ -65,10 +67,11 @@ impl CorpusRun {
         error: Option<String>,
     ) -> Self {
         let ratios: Vec<f64> = reports.iter().map(|r| r.ratio).collect();
-        let longest_ms = reports
+        let longest = reports
             .iter()
-            .filter_map(|r| r.sampled.longest.as_ref().map(|t| t.ms))
-            .reduce(f64::max);
+            .filter_map(|r| r.sampled.longest.as_ref())
+            .max_by(|a, b| a.ms.total_cmp(&b.ms));
+        let (longest_ms, longest_query) = (longest.map(|t| t.ms), longest.map(|t| t.query.clone()));
         let all_equal = !reports.is_empty() && reports.iter().all(|r| r.equals_cascade);
         let mut by_ratio = reports;
         by_ratio.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
@@ -86,6 +89,7 @@ impl CorpusRun {
             report,
             ratios,
             longest_ms,
+            longest_query,
             all_equal: all_equal && error.is_none(),
             error,
         }
@@ -218,7 +222,6 @@ impl CorpusReport {
         for r in &self.runs {
             match &r.report {
                 Some(t) => {
-                    let longest = t.sampled.longest.as_ref();
                     let range = r
                         .ratio_range()
                         .map_or_else(|| "-".into(), |(l, h)| format!("{l:.2}–{h:.2}"));
@@ -239,7 +242,9 @@ impl CorpusReport {
                         t.rolled_back_ms,
                         t.bookkeeping_ms,
                         if r.all_equal { "yes" } else { "NO" },
-                        longest.map_or_else(String::new, |l| one_line(&l.query, 70)),
+                        r.longest_query
+                            .as_deref()
+                            .map_or_else(String::new, |q| one_line(q, 70)),
                     ));
                 }
                 None => out.push_str(&format!(
