@@ -104,9 +104,7 @@ impl Plan {
         // Under the root, the tenant's own rows (an average per root row means nothing: one root
         // row may own millions of rows), in the root's allowance: first the tables the root row's
         // delete scans anyway (no index on their key to it), largest first — absorbing those saves
-        // a pass of batches over the whole table — then the others, the fewest rows (with their
-        // absorbed subtrees) first: each saves its step's batches whatever its size, so the
-        // allowance goes to as many of them as fit. The root row is deleted last,
+        // a pass of batches over the whole table — then the others. The root row is deleted last,
         // after every other table's rows, and its cascade takes whatever rows below the table were
         // left to it (absorbed tables', and a covered table's rows reached only through it): a
         // table with a key into the tenant's tables that is not CASCADE on itself or anywhere
@@ -134,16 +132,9 @@ impl Plan {
             .collect();
         candidates.sort_by(|a, b| {
             let pages = |t: u32| self.catalog.tables[&t].estimated_pages;
-            let at_root = |c: &(u32, Vec<u32>, f64)| c.2 * cost[&c.0];
             scanned(b.0)
                 .cmp(&scanned(a.0))
-                .then_with(|| {
-                    if scanned(a.0) {
-                        pages(b.0).total_cmp(&pages(a.0))
-                    } else {
-                        at_root(a).total_cmp(&at_root(b))
-                    }
-                })
+                .then(pages(b.0).total_cmp(&pages(a.0)))
                 .then(a.0.cmp(&b.0))
         });
         for (table, parents, direct) in candidates {
