@@ -96,7 +96,7 @@ fn projects_with_events(below: &str) -> String {
 }
 
 #[tokio::test]
-async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_without_a_replan() {
+async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_at_once_without_a_replan() {
     // Deleting an account makes PostgreSQL's referential trigger scan all of `events` (no index
     // on its key): a million other-tenant rows, longer than the 16 ms bound whatever the plan.
     // `notes` is covered (a NOT NULL key to the root beside its path through `items`), so the
@@ -116,8 +116,16 @@ async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_without_a_rep
     let progress = delete_tenant_1(&schema(10, extra), &config).await;
     assert_eq!(progress.replans, 0, "{progress:?}");
     assert_eq!(progress.unbounded_steps, 1, "{progress:?}");
+    // One row cannot be cut smaller: its delete is not first tried under the bound and rolled
+    // back.
+    assert_eq!(progress.timeouts, 0, "{progress:?}");
     let root = progress.table("\"app\".\"accounts\"").unwrap();
     assert_eq!(root.rows_deleted, 1, "{progress:?}");
+    assert_eq!(root.batches, 1, "{progress:?}");
+    assert!(
+        root.longest_batch_ms > 16.0,
+        "the root row's delete ran past the 16 ms bound: {progress:?}"
+    );
 }
 
 #[tokio::test]

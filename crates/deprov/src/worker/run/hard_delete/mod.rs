@@ -262,7 +262,7 @@ impl JobRun {
 }
 
 /// Puts `cp` at the start of its step `cp.step`: no cursor, and the step's first batch size
-/// ([`Plan::first_batch`] of `batch_rows`, at most `max_rows`). Cost per row differs per table (a
+/// ([`Plan::first_batch`] of `batch_rows`, at most `max_rows`; one row for the root step). Cost per row differs per table (a
 /// parent's delete checks every child table): each step starts small again and grows by
 /// measurement. The first batch reads as many parents as it has rows when its foreign key to them
 /// has an index (each parent's children are then one index lookup, at most the batch's rows each),
@@ -272,9 +272,13 @@ impl JobRun {
 fn start_step(cp: &mut Checkpoint, plan: &Plan, batch_rows: i64, max_rows: i64) {
     cp.cursor = Cursor::Start;
     let step = plan.steps.get(cp.step);
-    cp.rows = step
-        .map_or(batch_rows, |s| plan.first_batch(s, batch_rows))
-        .min(max_rows.max(1));
+    cp.rows = match step {
+        // The root step deletes one row by its key.
+        Some(s) if s.path.is_empty() => 1,
+        Some(s) => plan.first_batch(s, batch_rows),
+        None => batch_rows,
+    }
+    .min(max_rows.max(1));
     cp.parents = match step {
         Some(s)
             if s.path
