@@ -12,7 +12,9 @@
 //! met by the batch bound, which cuts the batch and shrinks the next; that step's next batches
 //! are no larger than fits the target at the cost the cut implies ([`Costliest`]), so growing
 //! back does not run into the same costly rows at the same size, and that limit comes down as
-//! cheaper rows commit.
+//! cheaper rows commit. Growth also follows the slower of a step's last two measured batches
+//! ([`Measured`]): one batch that ran fast does not grow the next past what the batch before it
+//! says fits the target.
 
 use std::time::Duration;
 
@@ -177,6 +179,49 @@ impl Costliest {
     }
 }
 
+/// The cost per row (per block of a block-range step) of a step's last batch whose time was
+/// mostly its rows: one that took at least a quarter of the target ([`Self::note`]; below that,
+/// round trips are most of a batch), or of a later, shorter batch that cost less per row even
+/// with its round trips. The next batch grows to no more than fits the target at that
+/// cost ([`Self::grown`]), so growth follows the slower of a step's last two measured batches: one
+/// batch that ran fast (its rows cheaper than the rows after them, its pages already in memory)
+/// does not grow the next ×4 into rows that take as long as the batch before it did, to be cut at
+/// the bound and lose it. Growth lags one batch where rows grow cheaper for good.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Measured {
+    /// The step and its last measured cost (ms per row).
+    seen: Option<(usize, f64)>,
+}
+
+impl Measured {
+    /// The batch of `step` that committed `rows` rows in `elapsed`: its cost is kept when it took
+    /// at least a quarter of the target, or is below the one kept (a new step forgets the
+    /// previous step's).
+    pub fn note(&mut self, sizing: &Sizing, step: usize, rows: i64, elapsed: Duration) {
+        if self.seen.is_some_and(|(s, _)| s != step) {
+            self.seen = None;
+        }
+        if rows <= 0 {
+            return;
+        }
+        let ms = sizing.cost_per_row(rows, elapsed);
+        let lower = self.seen.is_some_and(|(_, kept)| ms < kept);
+        if elapsed >= sizing.target / 4 || lower {
+            self.seen = Some((step, ms));
+        }
+    }
+
+    /// `next` rows for the batch after one of `rows` rows of `step`, no more than fit the target
+    /// at the step's last measured cost (of the batches before this one, [`Self::note`] being
+    /// called after), and never fewer than `rows`: it limits growth, it does not shrink.
+    pub fn grown(&self, sizing: &Sizing, step: usize, rows: i64, next: i64) -> i64 {
+        match self.seen {
+            Some((s, ms)) if s == step && next > rows => next.min(sizing.rows_at(ms).max(rows)),
+            _ => next,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,5 +368,44 @@ mod tests {
         c.cut(5, 1.0);
         c.relax(5, 0.1);
         assert_eq!(c.cap(5), Some(0.5));
+    }
+
+    #[test]
+    fn growth_follows_the_slower_of_the_last_two_measured_batches() {
+        let s = Sizing::new(Duration::from_millis(100), 50_000);
+        let mut m = Measured::default();
+        // A first batch of 10 rows in 3 ms is mostly round trips: not measured.
+        m.note(&s, 0, 10, Duration::from_millis(3));
+        assert_eq!(m.grown(&s, 0, 10, 160), 160);
+        // 33 rows in 33 ms (1 ms a row), then 50 in 13 ms: this batch alone would grow ×3.8,
+        // but the one before says 50 rows fill the target.
+        m.note(&s, 0, 33, Duration::from_millis(33));
+        let next = s.next_rows(50, 50, Duration::from_millis(13));
+        assert_eq!(next, 192);
+        assert_eq!(m.grown(&s, 0, 50, next), 50);
+        m.note(&s, 0, 50, Duration::from_millis(13));
+        // Cheap again: the growth follows one batch late.
+        assert_eq!(m.grown(&s, 0, 50, 192), 192);
+        // It never shrinks a batch, and another step starts unlimited.
+        m.note(&s, 0, 50, Duration::from_millis(50));
+        assert_eq!(m.grown(&s, 0, 80, 120), 80);
+        assert_eq!(m.grown(&s, 0, 80, 60), 60, "a slow batch still shrinks");
+        assert_eq!(m.grown(&s, 1, 10, 160), 160);
+        m.note(&s, 1, 10, Duration::from_millis(1));
+        assert_eq!(
+            m.grown(&s, 0, 50, 192),
+            192,
+            "the new step forgot the old one's cost"
+        );
+        // A short batch cheaper per row, round trips and all, than the kept cost replaces it:
+        // 400 rows in 13 ms cap the next at 1538; 1538 rows then in 6 ms do not hold it there.
+        let mut m = Measured::default();
+        m.note(&s, 2, 400, Duration::from_millis(13));
+        assert_eq!(m.grown(&s, 2, 400, 6400), 1538);
+        m.note(&s, 2, 1538, Duration::from_millis(6));
+        assert_eq!(m.grown(&s, 2, 1538, 12_816), 12_816);
+        // A short batch dearer per row than the kept cost says nothing: it keeps it.
+        m.note(&s, 2, 10, Duration::from_millis(5));
+        assert_eq!(m.grown(&s, 2, 1538, 20_000), 12_816);
     }
 }

@@ -10,7 +10,7 @@ use crate::config::HardDeleteConfig;
 use crate::engine::{self, BatchLimits, Cursor, EngineError, Plan, simulate};
 use crate::worker::pacing::Pacer;
 use crate::worker::progress::Checkpoint;
-use crate::worker::sizing::Costliest;
+use crate::worker::sizing::{Costliest, Measured};
 
 /// What the batches of one run carry from one batch to the next.
 pub(super) struct Batches {
@@ -46,6 +46,9 @@ pub(super) struct Batches {
     pub pacer: Pacer,
     /// The costliest rows a batch cut short in the current step met: its next batches fit them.
     pub costliest: Costliest,
+    /// The cost of the current step's last measured batch: the next grows no further than fits
+    /// the target at it.
+    pub measured: Measured,
     /// Steps of `plan` known to have no rows left, passed over (indexes): after a re-plan, each
     /// whose path ends with the path of a step finished before it. Every row such a step would
     /// delete references, through that path's first key, a row the finished step deleted.
@@ -256,6 +259,7 @@ impl JobRun {
             checkpointed: Instant::now(),
             pacer,
             costliest: Costliest::default(),
+            measured: Measured::default(),
             empty: BTreeSet::new(),
         })
     }

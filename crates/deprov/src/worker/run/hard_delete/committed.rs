@@ -111,6 +111,9 @@ impl JobRun {
         // time alone.
         let full = if block { b.cp.rows } else { batch.selected };
         let mut rows = self.sizing.next_rows(b.cp.rows, full, batch.elapsed);
+        rows = b.measured.grown(&self.sizing, b.cp.step, b.cp.rows, rows);
+        b.measured
+            .note(&self.sizing, b.cp.step, full, batch.elapsed);
         if full > 0 {
             b.costliest
                 .relax(b.cp.step, self.sizing.cost_per_row(full, batch.elapsed));

@@ -11,7 +11,7 @@ use crate::engine::{BatchLimits, EngineError, Plan};
 use crate::sqlstate::{FOREIGN_KEY_VIOLATION, LOCK_NOT_AVAILABLE, QUERY_CANCELED};
 use crate::worker::backoff;
 use crate::worker::presence::Gate;
-use crate::worker::sizing::Costliest;
+use crate::worker::sizing::{Costliest, Measured};
 
 impl JobRun {
     /// Handles the error `e` of the batch that ran under `limits` since `began` (its `BEGIN`) with
@@ -179,6 +179,7 @@ impl JobRun {
         self.pass_empty(b);
         b.unbounded_step = None;
         b.costliest = Costliest::default();
+        b.measured = Measured::default();
         self.progress.plan_hash = Some(b.plan.hash());
     }
 
