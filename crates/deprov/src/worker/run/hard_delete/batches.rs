@@ -82,15 +82,13 @@ impl Batches {
 
     /// The limits of the next batch: the run's, cut short at the batch bound (⅘ of
     /// `max_batch_duration`) unless it is one row of the step that runs unbounded
-    /// ([`Self::unbounded_step`]) or the root row's delete ([`Self::root_step`]), committed
-    /// deferred with a checkpoint interval. A batch that runs longer than the sizing expected (a
-    /// cascade below a parent row far larger than estimated, a stall) is retried smaller.
+    /// ([`Self::unbounded_step`]), committed deferred with a checkpoint interval. A batch that
+    /// runs longer than the sizing expected (a cascade below a parent row far larger than
+    /// estimated, a stall) is retried smaller.
     pub fn limits(&self, run: &BatchLimits, hd: &HardDeleteConfig) -> BatchLimits {
-        let unbounded =
-            (self.unbounded_step == Some(self.cp.step) && self.cp.rows <= 1) || self.root_step();
         BatchLimits {
             rows: self.cp.rows,
-            statement_timeout: if unbounded {
+            statement_timeout: if self.unbounded_step == Some(self.cp.step) && self.cp.rows <= 1 {
                 run.statement_timeout
             } else {
                 run.statement_timeout.min(hd.batch_timeout())
@@ -98,19 +96,6 @@ impl Batches {
             deferred: !self.every.is_zero(),
             ..*run
         }
-    }
-
-    /// Whether the current step is the root row's delete (a step without a path; the last).
-    /// It runs under the run's full `statement_timeout`, not the batch bound: it is one row, so a
-    /// cut could not make it smaller, and its time is mostly PostgreSQL's referential triggers
-    /// reading every table that references the root (a scan of each one without an index on its
-    /// key), which no plan changes. Cut at the bound it would only roll back and run again
-    /// unbounded (`failed`), holding its locks for the bound's length more.
-    pub fn root_step(&self) -> bool {
-        self.plan
-            .steps
-            .get(self.cp.step)
-            .is_some_and(|s| s.path.is_empty())
     }
 
     /// Whether a batch under `limits` (of [`Self::limits`]) runs under the batch bound, below the

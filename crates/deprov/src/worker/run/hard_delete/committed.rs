@@ -56,16 +56,6 @@ impl JobRun {
         let step = b.plan.steps[b.cp.step].clone();
         let table = b.plan.name(step.table).to_string();
         let block = b.plan.block_step(&step);
-        if b.root_step() && batch.elapsed > hd.batch_timeout() {
-            // The root row's delete runs unbounded (`Batches::root_step`): shown as a step whose
-            // single row outlasted the bound.
-            self.progress.unbounded_steps += 1;
-            self.progress.note = Some(format!(
-                "the root row's delete took {} ms, past the {} ms batch bound (PostgreSQL's referential triggers on it)",
-                batch.elapsed.as_millis(),
-                hd.batch_timeout().as_millis()
-            ));
-        }
         if b.large_parent
             && b.plan.range_step(&step)
             && let Some(Cursor::AfterParent(parent)) = &batch.next

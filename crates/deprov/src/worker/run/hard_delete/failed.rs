@@ -62,13 +62,22 @@ impl JobRun {
             self.progress.jumps += 1;
             return Ok(());
         }
-        // The root row's delete is never cut by the bound (`Batches::root_step`); cut by the full
-        // statement_timeout it re-plans as any other step's does. A row under which only covered
-        // tables' rows may cascade is cut by the bound for its own work: their rows naming the
-        // tenant went with their own steps before, so what the bound cut is the row's own delete
-        // and its triggers' scans, which no plan with less cascade changes.
+        // The root row goes last: the steps before it deleted the rows of every table below it
+        // that a re-plan could give back a step, but those straight under it whose rows go with
+        // it for this tenant (`Plan::absorb_tenant`: at most `cascade_rows` rows with their
+        // subtrees, by the statistics and every row written since). So a cut of its delete is
+        // mostly PostgreSQL's own work on that row (its referential triggers' scans of tables
+        // without an index on the key), the same under any plan. Cut by the bound, it runs under
+        // the full statement_timeout (`after_bound_cut`) instead of re-planning, which would only
+        // walk every step again and give those tables their scans back; a cut by that timeout
+        // still re-plans as any other step's does.
+        let root_cut = bound_cut && step.path.is_empty();
+        // The same holds for a row under which only covered tables' rows may cascade: their rows
+        // naming the tenant went with their own steps before, so what the bound cut is the row's
+        // own delete and its triggers' scans, which no plan with less cascade changes.
         let own_work_cut = bound_cut && !b.plan.absorbs_rows_below(step.table);
         if canceled
+            && !root_cut
             && !own_work_cut
             && b.plan.absorbs_below(step.table)
             && b.cp.rows <= 1
