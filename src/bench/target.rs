@@ -9,7 +9,9 @@
 //!    deprov's state (migrated), all three with generated names.
 //! 3. Both copies `ANALYZE`d and read once (every table scanned), then a `CHECKPOINT` (skipped,
 //!    with a note, without the privilege).
-//! 4. Copy A: the cascading `DELETE FROM <root> WHERE <key> = $1`, one transaction, timed.
+//! 4. Copy A: the cascading `DELETE FROM <root> WHERE <key> = $1`, one transaction, timed, while
+//!    the same [`TransactionSampler`] as in step 5 watches copy A's transactions: both sides run
+//!    under the same observer's load on the server.
 //! 5. Copy B: the service's worker started and listening, then a deletion request recorded and
 //!    woken for as intake does it, run to its end with the configuration's `[tenant]`, `[soft_delete]`, `[hard_delete]`,
 //!    `[pacing]`, `[worker]` and `[pools]` (sources, `[vercel]` and `[notifications]` are left out,
@@ -43,6 +45,9 @@ use deprov::sql::SqlBuilder;
 use deprov::worker::Progress;
 use deprov_demo::{CascadeOutcome, cascade_delete_key, drop_database};
 use deprov_testkit::transactions::{Sampled, TransactionSampler};
+
+/// How often the [`TransactionSampler`]s of both copies read `pg_stat_activity`.
+const SAMPLE_PERIOD: Duration = Duration::from_millis(5);
 
 /// Reads the configuration as `deprov` does, without `[sources]`, `[vercel]` and
 /// `[notifications]` (their secrets are not needed to delete) and with `grace_period = "0s"`.
@@ -152,7 +157,14 @@ async fn measure(
     checkpoint(admin, &mut notes).await?;
 
     say(quiet, "cascade: one DELETE on the first copy");
-    let (cascade, absent) = cascade_on(config, &copy_a, &run.tenant).await?;
+    let (cascade, cascade_sampled, absent) = cascade_on(
+        config,
+        &on(&names.state),
+        &copy_a,
+        &names.cascade,
+        &run.tenant,
+    )
+    .await?;
     checkpoint(admin, &mut notes).await?;
 
     say(
@@ -174,6 +186,7 @@ async fn measure(
     let measured = Measured {
         tables: tables.len(),
         cascade,
+        cascade_sampled,
         job,
         sampled,
         accepted,
@@ -215,14 +228,17 @@ async fn analyze_and_warm(
     Ok(tables)
 }
 
-/// The cascading `DELETE` of `tenant`'s root row on copy A (whose existence [`check_tenant`] read
-/// on the user's database before the copies), and a key no root row has (for deprov's warm-up
-/// request), read before the delete.
+/// The cascading `DELETE` of `tenant`'s root row on copy A (database `datname`, whose tenant
+/// [`check_tenant`] read on the user's database before the copies), with copy A's transactions as
+/// a [`TransactionSampler`] connected to `state` saw them during the delete (as deprov's job is
+/// watched), and a key no root row has (for deprov's warm-up request), read before the delete.
 async fn cascade_on(
     config: &Config,
+    state: &PgConnectOptions,
     copy_a: &PgConnectOptions,
+    datname: &str,
     tenant: &str,
-) -> Result<(CascadeOutcome, Option<String>), TargetError> {
+) -> Result<(CascadeOutcome, Sampled, Option<String>), TargetError> {
     let root = config.root_table();
     let column = &config.tenant.key_column;
     let pool = PgPoolOptions::new()
@@ -231,11 +247,11 @@ async fn cascade_on(
         .await?;
     let key_type = key_type(&pool, &root, column).await?;
     let absent = absent_key(&pool, &root, column, &key_type).await?;
-    let cascade = cascade_delete_key(&pool, &root, column, &key_type, tenant)
-        .await
-        .map_err(TargetError::Cascade)?;
+    let sampler = TransactionSampler::start(state, datname, SAMPLE_PERIOD).await?;
+    let cascade = cascade_delete_key(&pool, &root, column, &key_type, tenant).await;
+    let sampled = sampler.stop().await;
     pool.close().await;
-    Ok((cascade, absent))
+    Ok((cascade.map_err(TargetError::Cascade)?, sampled?, absent))
 }
 
 /// On the user's database, before it is copied: the root table and key column exist and a root
@@ -270,6 +286,8 @@ struct Measured {
     tables: usize,
     /// The cascade on copy A.
     cascade: CascadeOutcome,
+    /// Copy A's transactions as sampled during the cascade.
+    cascade_sampled: Sampled,
     /// deprov's job on copy B, ended.
     job: Job,
     /// Copy B's transactions as sampled during the job.
@@ -288,6 +306,7 @@ impl Measured {
         let Self {
             tables,
             cascade,
+            cascade_sampled,
             job,
             sampled,
             accepted,
@@ -350,6 +369,7 @@ impl Measured {
             replans: progress.replans,
             index_passes: progress.index_passes,
             sampled,
+            cascade_sampled,
             equals_cascade: differing.is_empty(),
             differing_tables: differing.iter().map(ToString::to_string).collect(),
             deprov_tables: job.progress["tables"].clone(),
@@ -387,7 +407,7 @@ async fn deprov_job(
     ] {
         deprov::db::query("SELECT 1").execute(pool).await?;
     }
-    let sampler = TransactionSampler::start(state, datname, Duration::from_millis(5)).await?;
+    let sampler = TransactionSampler::start(state, datname, SAMPLE_PERIOD).await?;
     let served = deprov
         .serve(tenant, warm_up, state.to_url_lossy().to_string())
         .await;

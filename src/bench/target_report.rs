@@ -103,6 +103,9 @@ pub struct TargetReport {
     pub deprov_time: TimeSplit,
     /// deprov's transactions on its copy as `pg_stat_activity` showed them every 5 ms.
     pub sampled: Sampled,
+    /// The cascade's transactions on its copy, sampled the same way (the observer's load on the
+    /// server is then the same on both sides).
+    pub cascade_sampled: Sampled,
     /// Whether the two copies are equal, table by table, after both deletions.
     pub equals_cascade: bool,
     /// The tables that differ (quoted, qualified), if any.
@@ -211,6 +214,12 @@ impl TargetReport {
         out.push_str(&format!(
             "  longest that had written: {}\n",
             seen(s.longest_writing.as_ref())
+        ));
+        let cs = &self.cascade_sampled;
+        out.push_str(&format!(
+            "longest transaction on the cascade's copy (sampled the same way, {} samples): {}\n",
+            cs.samples,
+            seen(cs.longest.as_ref())
         ));
         out.push_str(&format!(
             "ratio cascade wall time ÷ deprov request to completion: {:.2} (target ≥ 0.6: {})\n",

@@ -224,6 +224,14 @@ async fn target_copies_end_equal_and_the_source_is_untouched() {
     assert!(!longest.query.is_empty(), "{s:#?}");
     let writing = s.longest_writing.as_ref().expect("batches write");
     assert!(writing.wrote && writing.ms <= longest.ms, "{s:#?}");
+    // The same sampler watched the cascade's copy while it ran: what it saw there (if the
+    // cascade outlasted a period) is no longer than the cascade, and nothing of deprov's.
+    let c = &r.cascade_sampled;
+    assert!(c.samples >= 1 && c.period_ms == s.period_ms, "{c:#?}");
+    if let Some(seen) = &c.longest {
+        assert!(seen.ms <= r.cascade.elapsed_s * 1e3, "{c:#?}");
+        assert_ne!(seen.application_name, "deprov-target", "{c:#?}");
+    }
     let text = r.to_text();
     assert!(
         text.contains("equals the cascade's copy (5 tables): PASS"),
