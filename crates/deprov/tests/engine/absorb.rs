@@ -160,3 +160,53 @@ async fn a_replan_passes_over_the_steps_finished_before_it() {
     let items = progress.table("\"app\".\"items\"").unwrap();
     assert_eq!(items.rows_deleted, 60_100, "{progress:?}");
 }
+
+/// `t` hangs under `p` by a CASCADE key and references `r` (under `p` too) by a SET NULL key
+/// without an index (so `r` keeps steps of its own). Leaves first, `t` goes before `r`.
+const SET_NULL_TO_A_SIBLING: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.p (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE INDEX ON app.p (account_id);
+CREATE TABLE app.r (id bigint PRIMARY KEY, p_id bigint NOT NULL REFERENCES app.p ON DELETE CASCADE);
+CREATE INDEX ON app.r (p_id);
+CREATE TABLE app.t (id bigint PRIMARY KEY, p_id bigint NOT NULL REFERENCES app.p ON DELETE CASCADE,
+    r_id bigint REFERENCES app.r ON DELETE SET NULL);
+CREATE INDEX ON app.t (p_id);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.p SELECT g, 1 + g % 2 FROM generate_series(1, 40) g;
+INSERT INTO app.r SELECT g, 1 + g % 40 FROM generate_series(1, 400) g;
+INSERT INTO app.t SELECT g, 1 + g % 40, 1 + g % 400 FROM generate_series(1, 800) g;
+ANALYZE;
+";
+
+#[tokio::test]
+async fn a_table_with_a_set_null_key_into_the_tenant_keeps_steps_before_the_table_it_references() {
+    // Under `p`'s batches, `t`'s rows would wait for `p`, and `r`'s batches before it would set
+    // their `r_id` to NULL first: rows the cascade deletes anyway.
+    let config = config_hard(
+        "batch_rows = 50\nmax_batch_duration = \"800ms\"\nlock_timeout = \"100ms\"\n\
+         cascade_rows = 2000\nwhole_cascade = false",
+        "id",
+        "",
+    );
+    let env = crate::harness::env_with_schema(&config, SET_NULL_TO_A_SIBLING).await;
+    let plan = crate::harness::accounts_plan(&env.db).await.absorb(2000.0);
+    let position = |name: &str| {
+        plan.steps
+            .iter()
+            .position(|s| plan.name(s.table).name == name)
+    };
+    let (t, r) = (position("t"), position("r"));
+    assert!(
+        t.is_some() && t < r,
+        "t absorbed, or after r: {:?}",
+        plan.steps
+    );
+
+    let progress = env.delete_tenant_1().await;
+    let t = progress.table("\"app\".\"t\"").unwrap();
+    assert!(t.batches > 0 && t.done, "{progress:?}");
+    assert_eq!(t.rows_deleted, 400, "{progress:?}");
+}
