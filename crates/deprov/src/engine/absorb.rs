@@ -16,11 +16,6 @@
 //!   referencing table, whatever the row estimate says);
 //! - every foreign key into it is `ON DELETE CASCADE`, or a SET NULL that cannot fail (no NOT NULL
 //!   column): no RESTRICT / NO ACTION / SET DEFAULT whose outcome could depend on deletion order;
-//! - every foreign key of its own into the closure is `ON DELETE CASCADE`. Leaves first, its rows
-//!   go before those of every table it references; under a parent's batches they would wait for
-//!   that parent, and a batch of another referenced table run before it would rewrite them first
-//!   (SET NULL / SET DEFAULT: rows the cascade then deletes anyway, each update a new row version,
-//!   its index entries and WAL) or be refused (RESTRICT / NO ACTION);
 //! - its row estimate is known (`pg_class.reltuples` ≥ 0, i.e. it was analyzed), and so is each
 //!   parent's;
 //! - for each parent, the estimated rows one parent row cascades to — the child's own subtree times
@@ -165,8 +160,7 @@ impl Plan {
     /// The parents (in the closure, through `ON DELETE CASCADE` keys) whose batches may cascade to
     /// `table`'s rows, when the table itself may be absorbed: not the root, analyzed, not
     /// partitioned (its deletions are counted per partition), on no reference cycle, every key into
-    /// it CASCADE or a SET NULL that cannot fail, none of them without an index, every key of its
-    /// own into the closure CASCADE (see the module docs), and with a parent.
+    /// it CASCADE or a SET NULL that cannot fail, none of them without an index, and with a parent.
     fn absorbable(&self, table: u32) -> Option<Vec<u32>> {
         let fks = &self.catalog.foreign_keys;
         if table == self.root
@@ -187,11 +181,7 @@ impl Plan {
         // A row whose delete makes PostgreSQL scan a referencing table without an index costs that
         // table's size, not the estimate: such a table keeps batches of its own (which start at
         // one row and grow by time), and nothing above it cascades through it.
-        let own_keys_cascade = fks
-            .iter()
-            .filter(|fk| fk.from == table && self.closure.contains(&fk.to))
-            .all(|fk| fk.on_delete == OnDelete::Cascade);
-        if !safe_refs || !own_keys_cascade || self.delete_scans(table) {
+        if !safe_refs || self.delete_scans(table) {
             return None;
         }
         let parents: Vec<u32> = fks

@@ -24,6 +24,10 @@ pub struct TableReport {
     /// through PostgreSQL's own cascade, by an `ON DELETE CASCADE` key from this table (empty =
     /// the table has batches of its own; see [`super::absorb`]).
     pub cascaded_by: Vec<String>,
+    /// With [`TableReport::cascaded_by`]: the other tables of the plan this table references by an
+    /// `ON DELETE SET NULL` / `SET DEFAULT` key, with the action (`"app"."users" (SET NULL)`):
+    /// their batches delete none of its rows, they set the referencing columns.
+    pub set_by: Vec<String>,
     /// With `[hard_delete] cascade_rows` > 0: the table's batches are only those through its NOT
     /// NULL key to the root; a row reached only through another path is deleted by PostgreSQL's
     /// cascade under that path's parent's batches (see [`super::absorb`]).
@@ -201,17 +205,23 @@ impl PlanReport {
         for (t, &(oid, _)) in report.tables.iter_mut().zip(&counts) {
             t.direct_only = absorbing.covered.contains(&oid);
             if absorbing.absorbed.contains(&oid) {
-                // An absorbed table's keys into the closure are all CASCADE (`super::absorb`).
-                let parents = plan.catalog.foreign_keys.iter().filter(|fk| {
-                    fk.from == oid
-                        && fk.to != oid
-                        && plan.closure.contains(&fk.to)
-                        && fk.on_delete == OnDelete::Cascade
-                });
+                let parents =
+                    plan.catalog.foreign_keys.iter().filter(|fk| {
+                        fk.from == oid && fk.to != oid && plan.closure.contains(&fk.to)
+                    });
                 for fk in parents {
                     let parent = plan.name(fk.to).to_string();
-                    if !t.cascaded_by.contains(&parent) {
-                        t.cascaded_by.push(parent);
+                    let (list, entry) = match fk.on_delete {
+                        OnDelete::Cascade => (&mut t.cascaded_by, parent),
+                        OnDelete::SetNull | OnDelete::SetDefault => (
+                            &mut t.set_by,
+                            format!("{parent} ({})", fk.on_delete.as_sql()),
+                        ),
+                        // RESTRICT / NO ACTION: neither deletes nor changes its rows.
+                        OnDelete::Restrict | OnDelete::NoAction => continue,
+                    };
+                    if !list.contains(&entry) {
+                        list.push(entry);
                     }
                 }
             }
@@ -280,6 +290,7 @@ impl PlanReport {
                     .collect(),
                 rows: *rows,
                 cascaded_by: Vec::new(),
+                set_by: Vec::new(),
                 direct_only: false,
             })
             .collect();
@@ -422,6 +433,13 @@ impl TableReport {
                 out,
                 "       no batches of its own: PostgreSQL's cascade deletes its rows under the batches of {}",
                 self.cascaded_by.join(", ")
+            );
+        }
+        if !self.set_by.is_empty() {
+            let _ = writeln!(
+                out,
+                "       the batches of {} delete none of its rows: their keys set its referencing columns instead",
+                self.set_by.join(", ")
             );
         }
     }

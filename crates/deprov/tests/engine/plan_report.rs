@@ -133,28 +133,33 @@ INSERT INTO app.comments VALUES (1000, 100, 10), (1001, 100, 20), (2000, 200, 10
 ANALYZE;
 "#;
 
-/// A table with a SET NULL key into the tenant (comments → users) keeps batches of its own, which
-/// run before the users' (leaves first): under the projects' batches its rows would wait for
-/// them, and the users' batches would set their author to NULL first. The report says so.
+/// A table PostgreSQL's cascade deletes under its parents' batches is said to be deleted only by
+/// the parents whose keys CASCADE into it; a SET NULL parent is named for what it does.
 #[tokio::test]
-async fn a_table_with_a_set_null_key_into_the_tenant_is_reported_with_batches_of_its_own() {
+async fn a_set_null_parent_is_not_said_to_delete_an_absorbed_tables_rows() {
     let config = crate::harness::config_hard("batch_rows = 7", "installation", "");
     let env = crate::harness::env_with_schema(&config, SET_NULL_SCHEMA).await;
     let report = PlanReport::build(&env.pools.target, &env.config, "1")
         .await
         .unwrap();
-    let (comments, users) = (
-        position(&report, "\"app\".\"comments\""),
-        position(&report, "\"app\".\"users\""),
-    );
-    assert!(
-        report.tables[comments].cascaded_by.is_empty()
-            && report.tables[comments].order < report.tables[users].order,
+    let comments = &report.tables[position(&report, "\"app\".\"comments\"")];
+    assert_eq!(comments.cascaded_by, ["\"app\".\"projects\""], "{report:?}");
+    assert_eq!(
+        comments.set_by,
+        ["\"app\".\"users\" (SET NULL)"],
         "{report:?}"
     );
     let text = report.to_text();
     assert!(
-        !text.contains("no batches of its own: PostgreSQL's cascade deletes its rows under the batches of \"app\".\"projects\""),
+        text.contains(
+            "no batches of its own: PostgreSQL's cascade deletes its rows under the batches of \"app\".\"projects\"\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "the batches of \"app\".\"users\" (SET NULL) delete none of its rows: their keys set its referencing columns instead"
+        ),
         "{text}"
     );
     // What happens: tenant 1's project's comments go; tenant 2's comment by tenant 1's user stays,
