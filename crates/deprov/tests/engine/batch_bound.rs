@@ -136,7 +136,11 @@ async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_without_a_rep
     // One try under the bound, then the full statement_timeout: no smaller sizes of one row.
     assert_eq!(progress.timeouts, 1, "{progress:?}");
     let root = progress.table("\"app\".\"accounts\"").unwrap();
-    assert_eq!(root.rows_deleted, 1, "{progress:?}");
+    assert_eq!((root.rows_deleted, root.batches), (1, 1), "{progress:?}");
+    assert!(
+        root.longest_batch_ms > 16.0,
+        "the root row's delete ran past the 16 ms bound: {progress:?}"
+    );
 }
 
 #[tokio::test]
