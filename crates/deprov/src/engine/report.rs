@@ -248,7 +248,7 @@ impl PlanReport {
             &plan,
             &self.tenant_id,
             hd.lock_timeout,
-            super::trial::budget(hd),
+            super::trial::TrialBounds::whole(super::trial::budget(hd)),
         )
         .await?;
         self.trial = Some(verdict.label());

@@ -77,6 +77,31 @@ pub fn budget(hd: &crate::config::HardDeleteConfig) -> Duration {
     hd.statement_timeout.min(hd.whole_timeout())
 }
 
+/// The bounds of one trial (or whole cascade) transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrialBounds {
+    /// The whole transaction's: every statement's `statement_timeout` is what is left of it.
+    pub budget: Duration,
+    /// The cascading `DELETE`'s own, from its start (at most what is left of `budget` then): a
+    /// tenant known to be too large for `budget` gets a short one, which the statements before it
+    /// (the soft delete, the deleted-row counters) do not use up.
+    pub cascade: Duration,
+}
+
+impl TrialBounds {
+    /// The cascade bounded by what is left of `budget` alone.
+    pub fn whole(budget: Duration) -> Self {
+        Self {
+            budget,
+            cascade: budget,
+        }
+    }
+}
+
+/// A `statement_timeout` in force is lowered for the cascade only when that takes more than this
+/// off it: a `SET LOCAL` is a round trip.
+const LOWER_BY_MORE_THAN: Duration = Duration::from_millis(1);
+
 /// The user triggers that fire on `DELETE` on the tenant's tables (the closure, partitions
 /// included; `pg_trigger.tgisinternal` false, `tgtype` bit 3 = DELETE, PostgreSQL's
 /// `pg_trigger.h`), as `table: trigger` — sorted, one entry per trigger name and table.
@@ -115,8 +140,8 @@ pub async fn delete_triggers(
         .collect())
 }
 
-/// Runs the trial cascade of `tenant` on `target`: each statement bounded by `statement_timeout`
-/// and `lock_timeout` on the server; always rolled back.
+/// Runs the trial cascade of `tenant` on `target`: its statements bounded by `bounds` and
+/// `lock_timeout` on the server; always rolled back.
 ///
 /// # Errors
 /// [`EngineError::Db`] when the target cannot be reached or the connection fails (retryable, as a
@@ -126,11 +151,11 @@ pub async fn trial_cascade(
     plan: &Plan,
     tenant: &str,
     lock_timeout: Duration,
-    statement_timeout: Duration,
+    bounds: TrialBounds,
 ) -> Result<Trial, EngineError> {
     let started = std::time::Instant::now();
-    let mut tx = db::begin(target, Bounds::new(lock_timeout, statement_timeout)).await?;
-    let outcome = cascade_in(&mut tx, plan, tenant, statement_timeout, started).await;
+    let mut tx = db::begin(target, Bounds::new(lock_timeout, bounds.budget)).await?;
+    let outcome = cascade_in(&mut tx, plan, tenant, bounds, started).await;
     // Whatever happened, nothing of it stays: the trial only asks.
     tx.rollback().await?;
     match outcome {
@@ -140,16 +165,23 @@ pub async fn trial_cascade(
 }
 
 /// The tenant's cascading `DELETE` inside `tx`, begun at `started` with a `statement_timeout` of
-/// `budget`: counts the root row, deletes it, and checks every deferred constraint
-/// (`SET CONSTRAINTS ALL IMMEDIATE`) within what is left of `budget`. The caller commits or rolls
-/// back. An error PostgreSQL reports is returned as is: [`verdict_of`] reads it.
+/// `bounds.budget`: counts the root row and deletes it within `bounds.cascade` (lowered to what
+/// is left of the budget), and checks every deferred constraint (`SET CONSTRAINTS ALL IMMEDIATE`)
+/// within what is left of the budget. The caller commits or rolls back. An error PostgreSQL
+/// reports is returned as is: [`verdict_of`] reads it.
 pub(super) async fn cascade_in(
     tx: &mut sqlx::PgConnection,
     plan: &Plan,
     tenant: &str,
-    budget: Duration,
+    bounds: TrialBounds,
     started: std::time::Instant,
 ) -> Result<Trial, sqlx::Error> {
+    let budget = bounds.budget;
+    let left = budget.saturating_sub(started.elapsed());
+    let bound = bounds.cascade.min(left).max(Duration::from_millis(1));
+    if bound + LOWER_BY_MORE_THAN < budget {
+        db::set_local_statement_timeout(tx, bound).await?;
+    }
     let present: i64 = db::query_scalar(queries::count_root(plan).as_query())
         .bind(tenant)
         .fetch_one(&mut *tx)

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
-use super::trial::{Trial, cascade_in, verdict_of};
+use super::trial::{Trial, TrialBounds, cascade_in, verdict_of};
 use super::{EngineError, Plan, cascaded_since, deleted_so_far, statements};
 use crate::db::{self, Bounds};
 
@@ -42,8 +42,9 @@ pub enum Whole {
 }
 
 /// Runs `soft_delete` and the cascading `DELETE` of `tenant` in one transaction on `target`,
-/// everything within `budget` (the trial's, [`super::trial::budget`]) and each lock wait within
-/// `lock_timeout`, and commits when the cascade succeeded.
+/// everything within `bounds.budget` (the trial's, [`super::trial::budget`]), the cascade also
+/// within `bounds.cascade`, each lock wait within `lock_timeout`, and commits when the cascade
+/// succeeded.
 ///
 /// # Errors
 /// [`EngineError::Db`] when the target cannot be reached or the connection fails (retryable);
@@ -55,11 +56,11 @@ pub async fn whole_cascade(
     soft_delete: &[String],
     tenant: &str,
     lock_timeout: Duration,
-    budget: Duration,
+    bounds: TrialBounds,
 ) -> Result<Whole, EngineError> {
     let started = Instant::now();
-    let mut tx = db::begin(target, Bounds::new(lock_timeout, budget)).await?;
-    let whole = attempt(&mut tx, plan, soft_delete, tenant, budget, started).await;
+    let mut tx = db::begin(target, Bounds::new(lock_timeout, bounds.budget)).await?;
+    let whole = attempt(&mut tx, plan, soft_delete, tenant, bounds, started).await;
     if let Ok(Whole::Committed { .. }) = whole {
         tx.commit().await?;
     } else {
@@ -80,7 +81,7 @@ async fn attempt(
     plan: &Plan,
     soft_delete: &[String],
     tenant: &str,
-    budget: Duration,
+    bounds: TrialBounds,
     started: Instant,
 ) -> Result<Whole, EngineError> {
     let closure: Vec<u32> = plan.closure.iter().copied().collect();
@@ -104,11 +105,7 @@ async fn attempt(
     };
     let outcome = async {
         let soft_deleted = statements::soft_delete_in(&mut sp, soft_delete, tenant).await?;
-        if !soft_delete.is_empty() {
-            let left = budget.saturating_sub(started.elapsed());
-            db::set_local_statement_timeout(&mut sp, left.max(Duration::from_millis(1))).await?;
-        }
-        let trial = cascade_in(&mut sp, plan, tenant, budget, started).await?;
+        let trial = cascade_in(&mut sp, plan, tenant, bounds, started).await?;
         if trial != Trial::Succeeds {
             return Ok(Err(trial));
         }

@@ -219,7 +219,7 @@ impl JobRun {
             return Ok(Ok(false));
         }
         let super::whole_try::TrialBudget {
-            bound: budget,
+            bounds,
             shortened,
             tenant_rows,
         } = self.trial_budget(plan, tenant).await?;
@@ -230,7 +230,7 @@ impl JobRun {
             plan,
             tenant,
             hd.lock_timeout,
-            budget,
+            bounds,
         )
         .await?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -41,7 +41,7 @@ impl JobRun {
         let (budget, triggers) =
             tokio::try_join!(self.trial_budget(plan, tenant), self.user_triggers(plan))?;
         let TrialBudget {
-            bound: budget,
+            bounds,
             shortened,
             tenant_rows,
         } = budget;
@@ -71,7 +71,7 @@ impl JobRun {
                 statements,
                 tenant,
                 hd.lock_timeout,
-                budget,
+                bounds,
             ))
             .await?;
         drop(gate);
@@ -122,12 +122,13 @@ impl JobRun {
         }
     }
 
-    /// The bound of the whole cascade's try, or of the trial: [`engine::trial::budget`], or an
-    /// eighth of it (at least 5 ms) when the planner's statistics say the tenant has more rows than
-    /// the whole bound could delete ([`engine::estimate`]) — then the full try would only run until
-    /// its `statement_timeout` and roll back, while a short one still lets PostgreSQL meet a
-    /// failure at the start of the cascade (a RESTRICT key on the root, a CHECK refusing a SET
-    /// NULL). With the reason when shortened, and the estimate per table
+    /// The bounds of the whole cascade's try, or of the trial: [`engine::trial::budget`], the
+    /// cascading `DELETE`'s own an eighth of it (at least 5 ms, from the `DELETE`'s start) when
+    /// the planner's statistics say the tenant has more rows than the whole bound could delete
+    /// ([`engine::estimate`]) — then the full try would only run until its `statement_timeout`
+    /// and roll back, while a short one still lets PostgreSQL meet a failure at the start of the
+    /// cascade (a RESTRICT key on the root, a CHECK refusing a SET NULL). With the reason when
+    /// shortened, and the estimate per table
     /// ([`engine::estimate::tenant_rows`]) for the hard delete's plan. Never shortened for a plan
     /// with [`engine::Plan::unordered`] keys, which only the whole cascade can delete.
     pub(super) async fn trial_budget(
@@ -138,7 +139,7 @@ impl JobRun {
         let budget = engine::trial::budget(&self.worker.config.hard_delete);
         if !plan.unordered.is_empty() {
             return Ok(TrialBudget {
-                bound: budget,
+                bounds: engine::trial::TrialBounds::whole(budget),
                 shortened: None,
                 tenant_rows: None,
             });
@@ -148,7 +149,7 @@ impl JobRun {
                 .await?;
         let rows: i64 = per_table.values().map(|r| r.estimate).sum();
         let mut out = TrialBudget {
-            bound: budget,
+            bounds: engine::trial::TrialBounds::whole(budget),
             shortened: None,
             tenant_rows: Some(engine::estimate::at_most(&per_table)),
         };
@@ -156,13 +157,13 @@ impl JobRun {
         {
             return Ok(out);
         }
-        out.bound = (budget / 8)
+        out.bounds.cascade = (budget / 8)
             .max(std::time::Duration::from_millis(5))
             .min(budget);
         out.shortened = Some(format!(
             "bounded to {} ms: the planner's statistics estimate {rows} rows of the tenant \
              in the tables referencing the root, more than {} ms can delete",
-            out.bound.as_millis(),
+            out.bounds.cascade.as_millis(),
             budget.as_millis()
         ));
         Ok(out)
@@ -210,8 +211,8 @@ pub(super) fn with_why(label: String, shortened: Option<&str>) -> String {
 
 /// The bound of a try of the whole cascade or of the trial ([`JobRun::trial_budget`]).
 pub(super) struct TrialBudget {
-    /// How long the try may run.
-    pub bound: std::time::Duration,
+    /// How long the try's transaction, and its cascading `DELETE` from its start, may run.
+    pub bounds: engine::trial::TrialBounds,
     /// Why it is shorter than the trial's own budget, when it is.
     pub shortened: Option<String>,
     /// The most rows the tenant can hold per table straight under the root by the statistics
