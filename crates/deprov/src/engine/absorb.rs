@@ -20,8 +20,9 @@
 //!   parent's;
 //! - for each parent, the estimated rows one parent row cascades to — the child's own subtree times
 //!   the fan-out `reltuples(child) / reltuples(parent)` (under the root: times the tenant's rows
-//!   in the child), summed over all absorbed children — stays within `max_rows`
-//!   (`[hard_delete] cascade_rows`).
+//!   in the child; for a child straight under the root, under its other parents: times the
+//!   fan-out or the tenant's rows in the child, whichever is fewer), summed over all absorbed
+//!   children — stays within `max_rows` (`[hard_delete] cascade_rows`).
 //!
 //! A table is *covered* (its steps are reduced to those straight to the root) when it has a NOT
 //! NULL `ON DELETE CASCADE` foreign key to the root and other cascading paths besides, and it is not
@@ -111,8 +112,13 @@ impl Plan {
         // below it stays a step (a RESTRICT / NO ACTION key would refuse the delete of the rows it
         // references while they remain). So does one whose other parent is absorbed itself (that
         // parent's cost was settled), or whose other parent's delete scans a table without an
-        // index on its key: such a parent's own delete may outlast the batch bound, which runs it
-        // unbounded while it cascades to no absorbed table, and would re-plan the job once it did.
+        // index on its key, unless the table itself is one of those scanned (its own key to that
+        // parent has no index): such a parent's own delete may outlast the batch bound, which runs
+        // it unbounded while it cascades to no absorbed table, and re-plans the job once it does —
+        // worth it only when absorbing saves a pass of batches over a table that parent's delete
+        // scans anyway. An other parent is charged the table's rows per parent row, at most the
+        // tenant's rows in it: one of the tenant's parent rows cascades to the tenant's rows, not
+        // to the average of a table another tenant fills.
         let fks = &self.catalog.foreign_keys;
         let scanned = |t: u32| {
             fks.iter()
@@ -122,10 +128,11 @@ impl Plan {
             .into_iter()
             .filter_map(|(t, parents)| {
                 let direct = *tenant_rows.get(&t)? as f64;
-                let others_fit = parents
-                    .iter()
-                    .filter(|&&p| p != self.root)
-                    .all(|&p| rows(p) >= 0.0 && !absorbed.contains(&p) && !self.delete_scans(p));
+                let others_fit = parents.iter().filter(|&&p| p != self.root).all(|&p| {
+                    rows(p) >= 0.0
+                        && !absorbed.contains(&p)
+                        && (!self.delete_scans(p) || self.scanned_under(t, p))
+                });
                 (others_fit && self.only_cascades_below_of(t, &self.closure))
                     .then_some((t, parents, direct))
             })
@@ -143,7 +150,7 @@ impl Plan {
                 if p == self.root {
                     direct * own
                 } else {
-                    fan_out(table, p) * own
+                    fan_out(table, p).min(direct) * own
                 }
             };
             if charge(&mut cost, &parents, share, max_rows) {
@@ -347,6 +354,15 @@ impl Plan {
             .foreign_keys
             .iter()
             .any(|fk| fk.to == table && !fk.indexed)
+    }
+
+    /// Whether deleting a row of `parent` makes PostgreSQL scan `table` whole: a foreign key from
+    /// `table` to `parent` has no index on its referencing columns.
+    fn scanned_under(&self, table: u32, parent: u32) -> bool {
+        self.catalog
+            .foreign_keys
+            .iter()
+            .any(|fk| fk.from == table && fk.to == parent && !fk.indexed)
     }
 
     /// The tables PostgreSQL's cascade may delete rows of under a statement on `table`: the

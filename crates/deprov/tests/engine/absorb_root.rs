@@ -204,3 +204,49 @@ async fn a_table_with_a_no_action_key_into_the_tenants_tables_keeps_its_steps() 
         "{progress:?}"
     );
 }
+
+/// `events` is under the root and under `members`, with no index on either key; tenant 2's one
+/// member owns 200,000 events, so a member row averages 100,000 of them. Tenant 1 has one member
+/// and 40 events.
+const TWO_PARENTS: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.members (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE INDEX ON app.members (account_id);
+CREATE TABLE app.events (id bigserial PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE,
+    member_id bigint NOT NULL REFERENCES app.members ON DELETE CASCADE, body text);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.members VALUES (1, 1), (2, 2);
+INSERT INTO app.events (account_id, member_id, body) SELECT 2, 2, 'e' || g FROM generate_series(1, 200000) g;
+INSERT INTO app.events (account_id, member_id, body) SELECT 1, 1, 'e' || g FROM generate_series(1, 40) g;
+";
+
+#[tokio::test]
+async fn a_small_tenants_rows_under_a_scanning_parent_with_a_large_average_go_with_the_root_row() {
+    let env = analyzed(TWO_PARENTS, "events", 200_040).await;
+    let plan = accounts_plan(&env.db).await;
+    let limits = BatchLimits::from(&env.config.hard_delete);
+    // Tenant 1's 40 events, not a member row's average of 100,000, weigh on `members`; deleting
+    // a member scans `events` (no index on `member_id`) whether or not they go with it.
+    let small = at_most(&env.db, &plan, "1", &limits).await;
+    assert_eq!(
+        absorbed(&plan.clone().absorb_tenant(2000.0, &small)),
+        ["events"]
+    );
+    let large = at_most(&env.db, &plan, "2", &limits).await;
+    assert_eq!(
+        absorbed(&plan.clone().absorb_tenant(2000.0, &large)),
+        Vec::<String>::new()
+    );
+
+    // The job: no pass of batches over `events`; the member's delete and the root row's take the
+    // tenant's events, and the result is the cascade's (`delete_tenant_1`).
+    let progress = env.delete_tenant_1().await;
+    let events = progress.table("\"app\".\"events\"").unwrap();
+    assert_eq!(events.batches, 0, "{progress:?}");
+    assert_eq!(events.rows_deleted, 40, "{progress:?}");
+    assert_eq!(progress.rows_deleted, 1 + 1 + 40, "{progress:?}");
+    assert_eq!(progress.replans, 0, "{progress:?}");
+}
