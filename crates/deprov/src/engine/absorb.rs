@@ -119,11 +119,6 @@ impl Plan {
         // scans anyway. An other parent is charged the table's rows per parent row, at most the
         // tenant's rows in it: one of the tenant's parent rows cascades to the tenant's rows, not
         // to the average of a table another tenant fills.
-        let fks = &self.catalog.foreign_keys;
-        let scanned = |t: u32| {
-            fks.iter()
-                .any(|fk| fk.from == t && fk.to == self.root && !fk.indexed)
-        };
         let mut candidates: Vec<(u32, Vec<u32>, f64)> = under_root
             .into_iter()
             .filter_map(|(t, parents)| {
@@ -139,8 +134,8 @@ impl Plan {
             .collect();
         candidates.sort_by(|a, b| {
             let pages = |t: u32| self.catalog.tables[&t].estimated_pages;
-            scanned(b.0)
-                .cmp(&scanned(a.0))
+            self.scanned_under(b.0, self.root)
+                .cmp(&self.scanned_under(a.0, self.root))
                 .then(pages(b.0).total_cmp(&pages(a.0)))
                 .then(a.0.cmp(&b.0))
         });
