@@ -224,8 +224,9 @@ async fn a_tenant_the_statistics_say_cannot_fit_gets_a_trial_of_an_eighth_of_the
             .unwrap_or_else(|| panic!("{progress:?}"));
         assert!((85_000.0..=95_000.0).contains(&estimate), "{progress:?}");
         assert!(trial.starts_with("undecided"), "{progress:?}");
-        // One try, cut at 5 ms rather than at the 38 ms bound.
-        assert!(progress.longest_rolled_back_ms < 38.0, "{progress:?}");
+        // Cut at 5 ms rather than at the 38 ms bound. The trial's own time, not the longest
+        // rolled-back transaction: a batch cut at its 40 ms bound counts there too.
+        assert!(progress.trial_ms < 38.0, "{progress:?}");
         assert!(!progress.whole_cascade, "{progress:?}");
         assert_eq!(progress.rows_deleted, 90_001, "{progress:?}");
     }
