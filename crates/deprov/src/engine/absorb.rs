@@ -68,6 +68,7 @@ impl Plan {
     /// key); a tenant with a few rows in such a table then has them deleted by that read instead
     /// of by steps that read the table once more.
     pub fn absorb_tenant(mut self, max_rows: f64, tenant_rows: &BTreeMap<u32, i64>) -> Plan {
+        self.tenant_rows.clone_from(tenant_rows);
         if max_rows <= 0.0 {
             return self;
         }
@@ -328,7 +329,10 @@ impl Plan {
     /// The size of a step's first batch: [`Plan::first_batch_rows`] of its table — for a block
     /// step ([`Plan::block_step`]) in blocks, as many as hold those rows by the table's estimates
     /// (every row of a block range may be the tenant's), at most `batch_rows`; `batch_rows` blocks
-    /// when the table was never analyzed.
+    /// when the table was never analyzed. A block step over a key straight to the root, in a table
+    /// where the tenant holds no more rows than that ([`Plan::tenant_rows`]), starts with as many
+    /// blocks as hold [`FIRST_SCAN_ROWS`] rows, if more: no range holds more of the tenant's rows
+    /// than the table does, so a longer first range costs only its read.
     pub fn first_batch(&self, step: &super::plan::Step, batch_rows: i64) -> i64 {
         let rows = self.first_batch_rows(step.table, batch_rows);
         if !self.block_step(step) {
@@ -339,7 +343,26 @@ impl Plan {
             return batch_rows.max(1);
         }
         let per_block = (t.estimated_rows / t.estimated_pages).max(1.0);
-        ((rows as f64 / per_block).ceil() as i64).clamp(1, batch_rows.max(1))
+        let blocks = ((rows as f64 / per_block).ceil() as i64).clamp(1, batch_rows.max(1));
+        if self
+            .direct_tenant_rows(step)
+            .is_some_and(|held| held <= rows)
+        {
+            return blocks.max((FIRST_SCAN_ROWS / per_block).floor() as i64);
+        }
+        blocks
+    }
+
+    /// The most rows the tenant holds in `step`'s table ([`Plan::tenant_rows`]) when the step's
+    /// path is one cascading key straight to the root's key column, whose rows those figures count.
+    fn direct_tenant_rows(&self, step: &super::plan::Step) -> Option<i64> {
+        let [hop] = step.path[..] else {
+            return None;
+        };
+        let fk = &self.catalog.foreign_keys[hop];
+        (fk.to == self.root && fk.to_cols == [self.key_column.clone()])
+            .then(|| self.tenant_rows.get(&step.table).copied())
+            .flatten()
     }
 
     /// Whether deleting a row of `table` makes PostgreSQL scan a whole referencing table: a foreign

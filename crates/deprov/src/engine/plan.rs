@@ -94,6 +94,10 @@ pub struct Plan {
     /// cycles the leaves-first order cannot honour (indexes into `catalog.foreign_keys`;
     /// [`super::cycles`]): a tenant of such a plan is deleted only by one bounded cascade.
     pub unordered: Vec<usize>,
+    /// When the plan was made for one tenant ([`Plan::absorb_tenant`]): the most rows it holds per
+    /// table straight under the root, by the planner's statistics and the rows written since
+    /// ([`super::estimate::DirectRows::at_most`]). Empty otherwise.
+    pub tenant_rows: BTreeMap<u32, i64>,
 }
 
 impl Plan {
@@ -159,6 +163,7 @@ impl Plan {
             cascade_estimate: BTreeMap::new(),
             cycle_absorbed: BTreeSet::new(),
             unordered: Vec::new(),
+            tenant_rows: BTreeMap::new(),
             catalog,
         };
         let order: Vec<u32> = plan.steps.iter().map(|s| s.table).collect();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use deprov::engine::{self, BatchLimits};
 
-use crate::harness::{Env, accounts_plan, config_hard, env_with_schema};
+use crate::harness::{Env, accounts_plan, analyzed_env, config_hard};
 
 /// Tenant 1 owns 40 of 200,040 events (no index on `account_id`), tenant 2 the rest. Tenant 1's
 /// 20 projects each have 2 tasks.
@@ -28,32 +28,9 @@ INSERT INTO app.projects SELECT g, CASE WHEN g <= 20 THEN 1 ELSE 2 END FROM gene
 INSERT INTO app.tasks SELECT g, (g + 1) / 2 FROM generate_series(1, 4000) g;
 ";
 
-/// A server with `schema` loaded and analyzed once the loading session's writes show in the
-/// statistics (`n_mod_since_analyze` of `app.{table}` reaches `rows`): the statistics then hold no
-/// rows written since, as on a database analyzed after its last load.
+/// [`analyzed_env`] under [`config`].
 async fn analyzed(schema: &str, table: &str, rows: i64) -> Env {
-    let env = env_with_schema(&config(), schema).await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let written: i64 = sqlx::query_scalar(
-            "SELECT coalesce(max(n_mod_since_analyze), 0) FROM pg_stat_user_tables \
-             WHERE schemaname = 'app' AND relname = $1",
-        )
-        .bind(table)
-        .fetch_one(&env.db)
-        .await
-        .unwrap();
-        if written >= rows {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{table}: {written} rows written"
-        );
-        tokio::task::yield_now().await;
-    }
-    sqlx::query("ANALYZE").execute(&env.db).await.unwrap();
-    env
+    analyzed_env(&config(), schema, table, rows).await
 }
 
 /// The configuration of these tests: absorption on (`cascade_rows` 2,000), batches sized by time.

@@ -1,7 +1,12 @@
 //! A step whose foreign key to its parent has no index deletes by ranges of the table's blocks
-//! (`engine::queries::block_batch`): one pass over the table, not a scan per parent.
+//! (`engine::queries::block_batch`): one pass over the table, not a scan per parent. A tenant
+//! the statistics say holds few rows in a table straight under the root reads a first range of
+//! a first scan's length, not one sized for a range full of its rows.
 
-use crate::harness::{config_hard, delete_tenant_1, env_with_schema, step_on};
+use deprov::engine::absorb::FIRST_SCAN_ROWS;
+use deprov::engine::{self, BatchLimits};
+
+use crate::harness::{analyzed_env, config_hard, delete_tenant_1, env_with_schema, step_on};
 
 /// 3 tenants × 20 projects × 100 events; `events.project_id` has no index.
 const SCHEMA: &str = "
@@ -88,4 +93,70 @@ async fn a_table_keyed_straight_to_the_root_is_deleted_by_block_ranges_of_its_ow
         assert!(t.batches >= 2, "{table}: {progress:?}");
     }
     assert_eq!(progress.rows_deleted, 4001, "{progress:?}");
+}
+
+/// Tenant 1 owns 40 of 200,040 events (no index on `account_id`), tenant 2 the rest.
+const SMALL_TENANT: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.events (id bigserial PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE, body text);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.events (account_id, body) SELECT 2, 'e' || g FROM generate_series(1, 200000) g;
+INSERT INTO app.events (account_id, body) SELECT 1, 'e' || g FROM generate_series(1, 40) g;
+";
+
+#[tokio::test]
+async fn a_tenant_with_few_rows_in_the_table_reads_a_first_scans_worth_of_blocks_first() {
+    // An allowance below tenant 1's 40 events: they keep their step rather than going with the
+    // root row's delete.
+    let config = config_hard(
+        "batch_rows = 50\nmax_batch_duration = \"800ms\"\nlock_timeout = \"100ms\"\ncascade_rows = 10",
+        "id",
+        "",
+    );
+    let env = analyzed_env(&config, SMALL_TENANT, "events", 200_040).await;
+    let leaves_first = crate::harness::accounts_plan(&env.db).await;
+    let limits = BatchLimits::from(&env.config.hard_delete);
+    let first = |tenant: &'static str| {
+        let (db, leaves_first, limits) = (&env.db, &leaves_first, &limits);
+        async move {
+            let rows = engine::estimate::absorbable_rows(db, leaves_first, tenant, limits, 10)
+                .await
+                .unwrap();
+            let plan = leaves_first.clone().absorb_tenant(10.0, &rows);
+            let step = step_on(&plan, "events");
+            assert!(plan.block_step(step), "{}", plan.describe_path(step));
+            plan.first_batch(step, 50)
+        }
+    };
+    // Rows per block by the statistics, as the plan reads them.
+    let (rows, pages): (f64, f64) = sqlx::query_as(
+        "SELECT reltuples::float8, relpages::float8 FROM pg_class \
+         WHERE oid = 'app.events'::regclass",
+    )
+    .fetch_one(&env.db)
+    .await
+    .unwrap();
+    assert_eq!(rows, 200_040.0);
+    let per_block = rows / pages;
+    // A leaf's first batch is 400 rows: a few blocks when each may be full of the tenant's rows
+    // (tenant 2's), the blocks of a first scan when the tenant has 40 rows in all (tenant 1's).
+    let large = first("2").await;
+    assert_eq!(large, (400.0 / per_block).ceil() as i64, "{pages} pages");
+    let small = first("1").await;
+    assert_eq!(
+        small,
+        (FIRST_SCAN_ROWS / per_block).floor() as i64,
+        "{pages} pages"
+    );
+    assert!(small > 10 * large, "{small} blocks against {large}");
+
+    let progress = env.delete_tenant_1().await;
+    let events = progress
+        .table(r#""app"."events""#)
+        .expect("events in the progress");
+    assert_eq!(events.rows_deleted, 40, "{progress:?}");
+    // The first range, then one sixteen times as long: past the table's last block.
+    assert!(events.batches <= 2, "{progress:?}");
 }

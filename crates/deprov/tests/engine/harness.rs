@@ -214,6 +214,34 @@ impl Env {
     }
 }
 
+/// A server with `schema` loaded under `config` and analyzed once the loading session's writes show in the
+/// statistics (`n_mod_since_analyze` of `app.{table}` reaches `rows`): the statistics then hold no
+/// rows written since, as on a database analyzed after its last load.
+pub async fn analyzed_env(config: &str, schema: &str, table: &str, rows: i64) -> Env {
+    let env = env_with_schema(config, schema).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let written: i64 = sqlx::query_scalar(
+            "SELECT coalesce(max(n_mod_since_analyze), 0) FROM pg_stat_user_tables \
+             WHERE schemaname = 'app' AND relname = $1",
+        )
+        .bind(table)
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+        if written >= rows {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{table}: {written} rows written"
+        );
+        tokio::task::yield_now().await;
+    }
+    sqlx::query("ANALYZE").execute(&env.db).await.unwrap();
+    env
+}
+
 /// Deletes tenant 1 of `schema` (see [`env_with_schema`]) under `config` with one worker run until
 /// idle; asserts that the job completed and that the data equals the cascade's. Returns the job's
 /// progress.
