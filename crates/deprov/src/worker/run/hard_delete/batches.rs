@@ -18,11 +18,9 @@ pub(super) struct Batches {
     pub plan: Plan,
     /// Where the batches stand (written as the job's checkpoint).
     pub cp: Checkpoint,
-    /// The cascade allowance in force (`[hard_delete] cascade_rows`, lowered by re-plans).
+    /// The cascade allowance in force (`[hard_delete] cascade_rows`, lowered by re-plans). Re-plans
+    /// keep the tenant's rows the plan was absorbed with (`engine::Plan::tenant_rows`).
     pub cascade_rows: u32,
-    /// The most rows the tenant holds per table straight under the root, that the plan was
-    /// absorbed with (`engine::Plan::absorb_tenant`); re-plans keep them.
-    pub tenant_rows: BTreeMap<u32, i64>,
     /// Statement and lock timeouts in a row (not batch-bound cuts), at most
     /// [`super::super::MAX_LOCAL_TIMEOUTS`] before the run fails.
     pub timeouts: u32,
@@ -57,11 +55,11 @@ pub(super) struct Batches {
 
 impl Batches {
     /// The first checkpoint of `plan` under the allowance `cascade_rows` (recorded only when it
-    /// differs from the configured one) and the tenant's rows `tenant_rows` (recorded when there
-    /// are any), with first batches of `batch_rows`.
+    /// differs from the configured one) and the tenant's rows the plan was absorbed with
+    /// (`Plan::tenant_rows`, recorded when there are any), with first batches of `batch_rows`.
     pub fn fresh(
         plan: &Plan,
-        (cascade_rows, tenant_rows): (u32, &BTreeMap<u32, i64>),
+        cascade_rows: u32,
         hd: &HardDeleteConfig,
         batch_rows: i64,
     ) -> Checkpoint {
@@ -72,7 +70,7 @@ impl Batches {
             parents: 1,
             rows: batch_rows,
             cascade_rows: (cascade_rows != hd.cascade_rows).then_some(cascade_rows),
-            tenant_rows: (!tenant_rows.is_empty()).then(|| tenant_rows.clone()),
+            tenant_rows: (!plan.tenant_rows.is_empty()).then(|| plan.tenant_rows.clone()),
             kept_back: 0,
             pass_deleted: 0,
         };
@@ -163,7 +161,6 @@ impl JobRun {
             .clone()
             .absorb_tenant(f64::from(cascade_rows), &tenant_rows);
         let starting = !matches!(&stored, Some(cp) if cp.plan == plan.hash());
-        let allowance = (cascade_rows, &tenant_rows);
         let cp = match stored {
             Some(cp) if cp.plan == plan.hash() => cp,
             Some(_) => {
@@ -172,9 +169,9 @@ impl JobRun {
                     "schema changed since the last checkpoint; restarted from the first step"
                         .into(),
                 );
-                Batches::fresh(&plan, allowance, hd, self.limits.rows)
+                Batches::fresh(&plan, cascade_rows, hd, self.limits.rows)
             }
-            None => Batches::fresh(&plan, allowance, hd, self.limits.rows),
+            None => Batches::fresh(&plan, cascade_rows, hd, self.limits.rows),
         };
         self.progress.plan_hash = Some(plan.hash());
         for step in &leaves_first.steps {
@@ -234,7 +231,6 @@ impl JobRun {
             plan,
             cp,
             cascade_rows,
-            tenant_rows,
             timeouts: 0,
             large_parent: false,
             jump: false,

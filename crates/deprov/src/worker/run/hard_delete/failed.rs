@@ -152,7 +152,7 @@ impl JobRun {
             };
             let next = leaves_first
                 .clone()
-                .absorb_tenant(f64::from(b.cascade_rows), &b.tenant_rows);
+                .absorb_tenant(f64::from(b.cascade_rows), &b.plan.tenant_rows);
             if b.cascade_rows == 0 || next.cascades_below(step_table) != below {
                 break next;
             }
@@ -181,7 +181,7 @@ impl JobRun {
             .collect();
         b.cp = Batches::fresh(
             &b.plan,
-            (b.cascade_rows, &b.tenant_rows),
+            b.cascade_rows,
             &self.worker.config.hard_delete,
             self.limits.rows,
         );
