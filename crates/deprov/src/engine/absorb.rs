@@ -354,13 +354,12 @@ impl Plan {
     }
 
     /// The most rows the tenant holds in `step`'s table ([`Plan::tenant_rows`]) when the step's
-    /// path is one cascading key straight to the root's key column, whose rows those figures count.
+    /// path is one key whose rows those figures count ([`Plan::keys_the_tenant`]).
     fn direct_tenant_rows(&self, step: &super::plan::Step) -> Option<i64> {
         let [hop] = step.path[..] else {
             return None;
         };
-        let fk = &self.catalog.foreign_keys[hop];
-        (fk.to == self.root && fk.to_cols == [self.key_column.clone()])
+        self.keys_the_tenant(&self.catalog.foreign_keys[hop])
             .then(|| self.tenant_rows.get(&step.table).copied())
             .flatten()
     }

@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 
 use sqlx::PgPool;
 
-use super::catalog::OnDelete;
 use super::{BatchLimits, EngineError, Plan};
 
 /// Rows per millisecond no cascading `DELETE` is taken to exceed (2 million rows/s): with the
@@ -59,11 +58,8 @@ pub async fn tenant_rows(
 ) -> Result<BTreeMap<u32, DirectRows>, EngineError> {
     let mut keys = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for fk in plan.catalog.foreign_keys.iter().filter(|fk| {
-        fk.to == plan.root
+        plan.keys_the_tenant(fk)
             && fk.from != plan.root
-            && fk.on_delete == OnDelete::Cascade
-            && fk.to_cols == [plan.key_column.clone()]
-            && fk.from_cols.len() == 1
             && plan.closure.contains(&fk.from)
             && !plan.catalog.tables[&fk.from].partitioned
     }) {

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use sha2::{Digest, Sha256};
 
-use super::catalog::{Catalog, OnDelete};
+use super::catalog::{Catalog, ForeignKey, OnDelete};
 use crate::sql::{QualifiedName, SqlType};
 
 /// Why no plan could be made.
@@ -257,6 +257,15 @@ impl Plan {
             )
             && !self.is_tree(step.table)
             && self.held_self_refs(step.table).is_empty()
+    }
+
+    /// Whether `fk` is a cascading single-column key straight to the root's key column: a key whose
+    /// rows naming the tenant the planner's statistics count ([`super::estimate::tenant_rows`]).
+    pub fn keys_the_tenant(&self, fk: &ForeignKey) -> bool {
+        fk.to == self.root
+            && fk.on_delete == OnDelete::Cascade
+            && fk.from_cols.len() == 1
+            && fk.to_cols == std::slice::from_ref(&self.key_column)
     }
 
     /// Whether a step's batches are block ranges of its table ([`super::queries::block_batch`]):
