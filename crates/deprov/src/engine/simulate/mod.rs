@@ -313,13 +313,22 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// A store holding the root rows of `tenant`, and their indexes: where both runs start.
+    /// A store holding the root rows of `tenant`, and their indexes: where both runs start. The
+    /// rows of the keys of [`scope::unread`] that name a root row are left unread.
     async fn start(&self, tenant: &str) -> Result<(Store, Vec<usize>), SimError> {
         let mut store = Store::new(self.plan, self.facts);
         let root = store.probe(self.plan.root, std::slice::from_ref(&self.plan.key_column));
         let key = vec![store.intern(tenant)];
         self.fetch(&mut store, vec![(root, key)]).await?;
-        let roots = (0..store.rows.len()).collect();
+        let roots: Vec<usize> = (0..store.rows.len()).collect();
+        for fk in scope::unread(self.plan) {
+            for &r in &roots {
+                let key = store.key(store.referenced_probe(fk), &store.rows[r].vals);
+                if let Some(key) = key {
+                    store.leave_unread(store.referencing_probe(fk), key);
+                }
+            }
+        }
         Ok((store, roots))
     }
 

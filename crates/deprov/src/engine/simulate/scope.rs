@@ -27,11 +27,7 @@ use crate::engine::catalog::OnDelete;
 pub(super) fn followed(plan: &Plan) -> Vec<bool> {
     let fks = &plan.catalog.foreign_keys;
     let into_closure = |to: u32| plan.closure.contains(&to);
-    let everything = super::detaches(plan)
-        || fks
-            .iter()
-            .any(|f| into_closure(f.to) && f.on_delete == OnDelete::SetDefault);
-    if everything {
+    if everything(plan) {
         return vec![true; fks.len()];
     }
     let mut tables: BTreeSet<u32> = BTreeSet::new();
@@ -63,6 +59,17 @@ pub(super) fn followed(plan: &Plan) -> Vec<bool> {
     fks.iter().map(|f| tables.contains(&f.from)).collect()
 }
 
+/// Whether the simulation follows every key: a SET NULL / SET DEFAULT key shares columns with
+/// another key of its table ([`super::detaches`]), or a SET DEFAULT key references the closure.
+fn everything(plan: &Plan) -> bool {
+    super::detaches(plan)
+        || plan
+            .catalog
+            .foreign_keys
+            .iter()
+            .any(|f| plan.closure.contains(&f.to) && f.on_delete == OnDelete::SetDefault)
+}
+
 /// Drops from `facts` the delete-action triggers of the keys the simulation does not follow
 /// ([`followed`]); check triggers stay.
 pub(super) fn narrow(facts: &mut Facts, plan: &Plan) {
@@ -70,4 +77,58 @@ pub(super) fn narrow(facts: &mut Facts, plan: &Plan) {
     for triggers in facts.triggers.values_mut() {
         triggers.retain(|t| t.kind == Kind::Check || followed[t.fk]);
     }
+}
+
+/// The CASCADE keys (indexes into `plan.catalog`) straight to the root's key column whose
+/// referencing rows naming the tenant the simulation leaves unread ([`super::store::Store::leave_unread`]):
+/// the root row's delete queues its triggers first, so PostgreSQL's cascade deletes those rows in
+/// the queue's first generation, before any event the deletes of later generations queue fires
+/// (first in, first out: see the module docs of [`super`]). Nothing can see them in between when
+/// their table:
+///
+/// - is not partitioned, and its key column is not an array (its rows are left out of reads by
+///   that column, [`super::load::rows`]);
+/// - is referenced by no foreign key the simulation follows ([`followed`]): deleting its rows
+///   queues nothing followed;
+/// - has no SET NULL / SET DEFAULT key into the closure: the cascade never updates its rows;
+/// - has no conditional key ([`super::conditional`]) to the root: such a key's check is itself an
+///   event of the first generation, which may fire before the rows are deleted.
+///
+/// None when every key is followed (a key that detaches its rows, or a SET DEFAULT into the
+/// closure): the updates of those rows queue checks this reasoning does not cover.
+pub(super) fn unread(plan: &Plan) -> Vec<usize> {
+    if everything(plan) {
+        return Vec::new();
+    }
+    let fks = &plan.catalog.foreign_keys;
+    let followed = followed(plan);
+    let closure = |to: u32| plan.closure.contains(&to);
+    (0..fks.len())
+        .filter(|&i| {
+            let f = &fks[i];
+            let t = f.from;
+            let Some(table) = plan.catalog.tables.get(&t) else {
+                return false;
+            };
+            plan.keys_the_tenant(f)
+                && t != plan.root
+                && !table.partitioned
+                && table
+                    .columns
+                    .get(&f.from_cols[0])
+                    .is_some_and(|ty| !ty.as_str().ends_with(']'))
+                && !fks
+                    .iter()
+                    .enumerate()
+                    .any(|(j, g)| followed[j] && g.to == t)
+                && !fks.iter().any(|g| {
+                    g.from == t
+                        && closure(g.to)
+                        && matches!(g.on_delete, OnDelete::SetNull | OnDelete::SetDefault)
+                })
+                && !fks
+                    .iter()
+                    .any(|g| g.from == t && g.to == plan.root && super::conditional(plan, g))
+        })
+        .collect()
 }

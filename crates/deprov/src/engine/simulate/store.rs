@@ -54,6 +54,8 @@ pub(super) struct Store {
     loaded_keys: HashMap<usize, Vec<String>>,
     /// Per table: how many of its rows are held.
     held: HashMap<u32, usize>,
+    /// Per table: its probes with keys whose rows are never held ([`Self::leave_unread`]).
+    unread: HashMap<u32, Vec<(usize, Key)>>,
     /// Every text seen, by its [`Val`], and the reverse.
     texts: Vec<String>,
     ids: HashMap<String, Val>,
@@ -98,6 +100,7 @@ impl Store {
             loaded: Vec::new(),
             loaded_keys: HashMap::new(),
             held: HashMap::new(),
+            unread: HashMap::new(),
             texts: Vec::new(),
             ids: HashMap::new(),
             set_vals: Vec::new(),
@@ -228,12 +231,15 @@ impl Store {
             if self.by_id.contains_key(&id) {
                 continue;
             }
-            let n = self.rows.len();
-            self.by_id.insert(id, n);
             let vals: Vec<Option<Val>> = vals
                 .iter()
                 .map(|v| v.as_deref().map(|t| self.intern(t)))
                 .collect();
+            if self.is_unread(table, &vals) {
+                continue;
+            }
+            let n = self.rows.len();
+            self.by_id.insert(id, n);
             for &p in &self.table_probes[&table] {
                 if let Some(k) = self.key(p, &vals) {
                     self.index[p].entry(k).or_default().push(n);
@@ -257,12 +263,33 @@ impl Store {
         }
     }
 
+    /// Records `key` of the single-column `probe` as read, its rows left out of the store for good:
+    /// rows the cascade deletes before anything it simulates can see them
+    /// ([`super::scope::unread`]). A read of the table leaves them out ([`Self::known`]), and a row
+    /// holding `key` that a read returns anyway is dropped.
+    pub fn leave_unread(&mut self, probe: usize, key: Key) {
+        let table = self.probes[probe].table;
+        self.unread
+            .entry(table)
+            .or_default()
+            .push((probe, key.clone()));
+        self.add(probe, vec![key], Vec::new());
+    }
+
+    /// Whether a row of `table` with `vals` holds a key left unread ([`Self::leave_unread`]).
+    fn is_unread(&self, table: u32, vals: &[Option<Val>]) -> bool {
+        self.unread
+            .get(&table)
+            .is_some_and(|keys| keys.iter().any(|(p, k)| self.key_is(*p, vals, k)))
+    }
+
     /// What is known complete of `table` besides probe `except`: per single-column probe with keys
     /// read, its column and those keys. Every row of `table` whose column holds one of them is held
-    /// already (rows are read per key, whole), so a read of `table` may leave such rows out and
-    /// find them through [`Self::indexed`] instead. Empty while no row of `table` is held.
+    /// already (rows are read per key, whole) or left unread for good ([`Self::leave_unread`]), so
+    /// a read of `table` may leave such rows out and find them through [`Self::indexed`] instead.
+    /// Empty while no row of `table` is held and none is left unread.
     pub fn known(&self, table: u32, except: usize) -> Vec<(&str, &[String])> {
-        if self.held.get(&table).is_none_or(|&n| n == 0) {
+        if self.held.get(&table).is_none_or(|&n| n == 0) && !self.unread.contains_key(&table) {
             return Vec::new();
         }
         self.table_probes[&table]
