@@ -403,3 +403,20 @@ pub async fn simulated(
     .await
     .unwrap()
 }
+
+/// PostgreSQL's own answer to `DELETE FROM app.accounts WHERE id = account` (the cascade), rolled
+/// back: `None` when it succeeds, else the error's SQLSTATE and constraint.
+pub async fn cascade_error(env: &Env, account: i64) -> Option<(String, Option<String>)> {
+    let mut tx = env.db.begin().await.unwrap();
+    let result = sqlx::query("DELETE FROM app.accounts WHERE id = $1")
+        .bind(account)
+        .execute(&mut *tx)
+        .await;
+    tx.rollback().await.unwrap();
+    let e = result.err()?;
+    let db = e.as_database_error()?;
+    Some((
+        db.code().map(|c| c.into_owned()).unwrap_or_default(),
+        db.constraint().map(str::to_owned),
+    ))
+}

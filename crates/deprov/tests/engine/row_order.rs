@@ -53,20 +53,11 @@ async fn planned(schema: &str) -> (Env, Plan) {
     (env, plan)
 }
 
-/// PostgreSQL's own answer: the SQLSTATE of the account's cascading `DELETE` (rolled back), or
-/// `None` when it succeeds.
+/// The SQLSTATE of the account's cascading `DELETE` (rolled back), or `None` when it succeeds.
 async fn cascade_error(env: &Env, account: i64) -> Option<String> {
-    let mut tx = env.db.begin().await.unwrap();
-    let result = sqlx::query("DELETE FROM app.accounts WHERE id = $1")
-        .bind(account)
-        .execute(&mut *tx)
-        .await;
-    tx.rollback().await.unwrap();
-    result.err().and_then(|e| {
-        e.as_database_error()
-            .and_then(|d| d.code())
-            .map(|c| c.into_owned())
-    })
+    crate::harness::cascade_error(env, account)
+        .await
+        .map(|(code, _)| code)
 }
 
 #[tokio::test]
