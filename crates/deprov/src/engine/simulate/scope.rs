@@ -82,9 +82,9 @@ pub(super) fn narrow(facts: &mut Facts, plan: &Plan) {
 /// The CASCADE keys (indexes into `plan.catalog`) straight to the root's key column whose
 /// referencing rows naming the tenant the simulation leaves unread ([`super::store::Store::leave_unread`]):
 /// the root row's delete queues its triggers first, so PostgreSQL's cascade deletes those rows in
-/// the queue's first generation, before any event the deletes of later generations queue fires
-/// (first in, first out: see the module docs of [`super`]). Nothing can see them in between when
-/// their table:
+/// the queue's first generation, before any trigger that those deletes (or later ones) queue can
+/// fire (first in, first out: see the module docs of [`super`]). Nothing can see the rows in
+/// between when their table:
 ///
 /// - is not partitioned, and its key column is not an array (its rows are left out of reads by
 ///   that column, [`super::load::rows`]);
