@@ -177,16 +177,21 @@ impl Plan {
         plan.absorbed = cycles.absorbed.clone();
         plan.cycle_absorbed = cycles.absorbed;
         plan.unordered = cycles.unordered;
-        plan.block_steps_first();
+        plan.order_table_steps();
         Ok(plan)
     }
 
-    /// Puts each table's block-range steps before its other steps. A block-range step reads the
-    /// whole table once whatever runs before it, so running it first lets it delete the rows in
-    /// table order, and the table's index-driven steps find only what it could not reach.
-    /// Correctness does not depend on the order of one table's steps: each deletes the table's
-    /// rows found through its own path, and the table's children are already empty.
-    fn block_steps_first(&mut self) {
+    /// Orders each table's steps. Block-range steps go first: one reads the whole table once
+    /// whatever runs before it, so running it first lets it delete the rows in table order, and
+    /// the table's index-driven steps find only what it could not reach. A tree's steps go
+    /// shortest path first: its children go in descending key order *within each parent*
+    /// ([`super::queries`]), so only a step under one parent row (its key straight to the root)
+    /// walks the whole tree leaves first; a step under another table's rows meets a node before
+    /// its descendants that hang under other parents, and PostgreSQL's cascade deletes all of
+    /// them under that one row's delete, past any batch bound. Correctness does not depend on the
+    /// order of one table's steps: each deletes the table's rows found through its own path, and
+    /// the table's children are already empty.
+    fn order_table_steps(&mut self) {
         let mut ordered = Vec::with_capacity(self.steps.len());
         let mut rest = std::mem::take(&mut self.steps).into_iter().peekable();
         while let Some(first) = rest.next() {
@@ -194,7 +199,8 @@ impl Plan {
             while let Some(next) = rest.next_if(|s| s.table == group[0].table) {
                 group.push(next);
             }
-            group.sort_by_key(|s| !self.block_step(s));
+            let tree = self.is_tree(group[0].table);
+            group.sort_by_key(|s| (!self.block_step(s), if tree { s.path.len() } else { 0 }));
             ordered.extend(group);
         }
         self.steps = ordered;

@@ -43,5 +43,6 @@ mod statement_errors;
 mod sweep_kill;
 mod tenant_keys;
 mod tree_overrun;
+mod tree_paths;
 mod whole_cascade;
 mod worker_jobs;
