@@ -29,15 +29,19 @@ INSERT INTO app.nodes SELECT g, 2, CASE WHEN g < 3000010 THEN g + 1 END, 'other'
 ANALYZE;
 ";
 
-#[tokio::test]
-async fn batches_that_cascade_down_a_tree_stay_within_the_batch_bound() {
-    // The default sizing: 50 rows first, then by time towards half of 100 ms.
-    let config = config_hard(
+/// The default sizing (50 rows first, then by time towards half of 100 ms), a batch bound of 80 ms,
+/// nothing absorbed, and pauses of 1 ms.
+pub fn bounded_config() -> String {
+    config_hard(
         "batch_rows = 50\nmax_batch_duration = \"100ms\"\nlock_timeout = \"50ms\"\ncascade_rows = 0",
         "id",
         "[pacing]\nbackoff = \"1ms\"\nbackoff_max = \"1ms\"",
-    );
-    let progress = delete_tenant_1(SCHEMA, &config).await;
+    )
+}
+
+#[tokio::test]
+async fn batches_that_cascade_down_a_tree_stay_within_the_batch_bound() {
+    let progress = delete_tenant_1(SCHEMA, &bounded_config()).await;
     assert_eq!(progress.rows_deleted, 210_101, "{progress:?}");
     let nodes = progress.table("\"app\".\"nodes\"").unwrap();
     assert_eq!(nodes.rows_deleted, 210_100, "{progress:?}");

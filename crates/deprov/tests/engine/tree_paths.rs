@@ -4,7 +4,8 @@
 //! descendants, and PostgreSQL's cascade deletes them all under that node's delete. The step
 //! under the root row alone walks the whole tree leaves first, and goes first.
 
-use crate::harness::{accounts_plan, config_hard, env_with_schema};
+use crate::harness::{accounts_plan, env_with_schema};
+use crate::tree_overrun::bounded_config;
 
 /// Tenant 1: 100 buckets and a binary tree of 40,000 nodes (node `i`'s parent is `i / 2`, so every
 /// parent has a lower key than its children), node `i` in bucket `i % 100`: node 1, the root, has
@@ -35,12 +36,7 @@ ANALYZE;
 
 #[tokio::test]
 async fn a_tree_reached_under_other_parents_is_walked_under_the_root_first() {
-    let config = config_hard(
-        "batch_rows = 50\nmax_batch_duration = \"100ms\"\nlock_timeout = \"50ms\"\ncascade_rows = 0",
-        "id",
-        "[pacing]\nbackoff = \"1ms\"\nbackoff_max = \"1ms\"",
-    );
-    let env = env_with_schema(&config, SCHEMA).await;
+    let env = env_with_schema(&bounded_config(), SCHEMA).await;
     let plan = accounts_plan(&env.db).await;
     let paths: Vec<String> = plan
         .steps
