@@ -90,7 +90,8 @@ pub(super) fn narrow(facts: &mut Facts, plan: &Plan) {
 ///   that column, [`super::load::rows`]);
 /// - is referenced by no foreign key the simulation follows ([`followed`]): deleting its rows
 ///   queues nothing followed;
-/// - has no SET NULL / SET DEFAULT key into the closure: the cascade never updates its rows;
+/// - has no SET NULL / SET DEFAULT key into the closure (`Plan::side_effects`): the cascade never
+///   updates its rows;
 /// - has no conditional key ([`super::conditional`]) to the root: such a key's check is itself an
 ///   event of the first generation, which may fire before the rows are deleted.
 ///
@@ -102,7 +103,6 @@ pub(super) fn unread(plan: &Plan) -> Vec<usize> {
     }
     let fks = &plan.catalog.foreign_keys;
     let followed = followed(plan);
-    let closure = |to: u32| plan.closure.contains(&to);
     (0..fks.len())
         .filter(|&i| {
             let f = &fks[i];
@@ -121,11 +121,7 @@ pub(super) fn unread(plan: &Plan) -> Vec<usize> {
                     .iter()
                     .enumerate()
                     .any(|(j, g)| followed[j] && g.to == t)
-                && !fks.iter().any(|g| {
-                    g.from == t
-                        && closure(g.to)
-                        && matches!(g.on_delete, OnDelete::SetNull | OnDelete::SetDefault)
-                })
+                && !plan.side_effects.iter().any(|&g| fks[g].from == t)
                 && !fks
                     .iter()
                     .any(|g| g.from == t && g.to == plan.root && super::conditional(plan, g))
