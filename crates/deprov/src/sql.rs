@@ -151,15 +151,22 @@ pub struct Opening {
 }
 
 /// The opening of a bounded transaction (see `crate::db::begin`): `BEGIN; SET LOCAL lock_timeout =
-/// '<n>ms'; SET LOCAL idle_in_transaction_session_timeout = '<i>ms'`, plus `SET LOCAL
-/// synchronous_commit = on | off` when `opening.synchronous_commit` says, the planner settings of
-/// `opening.plain_index_scans`, and last `SET LOCAL statement_timeout = '<m>ms'`. Sent as one
-/// simple-protocol query. Durations are whole milliseconds, at least 1 (0 would mean "no limit" to
-/// PostgreSQL).
+/// '<n>ms'; SET LOCAL idle_in_transaction_session_timeout = '<i>ms'; SET LOCAL jit = off`, plus
+/// `SET LOCAL synchronous_commit = on | off` when `opening.synchronous_commit` says, the planner
+/// settings of `opening.plain_index_scans`, and last `SET LOCAL statement_timeout = '<m>ms'`. Sent
+/// as one simple-protocol query. Durations are whole milliseconds, at least 1 (0 would mean "no
+/// limit" to PostgreSQL).
+///
+/// `jit = off`: PostgreSQL compiles a statement whose estimated cost passes `jit_above_cost`
+/// (PostgreSQL docs §32.2, "When to JIT?") before it runs, and the compile does not answer a
+/// cancel. A batch over thousands of parents is estimated far above that cost whatever it then
+/// reads, and inlining and optimising its expressions take a few hundred milliseconds: a statement
+/// with a bound of tens of milliseconds would hold its transaction several times that long.
 pub fn begin_bounded(opening: &Opening) -> sqlx::AssertSqlSafe<String> {
     let ms = |d: std::time::Duration| d.as_millis().max(1);
     let mut sql = format!(
-        "BEGIN; SET LOCAL lock_timeout = '{}ms'; SET LOCAL idle_in_transaction_session_timeout = '{}ms'",
+        "BEGIN; SET LOCAL lock_timeout = '{}ms'; SET LOCAL idle_in_transaction_session_timeout = '{}ms'; \
+         SET LOCAL jit = off",
         ms(opening.lock),
         ms(opening.idle)
     );

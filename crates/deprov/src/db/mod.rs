@@ -16,6 +16,10 @@
 //! the connection survives and goes back to its pool. `SET LOCAL` lasts until the transaction ends, so
 //! no setting outlives it on a pooled server connection.
 //!
+//! The opening also turns JIT compilation off (`SET LOCAL jit = off`): PostgreSQL compiles a
+//! statement estimated above `jit_above_cost` before running it, and a cancel waits for the
+//! compile ([`crate::sql::begin_bounded`]).
+//!
 //! The same opening sets `idle_in_transaction_session_timeout` ([`idle_in_transaction_timeout`]):
 //! a transaction whose client stops sending (a frozen or partitioned worker) is ended by the server,
 //! which closes that one session (FATAL 25P03) and rolls it back, instead of holding its row locks

@@ -185,3 +185,33 @@ async fn a_replan_goes_straight_to_the_first_allowance_that_changes_the_cut_rows
     let labels = progress.table("\"app\".\"labels\"").unwrap();
     assert_eq!(labels.rows_deleted, 1, "{progress:?}");
 }
+
+/// PostgreSQL compiles a statement estimated above `jit_above_cost` before it runs, and the
+/// compile does not answer the bound's cancel: a bounded transaction runs with JIT off. The same
+/// statement, planned outside one, is compiled (the server has JIT).
+#[tokio::test]
+async fn a_bounded_transaction_plans_its_statements_without_jit() {
+    use deprov::db::{self, Bounds};
+    use std::time::Duration;
+    let env = crate::harness::env("").await;
+    // Estimated at about 2·10⁸, far above the default jit_above_cost of 10⁵; only planned.
+    const COSTLY: &str = "EXPLAIN (FORMAT JSON) SELECT count(*) \
+        FROM generate_series(1, 100000) a CROSS JOIN generate_series(1, 100000) b";
+    let jit = |explained: &serde_json::Value| explained[0].get("JIT").is_some();
+    let outside: serde_json::Value = sqlx::query_scalar(COSTLY)
+        .fetch_one(&env.pools.target)
+        .await
+        .unwrap();
+    assert!(jit(&outside), "the server compiles it: {outside:#}");
+    let bounds = Bounds::new(Duration::from_millis(50), Duration::from_millis(200));
+    let mut tx = db::begin(&env.pools.target, bounds).await.unwrap();
+    let inside: serde_json::Value = sqlx::query_scalar(COSTLY)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert!(
+        !jit(&inside),
+        "compiled in a bounded transaction: {inside:#}"
+    );
+}
