@@ -25,6 +25,7 @@ mod held_chains;
 mod incarnation;
 mod index_pass;
 mod job_wake;
+mod join_table;
 mod key_prefix;
 mod keyless;
 mod kill_switch_ack;

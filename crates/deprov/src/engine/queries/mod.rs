@@ -181,9 +181,11 @@ fn children(
 /// order: rows are usually created after their parents, so the leaves of the tree go first and
 /// PostgreSQL's cascade has no subtrees left to remove under a batch.
 ///
-/// In a table without a primary key (keyed by `ctid`), a parent's children are taken in the order
-/// the foreign key's index gives, from the start each time: `ctid` order would make each batch read
-/// and sort all of the parent's remaining children.
+/// In a table without a primary key (keyed by `ctid`), and under parents other than the root row
+/// in a table whose key does not lead with the foreign key's columns but an index on them exists,
+/// a parent's children are taken in the order that index gives, from the start each time: ordered
+/// by the key inside each parent, PostgreSQL may instead walk the key's own index in key order and
+/// filter the foreign key row by row, all of the index for a parent with no children.
 ///
 /// With `jump`, the batch first reads where its rows begin: the first remaining parent, and each
 /// parent's first remaining child, each found through an `OFFSET 0` fence that keeps PostgreSQL off
@@ -234,6 +236,32 @@ fn root_batch(plan: &Plan, step: &Step) -> Statement {
     b.build()
 }
 
+/// Whether a step's batches take a parent's children with no order inside the parent (the batch
+/// keeps `(parent, key)` order across parents). Two children tables:
+/// - a table without a primary key (keyed by `ctid`): `ORDER BY ctid LIMIT n` over one parent's
+///   children reads and sorts all of them, every batch, so a batch's time would not depend on its
+///   size;
+/// - a table whose key does not lead with the foreign key's columns but an index on them exists,
+///   under parents other than the root row: `fk = p ORDER BY key LIMIT n` lets PostgreSQL choose
+///   the key's own index in key order, filtering `fk = p` row by row — a walk of the whole index
+///   for each parent with few children (a join table keyed `(a_id, b_id)`, stepped through `b`) —
+///   or the foreign key's index and a sort of all the parent's remaining children. Without the
+///   order, the foreign key's index gives the first `n` at once. The root row, the one parent of
+///   all the tenant's rows, keeps the key order: there a cursor inside the parent spares each
+///   batch the dead entries of the batches before it, which at the tenant's size would cost more
+///   than any sort.
+fn unordered_children(
+    step: &Step,
+    fk: &super::catalog::ForeignKey,
+    child: &super::catalog::Table,
+) -> bool {
+    if matches!(child.key, super::catalog::RowKey::Ctid) {
+        return true;
+    }
+    let key_cols: Vec<String> = child.key_columns().into_iter().map(|(c, _)| c).collect();
+    fk.indexed && parent_prefix(&fk.from_cols, &key_cols) == 0 && step.path.len() > 1
+}
+
 /// What [`batch`]'s statement is built from: the step's first foreign key, its parent and child
 /// tables, the names of the parent values (`p0`, …) and child keys (`k0`, …) a batch row carries,
 /// and the children's order.
@@ -255,11 +283,10 @@ struct BatchShape<'p> {
     /// Children in descending key order: trees go leaves first, and so do tables with held
     /// self-references.
     desc: bool,
-    /// A table without a primary key (keyed by `ctid`), whose children of a parent are taken in
-    /// index order with no position inside the parent: `ORDER BY ctid LIMIT n` over one parent's
-    /// children reads and sorts all of them, every batch, so a batch's time would not depend on its
-    /// size. Every row a batch selects is deleted (nothing is kept back: no tree, no held
-    /// reference), so the rest of a parent's children are exactly those still there.
+    /// Children of a parent taken in the order an index on the foreign key gives, with no
+    /// position inside the parent ([`unordered_children`]). Every row a batch selects is deleted
+    /// (nothing is kept back: no tree, no held reference), so the rest of a parent's children are
+    /// exactly those still there.
     unordered: bool,
 }
 
@@ -282,7 +309,7 @@ impl<'p> BatchShape<'p> {
             knames: (0..key.len()).map(|i| format!("k{i}")).collect(),
             key_types: key.into_iter().map(|(_, t)| t).collect(),
             pnames: (0..fk.to_cols.len()).map(|i| format!("p{i}")).collect(),
-            unordered: matches!(child.key, super::catalog::RowKey::Ctid) && !desc,
+            unordered: !desc && unordered_children(step, fk, child),
             held,
             desc,
         }
