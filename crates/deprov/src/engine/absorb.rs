@@ -418,6 +418,20 @@ impl Plan {
             .any(|fk| fk.to == table && fk.from != table && self.absorbed.contains(&fk.from))
     }
 
+    /// Whether every absorbed table straight below `table` is one a delete of `table`'s rows scans
+    /// anyway (its key to `table` has no index), with no absorbed table below it in turn. A plan
+    /// with less cascade would give those tables steps of their own, a pass over each, and leave
+    /// the delete of a `table` row the same scans: when such a delete outlasts the batch bound,
+    /// the scans are what a re-plan cannot shorten. The absorbed rows themselves are few: they fit
+    /// `[hard_delete] cascade_rows` by the statistics.
+    pub fn absorbs_only_scanned_below(&self, table: u32) -> bool {
+        self.catalog
+            .foreign_keys
+            .iter()
+            .filter(|fk| fk.to == table && fk.from != table && self.absorbed.contains(&fk.from))
+            .all(|fk| self.scanned_under(fk.from, table) && !self.absorbs_rows_below(fk.from))
+    }
+
     /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows, or a
     /// covered table's rows reached through `table`.
     pub fn absorbs_below(&self, table: u32) -> bool {

@@ -186,6 +186,29 @@ async fn a_replan_goes_straight_to_the_first_allowance_that_changes_the_cut_rows
     assert_eq!(labels.rows_deleted, 1, "{progress:?}");
 }
 
+#[tokio::test]
+async fn a_row_cut_by_the_scan_of_a_table_absorbed_below_it_runs_unbounded_without_a_replan() {
+    // 1,000 projects (tenant 1 owns one), a million `notes` under them: 1,000 per project by the
+    // estimates, within cascade_rows, so `notes` is absorbed under `projects`. Its key has no
+    // index, so a project's delete scans all of `notes`, longer than the 16 ms bound. A plan with
+    // less cascade would give `notes` a pass of its own and leave the project's delete that scan.
+    let extra = "CREATE TABLE app.projects (id bigint PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+         CREATE INDEX ON app.projects (account_id);
+         INSERT INTO app.projects VALUES (1, 1);
+         INSERT INTO app.projects SELECT g, 2 FROM generate_series(2, 1000) g;
+         CREATE TABLE app.notes (id bigint PRIMARY KEY,
+             project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
+         INSERT INTO app.notes SELECT g, 2 + g % 999 FROM generate_series(1, 1000000) g;
+         INSERT INTO app.notes SELECT 2000000 + g, 1 FROM generate_series(1, 50) g;
+         ANALYZE;";
+    let progress = delete_tenant_1(&schema(10, extra), &cascading_config()).await;
+    assert_eq!(progress.replans, 0, "{progress:?}");
+    assert!(progress.unbounded_steps >= 1, "{progress:?}");
+    let notes = progress.table("\"app\".\"notes\"").unwrap();
+    assert_eq!((notes.rows_deleted, notes.batches), (50, 0), "{progress:?}");
+}
+
 /// PostgreSQL compiles a statement estimated above `jit_above_cost` before it runs, and the
 /// compile does not answer the bound's cancel: a bounded transaction runs with JIT off. The same
 /// statement, planned outside one, is compiled (the server has JIT).
