@@ -420,3 +420,10 @@ pub async fn cascade_error(env: &Env, account: i64) -> Option<(String, Option<St
         db.constraint().map(str::to_owned),
     ))
 }
+
+/// Shared buffers (hit + read) of EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)'s top node.
+pub fn buffers(explained: &serde_json::Value) -> i64 {
+    let plan = &explained[0]["Plan"];
+    plan["Shared Hit Blocks"].as_i64().unwrap_or(0)
+        + plan["Shared Read Blocks"].as_i64().unwrap_or(0)
+}

@@ -6,7 +6,7 @@
 
 use deprov::engine::{Cursor, queries};
 
-use crate::harness::{accounts_plan, config_for, delete_tenant_1, env_with_schema};
+use crate::harness::{accounts_plan, buffers, config_for, delete_tenant_1, env_with_schema};
 
 /// Tenant 1 owns 200 jobs and 20,000 files; each job joins files 1 to 100 (20,000 join rows),
 /// files 101 to 20,000 join none. Tenant 2 owns one job joining 100 files of its own.
@@ -30,13 +30,6 @@ INSERT INTO app.jobs_files SELECT j, f, 'n' FROM generate_series(1, 200) j, gene
 INSERT INTO app.jobs_files SELECT 201, f, 'n' FROM generate_series(20001, 20100) f;
 ANALYZE;
 ";
-
-/// Shared buffers (hit + read) of EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)'s top node.
-fn buffers(explained: &serde_json::Value) -> i64 {
-    let plan = &explained[0]["Plan"];
-    plan["Shared Hit Blocks"].as_i64().unwrap_or(0)
-        + plan["Shared Read Blocks"].as_i64().unwrap_or(0)
-}
 
 /// A one-row batch (the size cuts leave a step at) over 1,000 files with no join row reads each
 /// file's children through the `file_id` index: a few buffers per file, where the primary key in

@@ -8,7 +8,7 @@
 
 use deprov::engine::queries;
 
-use crate::harness::{config_for, delete_tenant_1, env_with_schema, step_on};
+use crate::harness::{buffers, config_for, delete_tenant_1, env_with_schema, step_on};
 
 /// Tenant 1 owns 60,000 events, tenant 2 100.
 const SCHEMA: &str = "
@@ -21,13 +21,6 @@ INSERT INTO app.events SELECT 1, g, 'e' || g FROM generate_series(1, 60000) g;
 INSERT INTO app.events SELECT 2, g, 'e' || g FROM generate_series(1, 100) g;
 ANALYZE;
 ";
-
-/// Shared buffers (hit + read) of EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)'s top node.
-fn buffers(explained: &serde_json::Value) -> i64 {
-    let plan = &explained[0]["Plan"];
-    plan["Shared Hit Blocks"].as_i64().unwrap_or(0)
-        + plan["Shared Read Blocks"].as_i64().unwrap_or(0)
-}
 
 /// After 50,000 of tenant 1's events were deleted by committed batches, the next range's bound
 /// and delete read about the blocks of the 100 rows they take, not the 50,000 dead entries before
