@@ -255,6 +255,8 @@ impl Plan {
     /// as a key range ([`super::queries::range_bound`], [`super::queries::range_delete`]): the
     /// step has a parent, the table a primary key, children go in ascending key order (not a tree)
     /// and none are kept back (no non-CASCADE reference to itself).
+    /// A step whose children go unordered inside a parent ([`Self::unordered_children`]) has no
+    /// key range to continue.
     pub fn range_step(&self, step: &Step) -> bool {
         !step.path.is_empty()
             && matches!(
@@ -263,6 +265,41 @@ impl Plan {
             )
             && !self.is_tree(step.table)
             && self.held_self_refs(step.table).is_empty()
+            && !self.unordered_children(step)
+    }
+
+    /// Whether a step's batches take a parent's children with no order inside the parent (the
+    /// batch keeps `(parent, key)` order across parents, [`super::queries::batch`]). Never in a
+    /// tree or a table with rows kept back (their children go in descending key order, and not
+    /// every selected row is deleted); else in two children tables:
+    /// - a table without a primary key (keyed by `ctid`): `ORDER BY ctid LIMIT n` over one parent's
+    ///   children reads and sorts all of them, every batch, so a batch's time would not depend on
+    ///   its size;
+    /// - a table whose key does not lead with the foreign key's columns but an index on them
+    ///   exists, under parents other than the root row: `fk = p ORDER BY key LIMIT n` lets
+    ///   PostgreSQL choose the key's own index in key order, filtering `fk = p` row by row — a walk
+    ///   of the whole index for each parent with few children (a join table keyed `(a_id, b_id)`,
+    ///   stepped through `b`) — or the foreign key's index and a sort of all the parent's remaining
+    ///   children. Without the order, the foreign key's index gives the first `n` at once. The root
+    ///   row, the one parent of all the tenant's rows, keeps the key order: there a cursor inside
+    ///   the parent spares each batch the dead entries of the batches before it, which at the
+    ///   tenant's size would cost more than any sort.
+    pub fn unordered_children(&self, step: &Step) -> bool {
+        let Some(&first) = step.path.first() else {
+            return false;
+        };
+        if self.is_tree(step.table) || !self.held_self_refs(step.table).is_empty() {
+            return false;
+        }
+        let child = &self.catalog.tables[&step.table];
+        if matches!(child.key, super::catalog::RowKey::Ctid) {
+            return true;
+        }
+        let fk = &self.catalog.foreign_keys[first];
+        let key_cols: Vec<String> = child.key_columns().into_iter().map(|(c, _)| c).collect();
+        fk.indexed
+            && super::queries::parent_prefix(&fk.from_cols, &key_cols) == 0
+            && step.path.len() > 1
     }
 
     /// Whether `fk` is a cascading single-column key straight to the root's key column: a key whose

@@ -109,7 +109,7 @@ fn cols_ordered(b: &mut SqlBuilder, alias: usize, columns: &[String], desc: bool
 /// B-tree scan start at the cursor: beside `fk = p`, a row comparison that leads with `fk` is
 /// checked on every entry of the parent from its first (the scan is positioned by the equality),
 /// the dead entries of earlier batches included, so each batch would cost more than the last.
-fn parent_prefix(from_cols: &[String], key_cols: &[String]) -> usize {
+pub(super) fn parent_prefix(from_cols: &[String], key_cols: &[String]) -> usize {
     if key_cols.len() > from_cols.len() && key_cols.starts_with(from_cols) {
         from_cols.len()
     } else {
@@ -236,32 +236,6 @@ fn root_batch(plan: &Plan, step: &Step) -> Statement {
     b.build()
 }
 
-/// Whether a step's batches take a parent's children with no order inside the parent (the batch
-/// keeps `(parent, key)` order across parents). Two children tables:
-/// - a table without a primary key (keyed by `ctid`): `ORDER BY ctid LIMIT n` over one parent's
-///   children reads and sorts all of them, every batch, so a batch's time would not depend on its
-///   size;
-/// - a table whose key does not lead with the foreign key's columns but an index on them exists,
-///   under parents other than the root row: `fk = p ORDER BY key LIMIT n` lets PostgreSQL choose
-///   the key's own index in key order, filtering `fk = p` row by row — a walk of the whole index
-///   for each parent with few children (a join table keyed `(a_id, b_id)`, stepped through `b`) —
-///   or the foreign key's index and a sort of all the parent's remaining children. Without the
-///   order, the foreign key's index gives the first `n` at once. The root row, the one parent of
-///   all the tenant's rows, keeps the key order: there a cursor inside the parent spares each
-///   batch the dead entries of the batches before it, which at the tenant's size would cost more
-///   than any sort.
-fn unordered_children(
-    step: &Step,
-    fk: &super::catalog::ForeignKey,
-    child: &super::catalog::Table,
-) -> bool {
-    if matches!(child.key, super::catalog::RowKey::Ctid) {
-        return true;
-    }
-    let key_cols: Vec<String> = child.key_columns().into_iter().map(|(c, _)| c).collect();
-    fk.indexed && parent_prefix(&fk.from_cols, &key_cols) == 0 && step.path.len() > 1
-}
-
 /// What [`batch`]'s statement is built from: the step's first foreign key, its parent and child
 /// tables, the names of the parent values (`p0`, …) and child keys (`k0`, …) a batch row carries,
 /// and the children's order.
@@ -284,7 +258,7 @@ struct BatchShape<'p> {
     /// self-references.
     desc: bool,
     /// Children of a parent taken in the order an index on the foreign key gives, with no
-    /// position inside the parent ([`unordered_children`]). Every row a batch selects is deleted
+    /// position inside the parent ([`Plan::unordered_children`]). Every row a batch selects is deleted
     /// (nothing is kept back: no tree, no held reference), so the rest of a parent's children are
     /// exactly those still there.
     unordered: bool,
@@ -309,7 +283,7 @@ impl<'p> BatchShape<'p> {
             knames: (0..key.len()).map(|i| format!("k{i}")).collect(),
             key_types: key.into_iter().map(|(_, t)| t).collect(),
             pnames: (0..fk.to_cols.len()).map(|i| format!("p{i}")).collect(),
-            unordered: !desc && unordered_children(step, fk, child),
+            unordered: plan.unordered_children(step),
             held,
             desc,
         }
