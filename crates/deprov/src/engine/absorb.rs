@@ -423,7 +423,8 @@ impl Plan {
     /// with less cascade would give those tables steps of their own, a pass over each, and leave
     /// the delete of a `table` row the same scans: when such a delete outlasts the batch bound,
     /// the scans are what a re-plan cannot shorten. The absorbed rows themselves are few: they fit
-    /// `[hard_delete] cascade_rows` by the statistics.
+    /// `[hard_delete] cascade_rows` by the statistics. True when no absorbed table is straight
+    /// below `table` ([`Self::absorbs_rows_below`] false).
     pub fn absorbs_only_scanned_below(&self, table: u32) -> bool {
         self.catalog
             .foreign_keys

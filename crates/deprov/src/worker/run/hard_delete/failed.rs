@@ -76,11 +76,9 @@ impl JobRun {
         // naming the tenant went with their own steps before, so what the bound cut is the row's
         // own delete and its triggers' scans, which no plan with less cascade changes. And for a
         // row whose cascade reaches only absorbed tables its delete scans anyway (no index on
-        // their key to it, `Plan::absorbs_only_scanned_below`): a re-plan would add a pass of
-        // batches over each of them and leave the row's delete its scans.
-        let own_work_cut = bound_cut
-            && (!b.plan.absorbs_rows_below(step.table)
-                || b.plan.absorbs_only_scanned_below(step.table));
+        // their key to it): a re-plan would add a pass of batches over each of them and leave the
+        // row's delete its scans. `Plan::absorbs_only_scanned_below` holds in both cases.
+        let own_work_cut = bound_cut && b.plan.absorbs_only_scanned_below(step.table);
         if canceled
             && !root_cut
             && !own_work_cut
