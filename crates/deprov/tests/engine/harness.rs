@@ -427,3 +427,29 @@ pub fn buffers(explained: &serde_json::Value) -> i64 {
     plan["Shared Hit Blocks"].as_i64().unwrap_or(0)
         + plan["Shared Read Blocks"].as_i64().unwrap_or(0)
 }
+
+/// EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of the batch of `step` after the parent `after` (a
+/// [`deprov::engine::Cursor::AfterParent`], its values also bound as `$3`), for tenant 1, at most
+/// `rows` rows of at most `parents` parents, run in `tx`: the batch deletes what it would.
+pub async fn explain_batch(
+    tx: &mut sqlx::PgConnection,
+    plan: &deprov::engine::Plan,
+    step: &deprov::engine::Step,
+    after: Vec<String>,
+    rows: i64,
+    parents: i64,
+) -> serde_json::Value {
+    let cursor = deprov::engine::Cursor::AfterParent(after.clone());
+    let stmt = deprov::engine::queries::batch(plan, step, &cursor, false);
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
+        stmt.text()
+    )))
+    .bind("1")
+    .bind(rows)
+    .bind(after)
+    .bind(parents)
+    .fetch_one(tx)
+    .await
+    .unwrap()
+}

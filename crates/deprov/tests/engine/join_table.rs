@@ -4,9 +4,9 @@
 //! `file_id` row by row — the whole index for each file with no row in the table. The step takes
 //! each file's children in the order the `file_id` index gives instead.
 
-use deprov::engine::{Cursor, queries};
-
-use crate::harness::{accounts_plan, buffers, config_for, delete_tenant_1, env_with_schema};
+use crate::harness::{
+    accounts_plan, buffers, config_for, delete_tenant_1, env_with_schema, explain_batch,
+};
 
 /// Tenant 1 owns 200 jobs and 20,000 files; each job joins files 1 to 100 (20,000 join rows),
 /// files 101 to 20,000 join none. Tenant 2 owns one job joining 100 files of its own.
@@ -48,20 +48,8 @@ async fn childless_parents_of_a_join_table_are_read_through_the_foreign_key_inde
         .expect("a step on jobs_files through files");
     // Unordered inside a file, a batch has no key range to continue a file with.
     assert!(!plan.range_step(step), "{}", plan.describe_path(step));
-    let cursor = Cursor::AfterParent(vec!["100".into()]);
-    let stmt = queries::batch(&plan, step, &cursor, false);
     let mut tx = env.db.begin().await.unwrap();
-    let explained: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
-        stmt.text()
-    )))
-    .bind("1")
-    .bind(1_i64)
-    .bind(vec!["100".to_string()])
-    .bind(1000_i64)
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
+    let explained = explain_batch(&mut tx, &plan, step, vec!["100".into()], 1, 1000).await;
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM app.jobs_files")
         .fetch_one(&mut *tx)
         .await

@@ -8,7 +8,9 @@
 
 use deprov::engine::queries;
 
-use crate::harness::{buffers, config_for, delete_tenant_1, env_with_schema, step_on};
+use crate::harness::{
+    buffers, config_for, delete_tenant_1, env_with_schema, explain_batch, step_on,
+};
 
 /// Tenant 1 owns 60,000 events, tenant 2 100.
 const SCHEMA: &str = "
@@ -132,20 +134,9 @@ async fn the_next_parents_are_read_from_the_cursor_when_their_key_leads_with_the
     let env = env_with_schema(&config_for(100, "id", ""), PARENTS_SCHEMA).await;
     let plan = crate::harness::accounts_plan(&env.db).await;
     let step = step_on(&plan, "tasks");
-    let cursor = deprov::engine::Cursor::AfterParent(vec!["1".into(), "15000".into()]);
-    let stmt = queries::batch(&plan, step, &cursor, false);
     let mut tx = env.db.begin().await.unwrap();
-    let explained: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
-        stmt.text()
-    )))
-    .bind("1")
-    .bind(100_i64)
-    .bind(vec!["1".to_string(), "15000".into()])
-    .bind(100_i64)
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
+    let after = vec!["1".to_string(), "15000".into()];
+    let explained = explain_batch(&mut tx, &plan, step, after, 100, 100).await;
     let (before, taken, left): (i64, i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE project_id <= 15000), \
                 count(*) FILTER (WHERE project_id BETWEEN 15001 AND 15100), count(*) FROM app.tasks",
