@@ -44,7 +44,9 @@ pub struct Progress {
     pub timeouts: i64,
     /// Steps whose batches ran under the full `[hard_delete] statement_timeout` instead of the
     /// batch bound (⅘ of `max_batch_duration`), because a batch of one row, or the step's batches
-    /// again and again, could not finish within the bound (`worker::run::hard_delete`).
+    /// again and again, could not finish within the bound; and the root row's step, which always
+    /// runs under the full `statement_timeout` (its one row cannot be split), when its delete took
+    /// longer than `max_batch_duration` (`worker::run::hard_delete`).
     pub unbounded_steps: i64,
     /// Batches cut short by the batch bound and retried reading first where their rows begin,
     /// apart from their ordered scan (`engine::queries::batch`'s `jump`).

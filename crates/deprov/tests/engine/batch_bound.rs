@@ -69,20 +69,22 @@ async fn a_row_whose_delete_alone_outlasts_the_bound_gets_the_full_statement_tim
 }
 
 #[tokio::test]
-async fn a_slow_root_row_is_tried_once_under_the_bound_not_at_smaller_sizes_of_one_row() {
+async fn a_slow_root_row_runs_once_under_the_full_statement_timeout_at_no_smaller_size() {
     // A trigger makes the account's own delete outlast the 16 ms bound (half a million rows
     // counted). Its step's first batch would be sized by the cascade estimate (thousands of
-    // "rows" at batch_rows = 10,000), but it is one row: one cut, then the full statement_timeout.
+    // "rows" at batch_rows = 10,000), but it is one row that cannot be split: no try under the
+    // bound that could only be cut, one batch under the full statement_timeout.
     let slow = "CREATE FUNCTION app.slow_delete() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN PERFORM count(*) FROM generate_series(1, 500000); RETURN OLD; END $$;
          CREATE TRIGGER slow_delete BEFORE DELETE ON app.accounts
              FOR EACH ROW EXECUTE FUNCTION app.slow_delete();
          ANALYZE;";
     let progress = delete_tenant_1(&schema(10, slow), &config(10_000)).await;
-    assert_eq!(progress.timeouts, 1, "{progress:?}");
+    assert_eq!(progress.timeouts, 0, "{progress:?}");
     assert_eq!(progress.unbounded_steps, 1, "{progress:?}");
     let root = progress.table("\"app\".\"accounts\"").unwrap();
     assert_eq!((root.rows_deleted, root.batches), (1, 1), "{progress:?}");
+    assert!(root.longest_batch_ms > 20.0, "{progress:?}");
 }
 
 /// As [`config`], with `cascade_rows = 2000` and 10-row first batches.
@@ -113,11 +115,11 @@ fn projects_with_events(below: &str) -> String {
 }
 
 #[tokio::test]
-async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_without_a_replan() {
+async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_from_its_first_try() {
     // Deleting an account makes PostgreSQL's referential trigger scan all of `events` (no index
     // on its key): a million other-tenant rows, longer than the 16 ms bound whatever the plan.
     // `notes` is covered (a NOT NULL key to the root beside its path through `items`), so the
-    // root's delete may cascade: a cut there still must not re-plan and walk every step again.
+    // root's delete may cascade.
     let extra = "CREATE TABLE app.events (id bigint PRIMARY KEY,
              account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
          INSERT INTO app.events SELECT g, 2 FROM generate_series(1, 1000000) g;
@@ -132,15 +134,15 @@ async fn a_root_row_whose_delete_outlasts_the_bound_runs_unbounded_without_a_rep
     let config = cascading_config();
     let progress = delete_tenant_1(&schema(10, extra), &config).await;
     assert_eq!(progress.replans, 0, "{progress:?}");
+    // Counted once, as it ran past max_batch_duration: a try under the bound first would be cut,
+    // and count again when it made the step run unbounded. (A pass over `events` by block ranges
+    // may be cut on a loaded machine: `timeouts` says nothing of the root here.)
     assert_eq!(progress.unbounded_steps, 1, "{progress:?}");
-    // One try under the bound, then the full statement_timeout (the root's one batch below). A
-    // block range of `events` may be cut once too on a loaded machine.
-    assert!(progress.timeouts <= 2, "{progress:?}");
     let root = progress.table("\"app\".\"accounts\"").unwrap();
     assert_eq!((root.rows_deleted, root.batches), (1, 1), "{progress:?}");
     assert!(
-        root.longest_batch_ms > 16.0,
-        "the root row's delete ran past the 16 ms bound: {progress:?}"
+        root.longest_batch_ms > 20.0,
+        "the root row's delete ran past max_batch_duration: {progress:?}"
     );
 }
 

@@ -80,13 +80,16 @@ impl Batches {
 
     /// The limits of the next batch: the run's, cut short at the batch bound (⅘ of
     /// `max_batch_duration`) unless it is one row of the step that runs unbounded
-    /// ([`Self::unbounded_step`]), committed deferred with a checkpoint interval. A batch that
-    /// runs longer than the sizing expected (a cascade below a parent row far larger than
-    /// estimated, a stall) is retried smaller.
+    /// ([`Self::unbounded_step`]) or the root row's step ([`Self::root_step`]), committed
+    /// deferred with a checkpoint interval. A batch that runs longer than the sizing expected (a
+    /// cascade below a parent row far larger than estimated, a stall) is retried smaller.
     pub fn limits(&self, run: &BatchLimits, hd: &HardDeleteConfig) -> BatchLimits {
+        let one_row = self.cp.rows <= 1;
         BatchLimits {
             rows: self.cp.rows,
-            statement_timeout: if self.unbounded_step == Some(self.cp.step) && self.cp.rows <= 1 {
+            statement_timeout: if one_row
+                && (self.unbounded_step == Some(self.cp.step) || self.root_step())
+            {
                 run.statement_timeout
             } else {
                 run.statement_timeout.min(hd.batch_timeout())
@@ -100,6 +103,19 @@ impl Batches {
     /// run's own `statement_timeout` (`run`): false for a step that runs unbounded.
     pub fn bounded(limits: &BatchLimits, run: &BatchLimits) -> bool {
         limits.statement_timeout < run.statement_timeout
+    }
+
+    /// Whether the current step deletes the root row (its path is empty; its batch is that one
+    /// row). It runs under the full `statement_timeout` from its first batch: the row cannot be
+    /// split, so a cut at the batch bound could only lead to the same delete under the full
+    /// timeout after a rolled-back try (`failed`); what outlasts the bound there is PostgreSQL's
+    /// own work on the row (its referential triggers' scans of tables without an index on their
+    /// key to it, and the cascade to the rows that go with it), the same in any plan.
+    pub fn root_step(&self) -> bool {
+        self.plan
+            .steps
+            .get(self.cp.step)
+            .is_some_and(|s| s.path.is_empty())
     }
 
     /// Whether every step is done.

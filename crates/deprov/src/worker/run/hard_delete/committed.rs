@@ -97,6 +97,14 @@ impl JobRun {
             ms = batch.elapsed.as_secs_f64() * 1000.0,
             "batch committed"
         );
+        if b.root_step() && batch.elapsed > hd.max_batch_duration {
+            // The root row ran past the bound it is not held to (`Batches::root_step`): counted
+            // as a step whose one row cannot be deleted within the bound. What took the time is
+            // PostgreSQL's own work on the row: its referential triggers (a scan of every table
+            // with a key to it without an index) and the cascade to the rows that go with it.
+            self.progress.unbounded_steps += 1;
+            tracing::info!(job = %self.job.id, ms = batch.elapsed.as_millis(), max_batch_ms = hd.max_batch_duration.as_millis(), "the root row's delete ran past max_batch_duration under the full statement_timeout");
+        }
         // A block range is read whole, however few of its rows are the tenant's: it is sized by
         // time alone.
         let full = if block { b.cp.rows } else { batch.selected };

@@ -62,25 +62,16 @@ impl JobRun {
             self.progress.jumps += 1;
             return Ok(());
         }
-        // The root row goes last: the steps before it deleted the rows of every table below it
-        // that a re-plan could give back a step, but those straight under it whose rows go with
-        // it for this tenant (`Plan::absorb_tenant`: at most `cascade_rows` rows with their
-        // subtrees, by the statistics and every row written since). So a cut of its delete is
-        // mostly PostgreSQL's own work on that row (its referential triggers' scans of tables
-        // without an index on the key), the same under any plan. Cut by the bound, it runs under
-        // the full statement_timeout (`after_bound_cut`) instead of re-planning, which would only
-        // walk every step again and give those tables their scans back; a cut by that timeout
-        // still re-plans as any other step's does.
-        let root_cut = bound_cut && step.path.is_empty();
-        // The same holds for a row under which only covered tables' rows may cascade: their rows
-        // naming the tenant went with their own steps before, so what the bound cut is the row's
-        // own delete and its triggers' scans, which no plan with less cascade changes. And for a
-        // row whose cascade reaches only absorbed tables its delete scans anyway (no index on
-        // their key to it): a re-plan would add a pass of batches over each of them and leave the
-        // row's delete its scans. `Plan::absorbs_only_scanned_below` holds in both cases.
+        // The root row's step never runs under the bound (`Batches::root_step`). A row under
+        // which only covered tables' rows may cascade is cut by its own work: their rows naming
+        // the tenant went with their own steps before, so what the bound cut is the row's own
+        // delete and its triggers' scans, which no plan with less cascade changes. So is a row
+        // whose cascade reaches only absorbed tables its delete scans anyway (no index on their
+        // key to it): a re-plan would add a pass of batches over each of them and leave the row's
+        // delete its scans. `Plan::absorbs_only_scanned_below` holds in both cases; such a row
+        // runs under the full statement_timeout (`after_bound_cut`) instead of re-planning.
         let own_work_cut = bound_cut && b.plan.absorbs_only_scanned_below(step.table);
         if canceled
-            && !root_cut
             && !own_work_cut
             && b.plan.absorbs_below(step.table)
             && b.cp.rows <= 1
