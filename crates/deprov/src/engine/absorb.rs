@@ -412,10 +412,18 @@ impl Plan {
     /// without steps of their own, whose rows only the cascade from `table`'s rows deletes (a
     /// covered table's rows naming the tenant go with its own steps).
     pub fn absorbs_rows_below(&self, table: u32) -> bool {
+        self.absorbed_straight_below(table).next().is_some()
+    }
+
+    /// The absorbed tables with a foreign key to `table` (other than `table` itself), once per key.
+    fn absorbed_straight_below(&self, table: u32) -> impl Iterator<Item = u32> + '_ {
         self.catalog
             .foreign_keys
             .iter()
-            .any(|fk| fk.to == table && fk.from != table && self.absorbed.contains(&fk.from))
+            .filter(move |fk| {
+                fk.to == table && fk.from != table && self.absorbed.contains(&fk.from)
+            })
+            .map(|fk| fk.from)
     }
 
     /// Whether every absorbed table straight below `table` is one a delete of `table`'s rows scans
@@ -426,11 +434,8 @@ impl Plan {
     /// `[hard_delete] cascade_rows` by the statistics. True when no absorbed table is straight
     /// below `table` ([`Self::absorbs_rows_below`] false).
     pub fn absorbs_only_scanned_below(&self, table: u32) -> bool {
-        self.catalog
-            .foreign_keys
-            .iter()
-            .filter(|fk| fk.to == table && fk.from != table && self.absorbed.contains(&fk.from))
-            .all(|fk| self.scanned_under(fk.from, table) && !self.absorbs_rows_below(fk.from))
+        self.absorbed_straight_below(table)
+            .all(|child| self.scanned_under(child, table) && !self.absorbs_rows_below(child))
     }
 
     /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows, or a
