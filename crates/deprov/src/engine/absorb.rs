@@ -12,8 +12,9 @@
 //!   cycle within the closure; it references no root row directly (one root row may own millions
 //!   of rows, so an estimate per root row means nothing), unless the plan is made for one tenant
 //!   whose rows in it the planner's statistics give ([`Plan::absorb_tenant`]);
-//! - no foreign key without an index references it (deleting one of its rows would scan that whole
-//!   referencing table, whatever the row estimate says);
+//! - no foreign key without an index references it from a table larger than
+//!   [`SMALL_SCAN_PAGES`] (deleting one of its rows would scan that whole referencing table,
+//!   whatever the row estimate says); the pages of the small ones count as rows of its own cost;
 //! - every foreign key into it is `ON DELETE CASCADE`, or a SET NULL that cannot fail (no NOT NULL
 //!   column): no RESTRICT / NO ACTION / SET DEFAULT whose outcome could depend on deletion order;
 //! - its row estimate is known (`pg_class.reltuples` ≥ 0, i.e. it was analyzed), and so is each
@@ -22,7 +23,13 @@
 //!   the fan-out `reltuples(child) / reltuples(parent)` (under the root: times the tenant's rows
 //!   in the child; for a child straight under the root, under its other parents: times the
 //!   fan-out or the tenant's rows in the child, whichever is fewer), summed over all absorbed
-//!   children — stays within `max_rows` (`[hard_delete] cascade_rows`).
+//!   children, each row with the pages its own delete scans — stays within `max_rows`
+//!   (`[hard_delete] cascade_rows`); for the root row, within that or a quarter of the pages its
+//!   delete makes PostgreSQL scan anyway (the tables whose key to the root has no index),
+//!   whichever is more ([`ROWS_PER_SCANNED_PAGE`]).
+//! - under the root, no key of it or of a table its cascade reaches into the closure is other
+//!   than CASCADE, or a SET NULL whose update can meet nothing but the key itself
+//!   ([`super::catalog::ForeignKey::rewrites_plainly`]; see `only_cascades_below_of`).
 //!
 //! A table is *covered* (its steps are reduced to those straight to the root) when it has a NOT
 //! NULL `ON DELETE CASCADE` foreign key to the root and other cascading paths besides, and it is not
@@ -63,10 +70,11 @@ impl Plan {
     /// column may be absorbed too — its rows then go with the root row's delete — when
     /// `tenant_rows` holds the most rows the tenant can have in it (by the planner's statistics
     /// and the rows written since, [`super::estimate::DirectRows::at_most`]) and those rows with
-    /// their subtrees fit `max_rows` with the root's other absorbed tables. The root row's delete
-    /// makes PostgreSQL read every table referencing it anyway (scan one without an index on its
-    /// key); a tenant with a few rows in such a table then has them deleted by that read instead
-    /// of by steps that read the table once more.
+    /// their subtrees fit the root's allowance with its other absorbed tables: `max_rows`, or
+    /// [`ROWS_PER_SCANNED_PAGE`] per page of the tables the root row's delete scans, whichever is
+    /// more. The root row's delete makes PostgreSQL read every table referencing it anyway (scan
+    /// one without an index on its key); a tenant with a few rows in such a table then has them
+    /// deleted by that read instead of by steps that read the table once more.
     pub fn absorb_tenant(mut self, max_rows: f64, tenant_rows: &BTreeMap<u32, i64>) -> Plan {
         self.tenant_rows.clone_from(tenant_rows);
         if max_rows <= 0.0 {
@@ -75,7 +83,12 @@ impl Plan {
         let rows = |t: u32| self.catalog.tables[&t].estimated_rows;
         // Rows of `child` per row of `parent`, by the tables' estimates.
         let fan_out = |child: u32, parent: u32| rows(child) / rows(parent).max(1.0);
-        let mut cost: BTreeMap<u32, f64> = self.closure.iter().map(|&t| (t, 1.0)).collect();
+        // A row's own cost: itself, and the pages of the small tables its delete scans.
+        let mut cost: BTreeMap<u32, f64> = self
+            .closure
+            .iter()
+            .map(|&t| (t, 1.0 + self.small_scans(t).unwrap_or(0.0)))
+            .collect();
         let mut absorbed = BTreeSet::new();
         let mut seen = BTreeSet::new();
         let order: Vec<u32> = self
@@ -99,7 +112,12 @@ impl Plan {
                 continue;
             }
             let own = cost[&table];
-            if charge(&mut cost, &parents, |p| fan_out(table, p) * own, max_rows) {
+            if charge(
+                &mut cost,
+                &parents,
+                |p| fan_out(table, p) * own,
+                |_| max_rows,
+            ) {
                 absorbed.insert(table);
             }
         }
@@ -110,12 +128,13 @@ impl Plan {
         // after every other table's rows, and its cascade takes whatever rows below the table were
         // left to it (absorbed tables', and a covered table's rows reached only through it): a
         // table with a key into the tenant's tables that is not CASCADE on itself or anywhere
-        // below it stays a step (a RESTRICT / NO ACTION key would refuse the delete of the rows it
-        // references while they remain). So does one whose other parent is absorbed itself (that
-        // parent's cost was settled), or whose other parent's delete scans a table without an
-        // index on its key, unless the table itself is one of those scanned (its own key to that
-        // parent has no index): such a parent's own delete may outlast the batch bound, which runs
-        // it unbounded while it cascades to no absorbed table, and re-plans the job once it does —
+        // below it, nor a SET NULL that rewrites plainly, stays a step (a RESTRICT / NO ACTION key
+        // would refuse the delete of the rows it references while they remain). So does one whose
+        // other parent is absorbed itself (that parent's cost was settled), or whose other
+        // parent's delete scans a table without an index on its key larger than
+        // [`SMALL_SCAN_PAGES`], unless the table itself is one of those scanned (its own key to
+        // that parent has no index): such a parent's own delete may outlast the batch bound, which
+        // runs it unbounded while it cascades to no absorbed table, and re-plans the job once it does —
         // worth it only when absorbing saves a pass of batches over a table that parent's delete
         // scans anyway. An other parent is charged the table's rows per parent row, at most the
         // tenant's rows in it: one of the tenant's parent rows cascades to the tenant's rows, not
@@ -127,9 +146,9 @@ impl Plan {
                 let others_fit = parents.iter().filter(|&&p| p != self.root).all(|&p| {
                     rows(p) >= 0.0
                         && !absorbed.contains(&p)
-                        && (!self.delete_scans(p) || self.scanned_under(t, p))
+                        && (self.small_scans(p).is_some() || self.scanned_under(t, p))
                 });
-                (others_fit && self.only_cascades_below_of(t, &self.closure))
+                (others_fit && self.only_cascades_below_of(t, &self.closure, true))
                     .then_some((t, parents, direct))
             })
             .collect();
@@ -140,6 +159,10 @@ impl Plan {
                 .then(pages(b.0).total_cmp(&pages(a.0)))
                 .then(a.0.cmp(&b.0))
         });
+        // The root row's delete reads every table whose key to it has no index, whatever is
+        // absorbed: the rows it may take besides are a quarter as many as those pages.
+        let root_rows = max_rows.max(ROWS_PER_SCANNED_PAGE * self.pages_scanned_under_root());
+        let allowance = |p: u32| if p == self.root { root_rows } else { max_rows };
         for (table, parents, direct) in candidates {
             let own = cost[&table];
             let share = |p: u32| {
@@ -149,7 +172,7 @@ impl Plan {
                     fan_out(table, p).min(direct) * own
                 }
             };
-            if charge(&mut cost, &parents, share, max_rows) {
+            if charge(&mut cost, &parents, share, allowance) {
                 absorbed.insert(table);
             }
         }
@@ -182,9 +205,10 @@ impl Plan {
                 }
         });
         // A row whose delete makes PostgreSQL scan a referencing table without an index costs that
-        // table's size, not the estimate: such a table keeps batches of its own (which start at
-        // one row and grow by time), and nothing above it cascades through it.
-        if !safe_refs || self.delete_scans(table) {
+        // table's size, not the estimate: unless every such table is small, the table keeps
+        // batches of its own (which start at one row and grow by time), and nothing above it
+        // cascades through it.
+        if !safe_refs || self.small_scans(table).is_none() {
             return None;
         }
         let parents: Vec<u32> = fks
@@ -252,18 +276,25 @@ impl Plan {
     /// table's (a RESTRICT / NO ACTION key would refuse the delete of the rows it references while
     /// they remain, and a SET NULL / SET DEFAULT one would rewrite rows the cascade deletes).
     fn only_cascades_below(&self, table: u32) -> bool {
-        self.only_cascades_below_of(table, &self.absorbed)
+        self.only_cascades_below_of(table, &self.absorbed, false)
     }
 
     /// [`Self::only_cascades_below`] with `absorbed` the absorbed tables (the closure: every table
-    /// a cascade from `table` reaches).
-    fn only_cascades_below_of(&self, table: u32, absorbed: &BTreeSet<u32>) -> bool {
+    /// a cascade from `table` reaches). With `set_null`, also a table's one SET NULL key into the
+    /// closure that can fail or act only through itself ([`Self::rewrites_plainly`]): the delete
+    /// of the rows it references before this table's then sets the key's columns of rows the
+    /// cascade deletes afterwards — an `UPDATE` that can neither fail nor fire anything, with the
+    /// same rows left in the end.
+    fn only_cascades_below_of(&self, table: u32, absorbed: &BTreeSet<u32>, set_null: bool) -> bool {
         let fks = &self.catalog.foreign_keys;
         let mut stack = vec![table];
         let mut visited = BTreeSet::from([table]);
         while let Some(t) = stack.pop() {
             for fk in fks.iter().filter(|fk| self.closure.contains(&fk.to)) {
-                if fk.from == t && fk.on_delete != OnDelete::Cascade {
+                if fk.from == t
+                    && fk.on_delete != OnDelete::Cascade
+                    && !(set_null && self.rewrites_plainly(fk))
+                {
                     return false;
                 }
                 if fk.to == t
@@ -276,6 +307,30 @@ impl Plan {
             }
         }
         true
+    }
+
+    /// Whether `fk` is a SET NULL key into the closure whose action's `UPDATE` can fail or act
+    /// only through its own columns ([`super::catalog::ForeignKey::rewrites_plainly`]) into
+    /// nullable columns, its table's only SET NULL / SET DEFAULT key into the closure (a row
+    /// updated twice is checked against every key it holds), and sharing no column with another
+    /// of its table's keys into the closure (setting a shared column would detach the row from
+    /// that key's parent too: [`super::simulate::detaches`]).
+    fn rewrites_plainly(&self, fk: &super::catalog::ForeignKey) -> bool {
+        let into_closure =
+            |g: &&super::catalog::ForeignKey| g.from == fk.from && self.closure.contains(&g.to);
+        let fks = &self.catalog.foreign_keys;
+        fk.on_delete == OnDelete::SetNull
+            && fk.rewrites_plainly
+            && !fk.blocks()
+            && fks
+                .iter()
+                .filter(into_closure)
+                .filter(|g| matches!(g.on_delete, OnDelete::SetNull | OnDelete::SetDefault))
+                .count()
+                == 1
+            && !fks.iter().filter(into_closure).any(|g| {
+                !std::ptr::eq(g, fk) && g.from_cols.iter().any(|c| fk.from_cols.contains(c))
+            })
     }
 
     /// Rows for the first batch of a step on `table`: `batch_rows` rows' worth of work by estimate —
@@ -364,6 +419,25 @@ impl Plan {
             .flatten()
     }
 
+    /// The pages a deleted row of `table` makes PostgreSQL scan (the referencing tables whose
+    /// foreign key into it has no index, by `pg_class.relpages`) when each of them is small:
+    /// analyzed, not partitioned, at most [`SMALL_SCAN_PAGES`]. `Some(0.0)` when the delete scans
+    /// none; `None` when it scans a larger one, or one whose size is not known.
+    fn small_scans(&self, table: u32) -> Option<f64> {
+        self.catalog
+            .foreign_keys
+            .iter()
+            .filter(|fk| fk.to == table && !fk.indexed)
+            .map(|fk| {
+                let t = &self.catalog.tables[&fk.from];
+                let small = t.estimated_rows >= 0.0
+                    && !t.partitioned
+                    && t.estimated_pages <= SMALL_SCAN_PAGES;
+                small.then_some(t.estimated_pages.max(0.0))
+            })
+            .sum()
+    }
+
     /// Whether deleting a row of `table` makes PostgreSQL scan a whole referencing table: a foreign
     /// key into it has no index on its referencing columns.
     fn delete_scans(&self, table: u32) -> bool {
@@ -371,6 +445,19 @@ impl Plan {
             .foreign_keys
             .iter()
             .any(|fk| fk.to == table && !fk.indexed)
+    }
+
+    /// The pages of the tables the root row's delete makes PostgreSQL scan whole (a foreign key to
+    /// the root without an index on its referencing columns), by `pg_class.relpages`; a
+    /// partitioned or never analyzed table counts none.
+    fn pages_scanned_under_root(&self) -> f64 {
+        self.closure
+            .iter()
+            .filter(|&&t| t != self.root && self.scanned_under(t, self.root))
+            .map(|t| &self.catalog.tables[t])
+            .filter(|t| !t.partitioned)
+            .map(|t| t.estimated_pages.max(0.0))
+            .sum()
     }
 
     /// Whether deleting a row of `parent` makes PostgreSQL scan `table` whole: a foreign key from
@@ -452,14 +539,15 @@ impl Plan {
 }
 
 /// Adds `share(p)` (the rows one row of parent `p` would cascade to through an absorbed table) to
-/// the cost of each of `parents` when every one of them stays within `max_rows`; whether it did.
+/// the cost of each of `parents` when every one of them stays within its `allowance(p)`; whether
+/// it did.
 fn charge(
     cost: &mut BTreeMap<u32, f64>,
     parents: &[u32],
     share: impl Fn(u32) -> f64,
-    max_rows: f64,
+    allowance: impl Fn(u32) -> f64,
 ) -> bool {
-    if !parents.iter().all(|&p| cost[&p] + share(p) <= max_rows) {
+    if !parents.iter().all(|&p| cost[&p] + share(p) <= allowance(p)) {
         return false;
     }
     for &p in parents {
@@ -467,6 +555,18 @@ fn charge(
     }
     true
 }
+
+/// The most pages a referencing table without an index on its key may have for a delete that
+/// scans it to be weighed like rows ([`Plan::absorb`]): each such page counts as one row of the
+/// deleted row's cost. A larger table, or one never analyzed, makes every deleted row cost its
+/// size, and keeps the table it references out of any cascade.
+pub const SMALL_SCAN_PAGES: f64 = 16.0;
+
+/// Rows the root row's delete may cascade to through absorbed tables per page it reads anyway
+/// ([`Plan::absorb_tenant`]): the rows it deletes besides stay few beside the pages it scans
+/// whatever is absorbed, while each table absorbed saves a pass of batches over it. Below
+/// `cascade_rows` the configured allowance holds.
+pub const ROWS_PER_SCANNED_PAGE: f64 = 0.25;
 
 /// How many times `batch_rows` a leaf table's first batch takes ([`Plan::first_batch_rows`]).
 /// Deleting a row no key references fires no trigger: it writes the row's heap page and a WAL

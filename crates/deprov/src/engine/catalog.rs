@@ -83,7 +83,8 @@ pub struct Table {
     /// batch (see [`super::absorb`]), never for correctness.
     pub estimated_rows: f64,
     /// The planner's size estimate in blocks (`pg_class.relpages`, set with `reltuples`; 0 when
-    /// never analyzed). Like `estimated_rows`, only used to size first batches.
+    /// never analyzed). Like `estimated_rows`, only used to size first batches and the root row's
+    /// allowance of absorbed rows.
     pub estimated_pages: f64,
 }
 
@@ -128,10 +129,17 @@ pub struct ForeignKey {
     /// Whether an index leads with exactly the referencing columns (else each cascaded delete of a
     /// referenced row scans the referencing table).
     pub indexed: bool,
+    /// For an `ON DELETE SET NULL` key: the `UPDATE` its action makes of a referencing row can fail
+    /// or act only through the key's own columns — the referencing table is an ordinary table
+    /// with no CHECK, exclusion or constraint trigger, no unique index but its primary key, no
+    /// trigger of its own, no rule but `SELECT`, and no generated column (PostgreSQL docs
+    /// §5.4 "Constraints", §5.3 "Generated Columns", CREATE TRIGGER, CREATE RULE). Always false
+    /// for another action.
+    pub rewrites_plainly: bool,
 }
 
 /// `(name, from oid, from columns, to oid, to columns, confdeltype, deferrable, nulls a NOT NULL
-/// column, all referencing columns NOT NULL, indexed)`.
+/// column, all referencing columns NOT NULL, indexed, a SET NULL that rewrites plainly)`.
 type FkRow = (
     String,
     i64,
@@ -139,6 +147,7 @@ type FkRow = (
     i64,
     Vec<String>,
     String,
+    bool,
     bool,
     bool,
     bool,
@@ -181,8 +190,10 @@ const COLUMNS: &str = "SELECT a.attrelid::int8, a.attname::text, format_type(a.a
 
 /// Foreign keys (a partitioned table's own, not its partitions' copies): name, referencing table
 /// and columns, referenced table and columns, `confdeltype`, deferrable, whether the action sets a
-/// NOT NULL column, whether every referencing column is NOT NULL, and whether an index leads with
-/// exactly the referencing columns.
+/// NOT NULL column, whether every referencing column is NOT NULL, whether an index leads with
+/// exactly the referencing columns, and for a SET NULL key whether its update of a referencing row
+/// meets nothing but the key ([`ForeignKey::rewrites_plainly`]; the subqueries run for SET NULL
+/// keys only).
 const FOREIGN_KEYS: &str = "SELECT c.conname::text, c.conrelid::int8, \
                ARRAY(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY k(attnum, ord) \
                      JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum ORDER BY k.ord), \
@@ -196,7 +207,20 @@ const FOREIGN_KEYS: &str = "SELECT c.conname::text, c.conrelid::int8, \
                  AND NOT a.attnotnull AND a.attnum = ANY (c.conkey)), \
                EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.conrelid AND i.indpred IS NULL \
                  AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] @> c.conkey \
-                 AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] <@ c.conkey) \
+                 AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] <@ c.conkey), \
+               coalesce(CASE WHEN c.confdeltype = 'n' THEN \
+                 (SELECT r.relkind = 'r' FROM pg_class r WHERE r.oid = c.conrelid) \
+                 AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = c.conrelid \
+                   AND k.contype IN ('c', 'x', 't')) \
+                 AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.conrelid \
+                   AND i.indisunique AND NOT i.indisprimary) \
+                 AND NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.conrelid \
+                   AND NOT t.tgisinternal) \
+                 AND NOT EXISTS (SELECT 1 FROM pg_rewrite w WHERE w.ev_class = c.conrelid \
+                   AND w.ev_type <> '1') \
+                 AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.conrelid \
+                   AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> '') \
+               END, false) \
              FROM pg_constraint c WHERE c.contype = 'f' AND c.conparentid = 0";
 
 /// The rows of the catalog's tables and foreign keys, read apart from its columns
@@ -315,6 +339,7 @@ impl Catalog {
             nulls_not_null,
             not_null,
             indexed,
+            rewrites_plainly,
         ) in fks
         {
             let (from, to) = (from as u32, to as u32);
@@ -330,6 +355,7 @@ impl Catalog {
                     nulls_not_null,
                     not_null,
                     indexed,
+                    rewrites_plainly,
                 });
             }
         }

@@ -227,3 +227,109 @@ async fn a_small_tenants_rows_under_a_scanning_parent_with_a_large_average_go_wi
     assert_eq!(progress.rows_deleted, 1 + 1 + 40, "{progress:?}");
     assert_eq!(progress.replans, 0, "{progress:?}");
 }
+
+#[tokio::test]
+async fn the_root_rows_allowance_grows_with_the_pages_its_delete_scans_anyway() {
+    let env = analyzed(SCHEMA, "events", 200_040).await;
+    let plan = accounts_plan(&env.db).await;
+    let limits = BatchLimits::from(&env.config.hard_delete);
+    let small = at_most(&env.db, &plan, "1", &limits).await;
+    let pages: f64 = sqlx::query_scalar(
+        "SELECT relpages::float8 FROM pg_class WHERE oid = 'app.events'::regclass",
+    )
+    .fetch_one(&env.db)
+    .await
+    .unwrap();
+    // The root row's delete scans `events` (no index on `account_id`): a quarter of its pages is
+    // more than tenant 1's 40 events and 20 projects with their 40 tasks, so they go with it even
+    // under an allowance of 10 rows, which alone takes only `tasks` under `projects`.
+    assert!(
+        pages * engine::absorb::ROWS_PER_SCANNED_PAGE > 1.0 + 40.0 + 20.0 * 3.0,
+        "{pages} pages"
+    );
+    let mut tight = absorbed(&plan.clone().absorb_tenant(10.0, &small));
+    tight.sort();
+    assert_eq!(tight, ["events", "projects", "tasks"]);
+    assert_eq!(absorbed(&plan.clone().absorb(10.0)), ["tasks"]);
+    // No allowance is still none.
+    assert_eq!(
+        absorbed(&plan.clone().absorb_tenant(0.0, &small)),
+        Vec::<String>::new()
+    );
+}
+
+/// `notes` is straight under the root (no index on `account_id`) and has a SET NULL key to
+/// `invoices` (`owner_invoice_id`, nullable): the invoices' step, before the root row's delete,
+/// sets it on tenant 1's notes that the root row's cascade then deletes. Tenant 2 fills `notes`,
+/// and `invoice_lines`, whose key to `invoices` has no index: an invoice's delete scans it, so
+/// `invoices` keeps its step. `%EXTRA%` is replaced by a statement that gives `notes` something
+/// the update could meet.
+const SET_NULL: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.invoices (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE INDEX ON app.invoices (account_id);
+CREATE TABLE app.invoice_lines (invoice_id bigint NOT NULL REFERENCES app.invoices ON DELETE CASCADE);
+CREATE TABLE app.notes (id bigserial PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE,
+    owner_invoice_id bigint REFERENCES app.invoices ON DELETE SET NULL, body text);
+CREATE INDEX ON app.notes (owner_invoice_id);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.invoices SELECT g, 1 + g % 2 FROM generate_series(1, 20) g;
+INSERT INTO app.invoice_lines SELECT 1 FROM generate_series(1, 10000);
+INSERT INTO app.notes (account_id, owner_invoice_id, body)
+    SELECT 2, NULL, 'n' || g FROM generate_series(1, 100000) g;
+INSERT INTO app.notes (account_id, owner_invoice_id, body)
+    SELECT 1, 1 + (g % 10) * 2, 'n' || g FROM generate_series(1, 30) g;
+%EXTRA%
+";
+
+#[tokio::test]
+async fn a_table_whose_set_null_key_rewrites_plainly_goes_with_the_root_row_and_equals_the_cascade()
+{
+    let schema = SET_NULL.replace("%EXTRA%", "");
+    let env = analyzed(&schema, "notes", 100_030).await;
+    let plan = accounts_plan(&env.db).await;
+    let limits = BatchLimits::from(&env.config.hard_delete);
+    let small = at_most(&env.db, &plan, "1", &limits).await;
+    let mut one = absorbed(&plan.clone().absorb_tenant(2000.0, &small));
+    one.sort();
+    assert_eq!(one, ["invoice_lines", "notes"]);
+    // The job: the invoices' batches set the key of tenant 1's notes, which then go with the
+    // root row's delete; the result is the cascade's (`delete_tenant_1`).
+    let progress = env.delete_tenant_1().await;
+    let invoices = progress.table("\"app\".\"invoices\"").unwrap();
+    assert!(invoices.batches > 0, "{progress:?}");
+    let notes = progress.table("\"app\".\"notes\"").unwrap();
+    assert_eq!((notes.batches, notes.rows_deleted), (0, 30), "{progress:?}");
+    assert_eq!(progress.rows_deleted, 1 + 10 + 30, "{progress:?}");
+}
+
+#[tokio::test]
+async fn a_set_null_key_whose_update_could_meet_more_than_the_key_keeps_its_tables_steps() {
+    for extra in [
+        "ALTER TABLE app.notes ADD CHECK (body IS NOT NULL);",
+        "CREATE UNIQUE INDEX ON app.notes (owner_invoice_id, body);",
+        "ALTER TABLE app.notes ADD COLUMN owned boolean \
+             GENERATED ALWAYS AS (owner_invoice_id IS NOT NULL) STORED;",
+        "CREATE FUNCTION app.touch() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RETURN NEW; END $$; \
+         CREATE TRIGGER touch BEFORE UPDATE ON app.notes FOR EACH ROW EXECUTE FUNCTION app.touch();",
+        "CREATE RULE keep AS ON UPDATE TO app.notes WHERE false DO ALSO NOTHING;",
+        // Another key into the tenant's tables over the same column: setting it would detach the
+        // row from that key's parent too.
+        "CREATE TABLE app.tags (id bigint PRIMARY KEY, \
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE); \
+         INSERT INTO app.tags SELECT g, 2 FROM generate_series(1, 20) g; \
+         ALTER TABLE app.notes ADD FOREIGN KEY (owner_invoice_id) REFERENCES app.tags \
+             ON DELETE CASCADE;",
+    ] {
+        let env = analyzed(&SET_NULL.replace("%EXTRA%", extra), "notes", 100_030).await;
+        let plan = accounts_plan(&env.db).await;
+        let limits = BatchLimits::from(&env.config.hard_delete);
+        let small = at_most(&env.db, &plan, "1", &limits).await;
+        let kept = absorbed(&plan.clone().absorb_tenant(2000.0, &small));
+        assert!(!kept.contains(&"notes".to_string()), "{extra}: {kept:?}");
+    }
+}

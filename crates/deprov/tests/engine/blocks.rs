@@ -95,10 +95,11 @@ async fn a_table_keyed_straight_to_the_root_is_deleted_by_block_ranges_of_its_ow
     assert_eq!(progress.rows_deleted, 4001, "{progress:?}");
 }
 
-/// Tenant 1 owns 40 of 200,040 events (no index on `account_id`), tenant 2 the rest. `ANALYZE`
-/// samples 300 rows per unit of the statistics target (PostgreSQL docs, `ANALYZE`): at 10,000 it
-/// reads every row, so the statistics give tenant 1 its 40 rows; a default sample holds about 6 of
-/// them, and scaled up a sample of one or none falls to 10 or fewer, below the allowance.
+/// Tenant 1 owns 360 of 200,360 events (no index on `account_id`), tenant 2 the rest: more than a
+/// quarter of the table's pages (about 1,280), the root row's allowance by the pages its delete
+/// scans (`engine::absorb::ROWS_PER_SCANNED_PAGE`). `ANALYZE` samples 300 rows per unit of the
+/// statistics target (PostgreSQL docs, `ANALYZE`): at 10,000 it reads every row, so the
+/// statistics give tenant 1 its 360 rows.
 const SMALL_TENANT: &str = "
 CREATE SCHEMA app;
 CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
@@ -107,19 +108,19 @@ CREATE TABLE app.events (id bigserial PRIMARY KEY,
 ALTER TABLE app.events ALTER COLUMN account_id SET STATISTICS 10000;
 INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
 INSERT INTO app.events (account_id, body) SELECT 2, 'e' || g FROM generate_series(1, 200000) g;
-INSERT INTO app.events (account_id, body) SELECT 1, 'e' || g FROM generate_series(1, 40) g;
+INSERT INTO app.events (account_id, body) SELECT 1, 'e' || g FROM generate_series(1, 360) g;
 ";
 
 #[tokio::test]
 async fn a_tenant_with_few_rows_in_the_table_reads_a_first_scans_worth_of_blocks_first() {
-    // An allowance below tenant 1's 40 events: they keep their step rather than going with the
-    // root row's delete.
+    // Allowances below tenant 1's 360 events (`cascade_rows`, and a quarter of the table's
+    // pages): they keep their step rather than going with the root row's delete.
     let config = config_hard(
         "batch_rows = 50\nmax_batch_duration = \"800ms\"\nlock_timeout = \"100ms\"\ncascade_rows = 10",
         "id",
         "",
     );
-    let env = analyzed_env(&config, SMALL_TENANT, "events", 200_040).await;
+    let env = analyzed_env(&config, SMALL_TENANT, "events", 200_360).await;
     let leaves_first = crate::harness::accounts_plan(&env.db).await;
     let limits = BatchLimits::from(&env.config.hard_delete);
     let first = |tenant: &'static str| {
@@ -142,10 +143,14 @@ async fn a_tenant_with_few_rows_in_the_table_reads_a_first_scans_worth_of_blocks
     .fetch_one(&env.db)
     .await
     .unwrap();
-    assert_eq!(rows, 200_040.0);
+    assert_eq!(rows, 200_360.0);
+    assert!(
+        360.0 > pages * engine::absorb::ROWS_PER_SCANNED_PAGE,
+        "{pages} pages"
+    );
     let per_block = rows / pages;
     // A leaf's first batch is 400 rows: a few blocks when each may be full of the tenant's rows
-    // (tenant 2's), the blocks of a first scan when the tenant has 40 rows in all (tenant 1's).
+    // (tenant 2's), the blocks of a first scan when the tenant has 360 rows in all (tenant 1's).
     let large = first("2").await;
     assert_eq!(large, (400.0 / per_block).ceil() as i64, "{pages} pages");
     let small = first("1").await;
@@ -160,7 +165,7 @@ async fn a_tenant_with_few_rows_in_the_table_reads_a_first_scans_worth_of_blocks
     let events = progress
         .table(r#""app"."events""#)
         .expect("events in the progress");
-    assert_eq!(events.rows_deleted, 40, "{progress:?}");
+    assert_eq!(events.rows_deleted, 360, "{progress:?}");
     // The first range, then one sixteen times as long: past the table's last block.
     assert!(events.batches <= 2, "{progress:?}");
 }
