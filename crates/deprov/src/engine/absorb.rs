@@ -370,15 +370,19 @@ impl Plan {
     /// referencing it through a foreign key without an index. `None` when one of them was never
     /// analyzed or is partitioned (its estimate is its partitions').
     fn scanned_per_delete(&self, table: u32) -> Option<f64> {
+        self.scanned_by_delete(table)
+            .map(|t| (t.estimated_rows >= 0.0 && !t.partitioned).then_some(t.estimated_rows))
+            .sum()
+    }
+
+    /// The tables a deleted row of `table` makes PostgreSQL scan whole: those referencing it
+    /// through a foreign key without an index on its referencing columns, once per such key.
+    fn scanned_by_delete(&self, table: u32) -> impl Iterator<Item = &super::catalog::Table> + '_ {
         self.catalog
             .foreign_keys
             .iter()
-            .filter(|fk| fk.to == table && !fk.indexed)
-            .map(|fk| {
-                let t = &self.catalog.tables[&fk.from];
-                (t.estimated_rows >= 0.0 && !t.partitioned).then_some(t.estimated_rows)
-            })
-            .sum()
+            .filter(move |fk| fk.to == table && !fk.indexed)
+            .map(|fk| &self.catalog.tables[&fk.from])
     }
 
     /// The size of a step's first batch: [`Plan::first_batch_rows`] of its table — for a block
@@ -424,12 +428,8 @@ impl Plan {
     /// analyzed, not partitioned, at most [`SMALL_SCAN_PAGES`]. `Some(0.0)` when the delete scans
     /// none; `None` when it scans a larger one, or one whose size is not known.
     fn small_scans(&self, table: u32) -> Option<f64> {
-        self.catalog
-            .foreign_keys
-            .iter()
-            .filter(|fk| fk.to == table && !fk.indexed)
-            .map(|fk| {
-                let t = &self.catalog.tables[&fk.from];
+        self.scanned_by_delete(table)
+            .map(|t| {
                 let small = t.estimated_rows >= 0.0
                     && !t.partitioned
                     && t.estimated_pages <= SMALL_SCAN_PAGES;
@@ -441,10 +441,7 @@ impl Plan {
     /// Whether deleting a row of `table` makes PostgreSQL scan a whole referencing table: a foreign
     /// key into it has no index on its referencing columns.
     fn delete_scans(&self, table: u32) -> bool {
-        self.catalog
-            .foreign_keys
-            .iter()
-            .any(|fk| fk.to == table && !fk.indexed)
+        self.scanned_by_delete(table).next().is_some()
     }
 
     /// The pages of the tables the root row's delete makes PostgreSQL scan whole (a foreign key to
