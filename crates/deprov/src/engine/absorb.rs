@@ -316,21 +316,11 @@ impl Plan {
     /// of its table's keys into the closure (setting a shared column would detach the row from
     /// that key's parent too: [`super::simulate::detaches`]).
     fn rewrites_plainly(&self, fk: &super::catalog::ForeignKey) -> bool {
-        let into_closure =
-            |g: &&super::catalog::ForeignKey| g.from == fk.from && self.closure.contains(&g.to);
-        let fks = &self.catalog.foreign_keys;
         fk.on_delete == OnDelete::SetNull
             && fk.rewrites_plainly
             && !fk.blocks()
-            && fks
-                .iter()
-                .filter(into_closure)
-                .filter(|g| matches!(g.on_delete, OnDelete::SetNull | OnDelete::SetDefault))
-                .count()
-                == 1
-            && !fks.iter().filter(into_closure).any(|g| {
-                !std::ptr::eq(g, fk) && g.from_cols.iter().any(|c| fk.from_cols.contains(c))
-            })
+            && !super::simulate::updated_twice_tables(self).contains(&fk.from)
+            && !super::simulate::shares_a_column(self, fk)
     }
 
     /// Rows for the first batch of a step on `table`: `batch_rows` rows' worth of work by estimate —

@@ -47,6 +47,7 @@ mod scope;
 mod state;
 mod store;
 
+pub(crate) use preset::shares_a_column;
 pub use preset::{Preset, apply as apply_presets, detaches, presets};
 
 use std::collections::{BTreeMap, VecDeque};
@@ -225,7 +226,7 @@ pub fn updated_twice(plan: &Plan) -> bool {
 
 /// The tables of [`updated_twice`]: those with two or more SET NULL / SET DEFAULT keys into the
 /// closure (oids).
-fn updated_twice_tables(plan: &Plan) -> std::collections::BTreeSet<u32> {
+pub(crate) fn updated_twice_tables(plan: &Plan) -> std::collections::BTreeSet<u32> {
     let fks = &plan.catalog.foreign_keys;
     let mut count: BTreeMap<u32, usize> = BTreeMap::new();
     for g in fks.iter().filter(|g| {

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use sqlx::PgPool;
 
 use super::{Ctx, SimError, load};
-use crate::engine::catalog::OnDelete;
+use crate::engine::catalog::{ForeignKey, OnDelete};
 use crate::engine::{BatchLimits, EngineError, Plan};
 use crate::sql::{SqlBuilder, Statement};
 
@@ -38,16 +38,21 @@ pub struct Preset {
 /// Whether the plan has the hazard the module docs describe: a SET NULL / SET DEFAULT key into the
 /// tenant's tables sharing a column with another key of the same table into them.
 pub fn detaches(plan: &Plan) -> bool {
-    let fks = &plan.catalog.foreign_keys;
-    fks.iter().enumerate().any(|(i, f)| {
+    plan.catalog.foreign_keys.iter().any(|f| {
         plan.closure.contains(&f.to)
             && matches!(f.on_delete, OnDelete::SetNull | OnDelete::SetDefault)
-            && fks.iter().enumerate().any(|(j, g)| {
-                j != i
-                    && g.from == f.from
-                    && plan.closure.contains(&g.to)
-                    && g.from_cols.iter().any(|c| f.from_cols.contains(c))
-            })
+            && shares_a_column(plan, f)
+    })
+}
+
+/// Whether `f` (a foreign key of `plan`'s catalog) shares a referencing column with another key
+/// of its table into the tenant's tables.
+pub(crate) fn shares_a_column(plan: &Plan, f: &ForeignKey) -> bool {
+    plan.catalog.foreign_keys.iter().any(|g| {
+        !std::ptr::eq(g, f)
+            && g.from == f.from
+            && plan.closure.contains(&g.to)
+            && g.from_cols.iter().any(|c| f.from_cols.contains(c))
     })
 }
 
