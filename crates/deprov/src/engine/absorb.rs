@@ -51,7 +51,8 @@
 //! slow. Batches are sized by time, so the next batch takes fewer parents; a single parent row whose
 //! cascade alone exceeds the absorbing step's statement timeout makes the worker re-plan with a
 //! smaller allowance, and at last fall back to the plain leaves-first plan, every path its own
-//! steps, for the rest of the job (see `worker::run`).
+//! steps, for the rest of the job (see `worker::run`). The root row is such a parent when its
+//! delete is held to the batch bound ([`Plan::root_delete_bounded`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -512,6 +513,20 @@ impl Plan {
             .all(|child| self.scanned_under(child, table) && !self.absorbs_rows_below(child))
     }
 
+    /// Whether the root row's delete is held to the batch bound `bound` (a `statement_timeout`):
+    /// it takes absorbed tables' rows that it does not scan anyway
+    /// ([`Self::absorbs_only_scanned_below`] false), and the tables it scans whole (no index on
+    /// their key to the root) are few enough pages to be read within the bound at
+    /// [`SCANNED_PAGES_PER_MS`]. The absorbed rows were weighed by the statistics in rows, not in
+    /// time: a cut at the bound shows they cost more, and a plan with less cascade gives them
+    /// steps of their own. A root row whose scans alone may outlast the bound runs as long as
+    /// they take in any plan, and is not held to it.
+    pub fn root_delete_bounded(&self, bound: std::time::Duration) -> bool {
+        !self.absorbs_only_scanned_below(self.root)
+            && self.pages_scanned_under_root()
+                <= SCANNED_PAGES_PER_MS * bound.as_secs_f64() * 1000.0
+    }
+
     /// Whether a step on `table` deletes rows whose cascade removes absorbed tables' rows, or a
     /// covered table's rows reached through `table`.
     pub fn absorbs_below(&self, table: u32) -> bool {
@@ -554,6 +569,11 @@ pub const SMALL_SCAN_PAGES: f64 = 16.0;
 /// whatever is absorbed, while each table absorbed saves a pass of batches over it. Below
 /// `cascade_rows` the configured allowance holds.
 pub const ROWS_PER_SCANNED_PAGE: f64 = 0.25;
+
+/// Pages a sequential scan is taken to read per millisecond when weighing whether the root row's
+/// delete fits the batch bound by its scans alone ([`Plan::root_delete_bounded`]): a heap page in
+/// shared buffers takes a few microseconds to read and test; this errs towards slower scans.
+pub const SCANNED_PAGES_PER_MS: f64 = 100.0;
 
 /// How many times `batch_rows` a leaf table's first batch takes ([`Plan::first_batch_rows`]).
 /// Deleting a row no key references fires no trigger: it writes the row's heap page and a WAL

@@ -247,9 +247,19 @@ async fn the_root_rows_allowance_grows_with_the_pages_its_delete_scans_anyway() 
         pages * engine::absorb::ROWS_PER_SCANNED_PAGE > 1.0 + 40.0 + 20.0 * 3.0,
         "{pages} pages"
     );
-    let mut tight = absorbed(&plan.clone().absorb_tenant(10.0, &small));
+    let tight_plan = plan.clone().absorb_tenant(10.0, &small);
+    let mut tight = absorbed(&tight_plan);
     tight.sort();
     assert_eq!(tight, ["events", "projects", "tasks"]);
+    // The root row's delete takes `projects`, which it does not scan: it is held to a bound
+    // within which its scan of `events` fits, and not to one too short for it.
+    let ms = |ms: u64| std::time::Duration::from_millis(ms);
+    let fits = pages / engine::absorb::SCANNED_PAGES_PER_MS;
+    assert!(tight_plan.root_delete_bounded(ms(fits.ceil() as u64)));
+    assert!(!tight_plan.root_delete_bounded(ms(fits.floor() as u64 - 1)));
+    // Absorbing nothing it does not scan, it is held to none.
+    let generic = plan.clone().absorb(10.0);
+    assert!(!generic.root_delete_bounded(ms(10_000)));
     assert_eq!(absorbed(&plan.clone().absorb(10.0)), ["tasks"]);
     // No allowance is still none.
     assert_eq!(
@@ -332,4 +342,54 @@ async fn a_set_null_key_whose_update_could_meet_more_than_the_key_keeps_its_tabl
         let kept = absorbed(&plan.clone().absorb_tenant(2000.0, &small));
         assert!(!kept.contains(&"notes".to_string()), "{extra}: {kept:?}");
     }
+}
+
+/// Tenant 1 owns 10,000 projects, each with three tasks, as many as tenant 2: within an allowance
+/// of 50,000 rows they go with the root row's delete, which takes far longer than the 16 ms bound
+/// of `max_batch_duration = "20ms"`.
+const MANY_PROJECTS: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.projects (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+CREATE INDEX ON app.projects (account_id);
+CREATE TABLE app.tasks (id bigint PRIMARY KEY,
+    project_id bigint NOT NULL REFERENCES app.projects ON DELETE CASCADE);
+CREATE INDEX ON app.tasks (project_id);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.projects SELECT g, 1 + g % 2 FROM generate_series(1, 20000) g;
+INSERT INTO app.tasks SELECT g, 1 + g % 20000 FROM generate_series(1, 60000) g;
+";
+
+#[tokio::test]
+async fn a_root_row_whose_absorbed_rows_outlast_the_bound_is_cut_and_re_planned_not_run_unbounded()
+{
+    let config = config_hard(
+        "batch_rows = 50\nmax_batch_duration = \"20ms\"\nlock_timeout = \"5ms\"\ncascade_rows = 50000",
+        "id",
+        "",
+    );
+    let env = analyzed_env(&config, MANY_PROJECTS, "tasks", 60_000).await;
+    let plan = accounts_plan(&env.db).await;
+    let limits = BatchLimits::from(&env.config.hard_delete);
+    let small = engine::estimate::absorbable_rows(&env.db, &plan, "1", &limits, 50_000)
+        .await
+        .unwrap();
+    let first = plan.clone().absorb_tenant(50_000.0, &small);
+    let mut taken = absorbed(&first);
+    taken.sort();
+    assert_eq!(taken, ["projects", "tasks"], "{small:?}");
+    // The root row's delete scans nothing: it is held to the bound.
+    assert!(first.root_delete_bounded(env.config.hard_delete.batch_timeout()));
+
+    // The job: the root row's delete with 40,000 rows under it is cut at the bound and rolled
+    // back; the re-plan gives `projects` steps of its own (its tasks go with its batches), and
+    // the root row goes last, alone. The result is the cascade's (`delete_tenant_1`).
+    let progress = env.delete_tenant_1().await;
+    assert_eq!(progress.replans, 1, "{progress:?}");
+    assert!(progress.longest_rolled_back_ms > 0.0, "{progress:?}");
+    let projects = progress.table("\"app\".\"projects\"").unwrap();
+    assert!(projects.batches >= 1, "{progress:?}");
+    assert_eq!(projects.rows_deleted, 10_000, "{progress:?}");
+    assert_eq!(progress.rows_deleted, 1 + 10_000 + 30_000, "{progress:?}");
 }

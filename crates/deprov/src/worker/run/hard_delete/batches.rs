@@ -80,15 +80,16 @@ impl Batches {
 
     /// The limits of the next batch: the run's, cut short at the batch bound (⅘ of
     /// `max_batch_duration`) unless it is one row of the step that runs unbounded
-    /// ([`Self::unbounded_step`]) or the root row's step ([`Self::root_step`]), committed
-    /// deferred with a checkpoint interval. A batch that runs longer than the sizing expected (a
-    /// cascade below a parent row far larger than estimated, a stall) is retried smaller.
+    /// ([`Self::unbounded_step`]) or the root row's step held to no bound
+    /// ([`Self::root_unbounded`]), committed deferred with a checkpoint interval. A batch that
+    /// runs longer than the sizing expected (a cascade below a parent row far larger than
+    /// estimated, a stall) is retried smaller.
     pub fn limits(&self, run: &BatchLimits, hd: &HardDeleteConfig) -> BatchLimits {
         let one_row = self.cp.rows <= 1;
         BatchLimits {
             rows: self.cp.rows,
             statement_timeout: if one_row
-                && (self.unbounded_step == Some(self.cp.step) || self.root_step())
+                && (self.unbounded_step == Some(self.cp.step) || self.root_unbounded(hd))
             {
                 run.statement_timeout
             } else {
@@ -106,16 +107,25 @@ impl Batches {
     }
 
     /// Whether the current step deletes the root row (its path is empty; its batch is that one
-    /// row). It runs under the full `statement_timeout` from its first batch: the row cannot be
-    /// split, so a cut at the batch bound could only lead to the same delete under the full
-    /// timeout after a rolled-back try (`failed`); what outlasts the bound there is PostgreSQL's
-    /// own work on the row (its referential triggers' scans of tables without an index on their
-    /// key to it, and the cascade to the rows that go with it), the same in any plan.
+    /// row).
     pub fn root_step(&self) -> bool {
         self.plan
             .steps
             .get(self.cp.step)
             .is_some_and(|s| s.path.is_empty())
+    }
+
+    /// Whether the current step is the root row's and runs under the full `statement_timeout`
+    /// from its first batch: unless its delete takes absorbed tables' rows that it does not scan
+    /// anyway, and its scans fit the batch bound ([`Plan::root_delete_bounded`]). The row cannot
+    /// be split: what outlasts the bound there is PostgreSQL's own work on the row (its
+    /// referential triggers' scans of tables without an index on their key to it, and the few
+    /// rows that go with those scans), the same in any plan, so a cut could only lead to the
+    /// same delete under the full timeout after a rolled-back try (`failed`). A root row held to
+    /// the bound and cut there re-plans with less cascade instead, its absorbed tables' rows then
+    /// deleted by steps of their own.
+    pub fn root_unbounded(&self, hd: &HardDeleteConfig) -> bool {
+        self.root_step() && !self.plan.root_delete_bounded(hd.batch_timeout())
     }
 
     /// Whether every step is done.

@@ -98,7 +98,7 @@ impl JobRun {
             "batch committed"
         );
         if b.root_step() && batch.elapsed > hd.max_batch_duration {
-            // The root row ran past the bound it is not held to (`Batches::root_step`): counted
+            // The root row ran past the bound it is not held to (`Batches::root_unbounded`): counted
             // as a step whose one row cannot be deleted within the bound. What took the time is
             // PostgreSQL's own work on the row: its referential triggers (a scan of every table
             // with a key to it without an index) and the cascade to the rows that go with it.

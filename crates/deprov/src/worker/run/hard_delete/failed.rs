@@ -62,7 +62,8 @@ impl JobRun {
             self.progress.jumps += 1;
             return Ok(());
         }
-        // The root row's step never runs under the bound (`Batches::root_step`). A row under
+        // The root row's step runs under the bound only when its delete takes absorbed tables'
+        // rows it does not scan anyway (`Batches::root_unbounded`): a cut there re-plans. A row under
         // which only covered tables' rows may cascade is cut by its own work: their rows naming
         // the tenant went with their own steps before, so what the bound cut is the row's own
         // delete and its triggers' scans, which no plan with less cascade changes. So is a row

@@ -273,8 +273,8 @@ fn start_step(cp: &mut Checkpoint, plan: &Plan, batch_rows: i64, max_rows: i64) 
     cp.cursor = Cursor::Start;
     let step = plan.steps.get(cp.step);
     cp.rows = match step {
-        // The root step deletes one row by its key, under the full statement_timeout from its
-        // first batch (`Batches::root_step`), not through smaller sizes that are the same row.
+        // The root step deletes one row by its key (`Batches::root_unbounded`), not through
+        // smaller sizes that are the same row.
         Some(s) if s.path.is_empty() => 1,
         Some(s) => plan.first_batch(s, batch_rows),
         None => batch_rows,
