@@ -514,15 +514,14 @@ impl Plan {
     }
 
     /// Whether the root row's delete is held to the batch bound `bound` (a `statement_timeout`):
-    /// it takes absorbed tables' rows that it does not scan anyway
-    /// ([`Self::absorbs_only_scanned_below`] false), and the tables it scans whole (no index on
-    /// their key to the root) are few enough pages to be read within the bound at
-    /// [`SCANNED_PAGES_PER_MS`]. The absorbed rows were weighed by the statistics in rows, not in
-    /// time: a cut at the bound shows they cost more, and a plan with less cascade gives them
-    /// steps of their own. A root row whose scans alone may outlast the bound runs as long as
-    /// they take in any plan, and is not held to it.
+    /// it takes absorbed tables' rows ([`Self::absorbs_rows_below`]), and the tables it scans
+    /// whole (no index on their key to the root) are few enough pages to be read within the
+    /// bound at [`SCANNED_PAGES_PER_MS`]. The absorbed rows were weighed by the statistics in
+    /// rows, not in time: a cut at the bound then shows they cost more than their scans, and a
+    /// plan with less cascade gives them steps of their own. A root row whose scans alone may
+    /// outlast the bound runs as long as they take in any plan, and is not held to it.
     pub fn root_delete_bounded(&self, bound: std::time::Duration) -> bool {
-        !self.absorbs_only_scanned_below(self.root)
+        self.absorbs_rows_below(self.root)
             && self.pages_scanned_under_root()
                 <= SCANNED_PAGES_PER_MS * bound.as_secs_f64() * 1000.0
     }

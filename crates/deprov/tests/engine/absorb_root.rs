@@ -251,13 +251,13 @@ async fn the_root_rows_allowance_grows_with_the_pages_its_delete_scans_anyway() 
     let mut tight = absorbed(&tight_plan);
     tight.sort();
     assert_eq!(tight, ["events", "projects", "tasks"]);
-    // The root row's delete takes `projects`, which it does not scan: it is held to a bound
-    // within which its scan of `events` fits, and not to one too short for it.
+    // The root row's delete takes the tenant's rows: it is held to a bound within which its scan
+    // of `events` fits, and not to one too short for it.
     let ms = |ms: u64| std::time::Duration::from_millis(ms);
     let fits = pages / engine::absorb::SCANNED_PAGES_PER_MS;
     assert!(tight_plan.root_delete_bounded(ms(fits.ceil() as u64)));
     assert!(!tight_plan.root_delete_bounded(ms(fits.floor() as u64 - 1)));
-    // Absorbing nothing it does not scan, it is held to none.
+    // Absorbing nothing straight below it, it is held to none.
     let generic = plan.clone().absorb(10.0);
     assert!(!generic.root_delete_bounded(ms(10_000)));
     assert_eq!(absorbed(&plan.clone().absorb(10.0)), ["tasks"]);
@@ -361,35 +361,159 @@ INSERT INTO app.projects SELECT g, 1 + g % 2 FROM generate_series(1, 20000) g;
 INSERT INTO app.tasks SELECT g, 1 + g % 20000 FROM generate_series(1, 60000) g;
 ";
 
-#[tokio::test]
-async fn a_root_row_whose_absorbed_rows_outlast_the_bound_is_cut_and_re_planned_not_run_unbounded()
-{
+/// Tenant 1 owns 80,000 projects, as many as tenant 2, with no index on `account_id`: the root
+/// row's delete scans the table (a few hundred pages, within the 16 ms bound at 100 pages per ms),
+/// and within an allowance of 100,000 rows the tenant's projects go with it, which takes far
+/// longer than the bound.
+const SCANNED_PROJECTS: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+CREATE TABLE app.projects (id bigint PRIMARY KEY,
+    account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+INSERT INTO app.projects SELECT g, 1 + g % 2 FROM generate_series(1, 160000) g;
+";
+
+/// Deletes tenant 1 of `schema` (analyzed once `table` has `written` rows) under a 16 ms batch
+/// bound and an allowance of `cascade_rows`, asserting that the plan for it first has the root
+/// row's delete take `taken` (sorted) under the bound, and that the job's root row was cut there
+/// and re-planned once, giving `projects` (`projects` rows of tenant 1) steps of its own; the
+/// result is the cascade's (`delete_tenant_1`). Returns the job's progress.
+async fn root_cut_and_re_planned(
+    schema: &str,
+    (table, written): (&str, i64),
+    cascade_rows: u32,
+    taken: &[&str],
+    projects: i64,
+) -> deprov::worker::Progress {
     let config = config_hard(
-        "batch_rows = 50\nmax_batch_duration = \"20ms\"\nlock_timeout = \"5ms\"\ncascade_rows = 50000",
+        &format!(
+            "batch_rows = 50\nmax_batch_duration = \"20ms\"\nlock_timeout = \"5ms\"\ncascade_rows = {cascade_rows}"
+        ),
         "id",
         "",
     );
-    let env = analyzed_env(&config, MANY_PROJECTS, "tasks", 60_000).await;
+    let env = analyzed_env(&config, schema, table, written).await;
     let plan = accounts_plan(&env.db).await;
     let limits = BatchLimits::from(&env.config.hard_delete);
-    let small = engine::estimate::absorbable_rows(&env.db, &plan, "1", &limits, 50_000)
+    let small = engine::estimate::absorbable_rows(&env.db, &plan, "1", &limits, cascade_rows)
         .await
         .unwrap();
-    let first = plan.clone().absorb_tenant(50_000.0, &small);
-    let mut taken = absorbed(&first);
-    taken.sort();
-    assert_eq!(taken, ["projects", "tasks"], "{small:?}");
-    // The root row's delete scans nothing: it is held to the bound.
+    let first = plan.clone().absorb_tenant(f64::from(cascade_rows), &small);
+    let mut absorbed_first = absorbed(&first);
+    absorbed_first.sort();
+    assert_eq!(absorbed_first, taken, "{small:?}");
     assert!(first.root_delete_bounded(env.config.hard_delete.batch_timeout()));
 
-    // The job: the root row's delete with 40,000 rows under it is cut at the bound and rolled
-    // back; the re-plan gives `projects` steps of its own (its tasks go with its batches), and
-    // the root row goes last, alone. The result is the cascade's (`delete_tenant_1`).
     let progress = env.delete_tenant_1().await;
     assert_eq!(progress.replans, 1, "{progress:?}");
     assert!(progress.longest_rolled_back_ms > 0.0, "{progress:?}");
-    let projects = progress.table("\"app\".\"projects\"").unwrap();
-    assert!(projects.batches >= 1, "{progress:?}");
-    assert_eq!(projects.rows_deleted, 10_000, "{progress:?}");
+    let steps = progress.table("\"app\".\"projects\"").unwrap();
+    assert!(steps.batches >= 1, "{progress:?}");
+    assert_eq!(steps.rows_deleted, projects, "{progress:?}");
+    progress
+}
+
+#[tokio::test]
+async fn a_root_row_whose_absorbed_rows_outlast_the_bound_is_cut_and_re_planned_not_run_unbounded()
+{
+    // The root row's delete scans nothing; with 40,000 rows under it, it is cut at the bound and
+    // rolled back, and after the re-plan `projects` has steps of its own (its tasks go with its
+    // batches) and the root row goes last, alone.
+    let progress = root_cut_and_re_planned(
+        MANY_PROJECTS,
+        ("tasks", 60_000),
+        50_000,
+        &["projects", "tasks"],
+        10_000,
+    )
+    .await;
     assert_eq!(progress.rows_deleted, 1 + 10_000 + 30_000, "{progress:?}");
+}
+
+#[tokio::test]
+async fn a_root_row_whose_absorbed_rows_in_a_table_it_scans_outlast_the_bound_is_re_planned_too() {
+    // Its scan of `projects` fits the bound: what the bound cut is the 80,000 rows that went
+    // with the delete, which a re-plan gives a step of their own.
+    let progress = root_cut_and_re_planned(
+        SCANNED_PROJECTS,
+        ("projects", 160_000),
+        100_000,
+        &["projects"],
+        80_000,
+    )
+    .await;
+    assert_eq!(progress.rows_deleted, 1 + 80_000, "{progress:?}");
+}
+
+/// The root row's delete scans `events` (1.1M rows of tenant 2, no index on `account_id`: about
+/// 7,000 pages, within the 80 ms bound at 100 pages per ms), so its allowance is at least a
+/// quarter of those pages. Tenant 1's 1,700 `items`, each referenced by 32 empty tables (each
+/// row's delete runs 32 referential triggers), and its 200 `notes` fit an allowance of 2,000 rows;
+/// an eighth of it leaves the items to the root row by the pages alone.
+fn floored_schema() -> String {
+    let children: String = (1..=32)
+        .map(|i| {
+            format!(
+                "CREATE TABLE app.c{i} (item_id bigint REFERENCES app.items ON DELETE CASCADE);
+                 CREATE INDEX ON app.c{i} (item_id);\n"
+            )
+        })
+        .collect();
+    format!(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.accounts (id bigint PRIMARY KEY, deleted_at timestamptz);
+         CREATE TABLE app.events (id bigserial PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE, body text);
+         CREATE TABLE app.items (id bigint PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE, pad text);
+         CREATE INDEX ON app.items (account_id);
+         CREATE TABLE app.notes (id bigint PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES app.accounts ON DELETE CASCADE);
+         CREATE INDEX ON app.notes (account_id);
+         {children}
+         INSERT INTO app.accounts VALUES (1, NULL), (2, NULL);
+         INSERT INTO app.events (account_id, body) SELECT 2, 'e' || g FROM generate_series(1, 1100000) g;
+         INSERT INTO app.events (account_id, body) SELECT 1, 'e' || g FROM generate_series(1, 10) g;
+         INSERT INTO app.items SELECT g, 1 + g % 2, repeat('x', 200) FROM generate_series(1, 3400) g;
+         INSERT INTO app.notes SELECT g, 1 + g % 2 FROM generate_series(1, 400) g;"
+    )
+}
+
+#[tokio::test]
+async fn a_root_row_cut_under_the_bound_re_plans_until_its_delete_takes_no_absorbed_rows() {
+    let config = config_hard(
+        "batch_rows = 50\nmax_batch_duration = \"100ms\"\nlock_timeout = \"5ms\"\ncascade_rows = 2000",
+        "id",
+        "",
+    );
+    let env = analyzed_env(&config, &floored_schema(), "events", 1_100_010).await;
+    let plan = accounts_plan(&env.db).await;
+    let limits = BatchLimits::from(&env.config.hard_delete);
+    let small = at_most(&env.db, &plan, "1", &limits).await;
+    let straight = |p: &engine::Plan| {
+        let mut t: Vec<String> = absorbed(p)
+            .into_iter()
+            .filter(|t| !t.starts_with('c'))
+            .collect();
+        t.sort();
+        t
+    };
+    let full = plan.clone().absorb_tenant(2000.0, &small);
+    assert_eq!(straight(&full), ["events", "items", "notes"], "{small:?}");
+    assert!(full.root_delete_bounded(env.config.hard_delete.batch_timeout()));
+    // An eighth of the allowance still leaves the items to the root row: the pages it scans
+    // set its allowance.
+    let eighth = plan.clone().absorb_tenant(250.0, &small);
+    assert_eq!(straight(&eighth), ["events", "items"], "{small:?}");
+
+    // The job: the root row's delete is cut once, and the re-plan leaves it no absorbed rows,
+    // rather than an allowance under which the items' delete would be cut again.
+    let progress = env.delete_tenant_1().await;
+    assert_eq!(progress.replans, 1, "{progress:?}");
+    assert_eq!(progress.cascade_rows, Some(0), "{progress:?}");
+    let items = progress.table("\"app\".\"items\"").unwrap();
+    assert!(items.batches >= 1, "{progress:?}");
+    assert_eq!(items.rows_deleted, 1_700, "{progress:?}");
+    assert_eq!(progress.rows_deleted, 1 + 10 + 1_700 + 200, "{progress:?}");
 }

@@ -116,14 +116,13 @@ impl Batches {
     }
 
     /// Whether the current step is the root row's and runs under the full `statement_timeout`
-    /// from its first batch: unless its delete takes absorbed tables' rows that it does not scan
-    /// anyway, and its scans fit the batch bound ([`Plan::root_delete_bounded`]). The row cannot
-    /// be split: what outlasts the bound there is PostgreSQL's own work on the row (its
-    /// referential triggers' scans of tables without an index on their key to it, and the few
-    /// rows that go with those scans), the same in any plan, so a cut could only lead to the
-    /// same delete under the full timeout after a rolled-back try (`failed`). A root row held to
-    /// the bound and cut there re-plans with less cascade instead, its absorbed tables' rows then
-    /// deleted by steps of their own.
+    /// from its first batch: unless its delete takes absorbed tables' rows and its scans fit the
+    /// batch bound ([`Plan::root_delete_bounded`]). The row cannot be split: what outlasts the
+    /// bound when its scans do not fit it is PostgreSQL's own work on the row (its referential
+    /// triggers' scans of tables without an index on their key to it), the same in any plan, so
+    /// a cut could only lead to the same delete under the full timeout after a rolled-back try
+    /// (`failed`). A root row held to the bound and cut there re-plans with less cascade instead,
+    /// its absorbed tables' rows then deleted by steps of their own.
     pub fn root_unbounded(&self, hd: &HardDeleteConfig) -> bool {
         self.root_step() && !self.plan.root_delete_bounded(hd.batch_timeout())
     }

@@ -63,7 +63,8 @@ impl JobRun {
             return Ok(());
         }
         // The root row's step runs under the bound only when its delete takes absorbed tables'
-        // rows it does not scan anyway (`Batches::root_unbounded`): a cut there re-plans. A row under
+        // rows and its scans fit the bound (`Batches::root_unbounded`): a cut there is those
+        // rows', and re-plans. Another row under
         // which only covered tables' rows may cascade is cut by its own work: their rows naming
         // the tenant went with their own steps before, so what the bound cut is the row's own
         // delete and its triggers' scans, which no plan with less cascade changes. So is a row
@@ -71,7 +72,8 @@ impl JobRun {
         // key to it): a re-plan would add a pass of batches over each of them and leave the row's
         // delete its scans. `Plan::absorbs_only_scanned_below` holds in both cases; such a row
         // runs under the full statement_timeout (`after_bound_cut`) instead of re-planning.
-        let own_work_cut = bound_cut && b.plan.absorbs_only_scanned_below(step.table);
+        let own_work_cut =
+            bound_cut && !step.path.is_empty() && b.plan.absorbs_only_scanned_below(step.table);
         if canceled
             && !own_work_cut
             && b.plan.absorbs_below(step.table)
@@ -136,8 +138,13 @@ impl JobRun {
         limits: &BatchLimits,
     ) {
         // An allowance whose plan lets the cut row's statement cascade to the same tables would
-        // only be cut again: the first one that changes them (at last 0, leaves first).
+        // only be cut again: the first one that changes them (at last 0, leaves first). The root
+        // row, cut under the bound its scans fit (`Batches::root_unbounded`), goes on to the
+        // first allowance under which its delete takes no absorbed table's rows: its allowance
+        // has a floor in the pages it scans (`Plan::absorb_tenant`), so a smaller one may leave
+        // it most of the rows that were cut.
         let step_table = b.plan.steps[b.cp.step].table;
+        let root_cut = b.plan.steps[b.cp.step].path.is_empty();
         let below = b.plan.cascades_below(step_table);
         let next = loop {
             b.cascade_rows = if b.cascade_rows >= 64 {
@@ -148,7 +155,12 @@ impl JobRun {
             let next = leaves_first
                 .clone()
                 .absorb_tenant(f64::from(b.cascade_rows), &b.plan.tenant_rows);
-            if b.cascade_rows == 0 || next.cascades_below(step_table) != below {
+            let changed = if root_cut {
+                !next.absorbs_rows_below(step_table)
+            } else {
+                next.cascades_below(step_table) != below
+            };
+            if b.cascade_rows == 0 || changed {
                 break next;
             }
         };
