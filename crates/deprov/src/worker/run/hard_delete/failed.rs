@@ -52,7 +52,7 @@ impl JobRun {
             ms = began.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1000.0),
             "batch rolled back"
         );
-        if bound_cut && !b.jumped && !step.path.is_empty() && !b.plan.block_step(step) {
+        if bound_cut && !b.jumped && !b.root_step() && !b.plan.block_step(step) {
             // Before shrinking the batch or blaming a cascade, retry it once with the same size
             // reading first where its rows begin: a tenant whose rows sit behind other tenants'
             // rows in key order makes the ordered scan walk theirs, at any batch size.
@@ -73,7 +73,7 @@ impl JobRun {
         // delete its scans. `Plan::absorbs_only_scanned_below` holds in both cases; such a row
         // runs under the full statement_timeout (`after_bound_cut`) instead of re-planning.
         let own_work_cut =
-            bound_cut && !step.path.is_empty() && b.plan.absorbs_only_scanned_below(step.table);
+            bound_cut && !b.root_step() && b.plan.absorbs_only_scanned_below(step.table);
         if canceled
             && !own_work_cut
             && b.plan.absorbs_below(step.table)
@@ -144,7 +144,7 @@ impl JobRun {
         // has a floor in the pages it scans (`Plan::absorb_tenant`), so a smaller one may leave
         // it most of the rows that were cut.
         let step_table = b.plan.steps[b.cp.step].table;
-        let root_cut = b.plan.steps[b.cp.step].path.is_empty();
+        let root_cut = b.root_step();
         let below = b.plan.cascades_below(step_table);
         let next = loop {
             b.cascade_rows = if b.cascade_rows >= 64 {
