@@ -118,6 +118,30 @@ impl CascadeCheck {
     }
 }
 
+/// The index a foreign key without one needs. Every row deleted from the table the key references
+/// fires the key's referential trigger, which looks up the referencing rows by the key's columns
+/// (PostgreSQL docs §5.4.5 "Foreign Keys": "a DELETE of a row from the referenced table … will
+/// require a scan of the referencing table for rows matching the old value, it is often a good
+/// idea to index the referencing columns too"): without an index, a scan of the whole referencing
+/// table per deleted row, in the cascade and in deprov's batches alike. The root row's delete pays
+/// one such scan per key to it, in one transaction that deprov cannot split.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IndexAdvice {
+    /// The foreign key, as [`PlanReport::unindexed_foreign_keys`] names it.
+    pub foreign_key: String,
+    /// The referencing table's size in blocks by the planner's statistics (`pg_class.relpages`),
+    /// what each such scan reads; `None` when never analyzed, and for a partitioned table (its
+    /// partitions hold the blocks).
+    pub pages: Option<f64>,
+    /// The statement that creates the index: `CREATE INDEX CONCURRENTLY`, which does not block
+    /// the table's writes and must run outside a transaction block (PostgreSQL docs, CREATE
+    /// INDEX, "Building Indexes Concurrently"); plain `CREATE INDEX` for a partitioned table,
+    /// which PostgreSQL 15 cannot index concurrently (it holds a SHARE lock on the table while
+    /// it builds: index each partition concurrently and attach them to an index created `ON
+    /// ONLY` the table instead where that matters).
+    pub statement: String,
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanReport {
@@ -139,6 +163,9 @@ pub struct PlanReport {
     pub side_effects: Vec<String>,
     /// Foreign keys into the tenant's tables whose referencing columns lack an index.
     pub unindexed_foreign_keys: Vec<String>,
+    /// For each of those keys, the index that spares its scans, the largest referencing table
+    /// first.
+    pub index_advice: Vec<IndexAdvice>,
     /// Order-sensitive foreign keys on cycles of the tenant's tables that batches cannot order
     /// ([`super::cycles`]): the tenant is deleted only when its whole cascade fits one transaction
     /// of the batch bound, and refused otherwise.
@@ -307,6 +334,7 @@ impl PlanReport {
             cascade,
             side_effects: plan.side_effects.iter().map(|&i| fk_text(i)).collect(),
             unindexed_foreign_keys: plan.unindexed.iter().map(|&i| fk_text(i)).collect(),
+            index_advice: index_advice(plan, &fk_text),
             unordered_foreign_keys: plan.unordered.iter().map(|&i| fk_text(i)).collect(),
             user_triggers: Vec::new(),
             refused_for_triggers: false,
@@ -403,8 +431,53 @@ impl PlanReport {
                 let _ = writeln!(out, "  {i}");
             }
         }
+        if !self.index_advice.is_empty() {
+            let _ = writeln!(
+                out,
+                "indexes that spare those scans (each deleted referenced row reads the whole referencing table without one), largest table first:"
+            );
+            for a in &self.index_advice {
+                let pages = a
+                    .pages
+                    .map_or_else(|| "size unknown".to_string(), |p| format!("{p:.0} pages"));
+                let _ = writeln!(out, "  {};  -- {pages}: {}", a.statement, a.foreign_key);
+            }
+        }
         out
     }
+}
+
+/// [`PlanReport::index_advice`] for `plan`'s keys without an index, named by `fk_text`, the
+/// largest referencing table first.
+fn index_advice(plan: &Plan, fk_text: &dyn Fn(usize) -> String) -> Vec<IndexAdvice> {
+    let mut advice: Vec<IndexAdvice> = plan
+        .unindexed
+        .iter()
+        .map(|&i| {
+            let fk = &plan.catalog.foreign_keys[i];
+            let table = &plan.catalog.tables[&fk.from];
+            let mut b = crate::sql::SqlBuilder::new();
+            b.sql(if table.partitioned {
+                "CREATE INDEX ON "
+            } else {
+                "CREATE INDEX CONCURRENTLY ON "
+            })
+            .table(&table.name)
+            .sql(" (")
+            .join(&fk.from_cols, ", ", |b, _, c| {
+                b.ident(c);
+            })
+            .sql(")");
+            IndexAdvice {
+                foreign_key: fk_text(i),
+                pages: (!table.partitioned && table.estimated_pages > 0.0)
+                    .then_some(table.estimated_pages),
+                statement: b.build().text().to_string(),
+            }
+        })
+        .collect();
+    advice.sort_by(|a, b| b.pages.unwrap_or(-1.0).total_cmp(&a.pages.unwrap_or(-1.0)));
+    advice
 }
 
 impl TableReport {

@@ -177,3 +177,63 @@ async fn a_set_null_parent_is_not_said_to_delete_an_absorbed_tables_rows() {
             .unwrap();
     assert_eq!(comments, [(2000, 200, None), (2001, 200, Some(20))]);
 }
+
+#[tokio::test]
+async fn each_key_without_an_index_comes_with_the_statement_that_indexes_it_largest_table_first() {
+    let env = env("").await;
+    // Log lines of every deployment, long ones: the larger of two tables with a key without an
+    // index.
+    sqlx::raw_sql(
+        "INSERT INTO app.log_lines SELECT d.id, repeat('x', 200) \
+         FROM app.deployments d, generate_series(1, 20); \
+         CREATE TABLE app.tags (project_id bigint REFERENCES app.projects ON DELETE CASCADE, tag text); \
+         INSERT INTO app.tags SELECT id, 'tag' FROM app.projects; ANALYZE app.log_lines, app.tags",
+    )
+    .execute(&env.db)
+    .await
+    .unwrap();
+    let report = PlanReport::build(&env.pools.target, &env.config, "1")
+        .await
+        .unwrap();
+    assert_eq!(
+        report.index_advice.len(),
+        report.unindexed_foreign_keys.len(),
+        "{:?}",
+        report.index_advice
+    );
+    let pages: Vec<f64> = report
+        .index_advice
+        .iter()
+        .map(|a| a.pages.unwrap_or(-1.0))
+        .collect();
+    assert!(pages.windows(2).all(|w| w[0] >= w[1]), "{pages:?}");
+    let log_lines = &report.index_advice[0];
+    assert!(
+        log_lines
+            .foreign_key
+            .starts_with("\"app\".\"log_lines\"(deployment_id)"),
+        "{:?}",
+        report.index_advice
+    );
+    assert!(pages[0] > pages[pages.len() - 1], "{pages:?}");
+    assert_eq!(
+        log_lines.statement,
+        r#"CREATE INDEX CONCURRENTLY ON "app"."log_lines" ("deployment_id")"#
+    );
+    // The table's blocks, what each deployment's delete reads.
+    assert!(log_lines.pages.is_some_and(|p| p >= 10.0), "{log_lines:?}");
+    assert!(report.to_text().contains(&log_lines.statement));
+
+    // Run as printed, each statement gives its key an index: none is left to advise.
+    for advice in &report.index_advice {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(advice.statement.clone()))
+            .execute(&env.db)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", advice.statement));
+    }
+    let after = PlanReport::build(&env.pools.target, &env.config, "1")
+        .await
+        .unwrap();
+    assert!(after.unindexed_foreign_keys.is_empty(), "{after:?}");
+    assert!(after.index_advice.is_empty(), "{:?}", after.index_advice);
+}
