@@ -408,14 +408,25 @@ impl PlanReport {
                 }
             );
         }
+        // Each key without an index once, largest table first, with the statement that indexes it.
+        let unindexed: Vec<String> = self
+            .index_advice
+            .iter()
+            .map(|a| {
+                let pages = a
+                    .pages
+                    .map_or_else(|| "size unknown".to_string(), |p| format!("{p:.0} pages"));
+                format!("{} ({pages})\n      {};", a.foreign_key, a.statement)
+            })
+            .collect();
         for (title, items) in [
             (
                 "side effects (applied by PostgreSQL as rows go)",
                 &self.side_effects,
             ),
             (
-                "foreign keys without an index (slow cascades)",
-                &self.unindexed_foreign_keys,
+                "foreign keys without an index (each deleted referenced row scans the referencing table; largest table first, each with the statement that indexes it)",
+                &unindexed,
             ),
             (
                 "foreign keys on cycles batches cannot order (deleted only as one whole cascade within the batch bound, else refused)",
@@ -429,18 +440,6 @@ impl PlanReport {
             );
             for i in items {
                 let _ = writeln!(out, "  {i}");
-            }
-        }
-        if !self.index_advice.is_empty() {
-            let _ = writeln!(
-                out,
-                "indexes that spare those scans (each deleted referenced row reads the whole referencing table without one), largest table first:"
-            );
-            for a in &self.index_advice {
-                let pages = a
-                    .pages
-                    .map_or_else(|| "size unknown".to_string(), |p| format!("{p:.0} pages"));
-                let _ = writeln!(out, "  {};  -- {pages}: {}", a.statement, a.foreign_key);
             }
         }
         out
